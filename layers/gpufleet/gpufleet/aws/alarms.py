@@ -1,0 +1,34 @@
+"""CloudWatch alarm look-ups the scaler needs: an alarm's tags, and alarms still in ALARM."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+
+@dataclass
+class AlarmReader:
+    cloudwatch: Any
+
+    def tags(self, alarm_arn: str | None) -> dict[str, str]:
+        """Tags of the alarm; {} when it has none, is gone, or has no ARN in the event."""
+        if not alarm_arn:
+            return {}
+        try:
+            resp = self.cloudwatch.list_tags_for_resource(ResourceARN=alarm_arn)
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] in ("ResourceNotFound", "ResourceNotFoundException"):
+                return {}
+            raise
+        return {t["Key"]: t["Value"] for t in resp.get("Tags", [])}
+
+    def firing(self, prefix: str) -> list[dict[str, Any]]:
+        """Metric alarms whose name starts with `prefix` and that are in ALARM now."""
+        out: list[dict[str, Any]] = []
+        paginator = self.cloudwatch.get_paginator("describe_alarms")
+        for page in paginator.paginate(AlarmNamePrefix=prefix, StateValue="ALARM", AlarmTypes=["MetricAlarm"]):
+            # Filter again: some implementations (moto) apply only one of the two filters.
+            out.extend(a for a in page.get("MetricAlarms", []) if a.get("StateValue") == "ALARM")
+        return out

@@ -1,0 +1,30 @@
+"""boto3 clients with standard retries. Endpoints come from the environment (AWS_ENDPOINT_URL,
+honoured by boto3 itself), so the same code talks to AWS, moto server or `gpufleet invoke --endpoint`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+RETRY_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=20)
+
+
+@dataclass(frozen=True)
+class AwsClients:
+    autoscaling: Any
+    eks: Any
+    cloudwatch: Any
+    dynamodb: Any
+
+    @classmethod
+    def create(cls, session: boto3.session.Session | None = None) -> AwsClients:
+        s = session or boto3.session.Session()
+        return cls(
+            autoscaling=s.client("autoscaling", config=RETRY_CONFIG),
+            eks=s.client("eks", config=RETRY_CONFIG),
+            cloudwatch=s.client("cloudwatch", config=RETRY_CONFIG),
+            dynamodb=s.client("dynamodb", config=RETRY_CONFIG),
+        )

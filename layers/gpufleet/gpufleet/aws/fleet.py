@@ -1,0 +1,189 @@
+"""Read ASGs / EKS managed node groups into observations, and apply decisions to them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from botocore.exceptions import ClientError
+
+from gpufleet import defaults
+from gpufleet.fleet_policy import Discovery
+from gpufleet.models import Action, Decision, GroupKind, GroupObservation, GroupRef, InstanceObservation
+
+T = TypeVar("T")
+
+
+def chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def _instances(asg: dict[str, Any]) -> tuple[InstanceObservation, ...]:
+    return tuple(
+        InstanceObservation(
+            instance_id=i["InstanceId"],
+            lifecycle_state=i.get("LifecycleState", "InService"),
+            protected_from_scale_in=bool(i.get("ProtectedFromScaleIn", False)),
+        )
+        for i in asg.get("Instances", [])
+    )
+
+
+def _asg_observation(asg: dict[str, Any]) -> GroupObservation:
+    return GroupObservation(
+        ref=GroupRef(kind=GroupKind.ASG, name=asg["AutoScalingGroupName"]),
+        min_size=asg["MinSize"],
+        max_size=asg["MaxSize"],
+        desired=asg["DesiredCapacity"],
+        asg_name=asg["AutoScalingGroupName"],
+        instances=_instances(asg),
+        tags={t["Key"]: t.get("Value", "") for t in asg.get("Tags", [])},
+    )
+
+
+@dataclass
+class FleetReader:
+    """Finds managed groups and describes them in as few calls as the APIs allow."""
+
+    autoscaling: Any
+    eks: Any
+
+    def _describe_asgs(self, **kwargs: Any) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            args = dict(kwargs, MaxRecords=defaults.DESCRIBE_ASG_MAX_NAMES)
+            if token:
+                args["NextToken"] = token
+            page = self.autoscaling.describe_auto_scaling_groups(**args)
+            out.extend(page.get("AutoScalingGroups", []))
+            token = page.get("NextToken")
+            if not token:
+                return out
+
+    def describe_asgs_by_name(self, names: Iterable[str]) -> dict[str, dict[str, Any]]:
+        wanted = sorted(set(names))
+        found: dict[str, dict[str, Any]] = {}
+        for batch in chunks(wanted, defaults.DESCRIBE_ASG_MAX_NAMES):
+            for asg in self._describe_asgs(AutoScalingGroupNames=list(batch)):
+                found[asg["AutoScalingGroupName"]] = asg
+        return found
+
+    def _nodegroup(self, cluster: str, name: str) -> dict[str, Any] | None:
+        try:
+            return dict(self.eks.describe_nodegroup(clusterName=cluster, nodegroupName=name)["nodegroup"])
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ResourceNotFoundException":
+                return None
+            raise
+
+    def _discover_nodegroups(self, discovery: Discovery) -> list[dict[str, Any]]:
+        found = []
+        for page in self.eks.get_paginator("list_clusters").paginate():
+            for cluster in page.get("clusters", []):
+                for ng_page in self.eks.get_paginator("list_nodegroups").paginate(clusterName=cluster):
+                    for name in ng_page.get("nodegroups", []):
+                        ng = self._nodegroup(cluster, name)
+                        if ng and ng.get("tags", {}).get(discovery.tag_key) == discovery.tag_value:
+                            found.append(ng)
+        return found
+
+    def observe(self, discovery: Discovery, explicit: Iterable[GroupRef] = ()) -> list[GroupObservation]:
+        """Discovered (tagged) groups plus explicitly named ones; a missing explicit one is skipped."""
+        explicit = list(explicit)
+        asgs: dict[str, dict[str, Any]] = {}
+        if discovery.enabled and discovery.asg:
+            for asg in self._describe_asgs(
+                Filters=[{"Name": f"tag:{discovery.tag_key}", "Values": [discovery.tag_value]}]
+            ):
+                asgs[asg["AutoScalingGroupName"]] = asg
+        missing = [g.name for g in explicit if g.kind is GroupKind.ASG and g.name not in asgs]
+        asgs.update(self.describe_asgs_by_name(missing))
+
+        nodegroups: dict[tuple[str, str], dict[str, Any]] = {}
+        if discovery.enabled and discovery.eks:
+            for ng in self._discover_nodegroups(discovery):
+                nodegroups[(ng["clusterName"], ng["nodegroupName"])] = ng
+        for g in explicit:
+            if g.kind is GroupKind.EKS_NODEGROUP and g.cluster and (g.cluster, g.name) not in nodegroups:
+                found = self._nodegroup(g.cluster, g.name)
+                if found is not None:
+                    nodegroups[(g.cluster, g.name)] = found
+        return [_asg_observation(a) for a in asgs.values()] + self._nodegroup_observations(nodegroups.values())
+
+    def observe_one(self, ref: GroupRef) -> GroupObservation | None:
+        if ref.kind is GroupKind.ASG:
+            asg = self.describe_asgs_by_name([ref.name]).get(ref.name)
+            return _asg_observation(asg) if asg else None
+        ng = self._nodegroup(ref.cluster or "", ref.name)
+        if ng is None:
+            return None
+        return next(iter(self._nodegroup_observations([ng])), None)
+
+    def _nodegroup_observations(self, nodegroups: Iterable[dict[str, Any]]) -> list[GroupObservation]:
+        nodegroups = list(nodegroups)
+        asg_names = [
+            ng["resources"]["autoScalingGroups"][0]["name"]
+            for ng in nodegroups
+            if ng.get("resources", {}).get("autoScalingGroups")
+        ]
+        backing = self.describe_asgs_by_name(asg_names)
+        out = []
+        for ng in nodegroups:
+            groups = ng.get("resources", {}).get("autoScalingGroups") or [{}]
+            asg_name = groups[0].get("name")
+            scaling = ng.get("scalingConfig", {})
+            out.append(
+                GroupObservation(
+                    ref=GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster=ng["clusterName"], name=ng["nodegroupName"]),
+                    min_size=scaling.get("minSize", 0),
+                    max_size=scaling.get("maxSize", 0),
+                    desired=scaling.get("desiredSize", 0),
+                    asg_name=asg_name,
+                    instances=_instances(backing.get(asg_name or "", {})),
+                    tags=dict(ng.get("tags", {})),
+                )
+            )
+        return out
+
+
+@dataclass
+class FleetActuator:
+    """Applies one decision. Idempotent per decision: EKS updates carry a client request token."""
+
+    autoscaling: Any
+    eks: Any
+
+    def apply(self, decision: Decision, obs: GroupObservation, token: str) -> str:
+        """Returns a short account of what was done; raises on failure."""
+        ref = obs.ref
+        if decision.action in (Action.SCALE_OUT, Action.SET_DESIRED):
+            if ref.kind is GroupKind.ASG:
+                self.autoscaling.set_desired_capacity(
+                    AutoScalingGroupName=ref.name, DesiredCapacity=decision.desired, HonorCooldown=False
+                )
+                return f"SetDesiredCapacity {ref.name} = {decision.desired}"
+            return self._update_nodegroup(ref, decision.desired, token)
+        if decision.action is Action.SCALE_IN:
+            done = []
+            for instance_id in decision.victims:
+                self.autoscaling.terminate_instance_in_auto_scaling_group(
+                    InstanceId=instance_id, ShouldDecrementDesiredCapacity=True
+                )
+                done.append(instance_id)
+            text = f"TerminateInstanceInAutoScalingGroup (decrement) {', '.join(done)}"
+            if ref.kind is GroupKind.EKS_NODEGROUP:
+                text += "; " + self._update_nodegroup(ref, decision.desired, token)
+            return text
+        return "nothing to apply"
+
+    def _update_nodegroup(self, ref: GroupRef, desired: int, token: str) -> str:
+        self.eks.update_nodegroup_config(
+            clusterName=ref.cluster,
+            nodegroupName=ref.name,
+            scalingConfig={"desiredSize": desired},
+            clientRequestToken=token,
+        )
+        return f"UpdateNodegroupConfig {ref.cluster}/{ref.name} desiredSize = {desired}"

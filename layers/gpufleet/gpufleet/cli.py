@@ -1,0 +1,199 @@
+"""`gpufleet` command line: validate-policy, invoke (Docker-free local invoke), explain."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import ipaddress
+import json
+import os
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from gpufleet import defaults
+from gpufleet.fleet_policy import PolicyError, parse_policy
+
+DEFAULT_TABLE = "gpufleet-state"
+
+
+class LocalLambdaContext:
+    """Enough of the Lambda context object for Powertools and our handlers."""
+
+    def __init__(self, function_name: str, timeout_s: int = 60, memory_mb: int = 512) -> None:
+        self.function_name = function_name
+        self.function_version = "$LATEST"
+        self.memory_limit_in_mb = memory_mb
+        self.aws_request_id = str(uuid.uuid4())
+        region = os.environ.get("AWS_DEFAULT_REGION", "us-east-1")
+        self.invoked_function_arn = f"arn:aws:lambda:{region}:000000000000:function:{function_name}"
+        self.log_group_name = f"/aws/lambda/{function_name}"
+        self.log_stream_name = "local"
+        self._deadline = time.monotonic() + timeout_s
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+def _is_loopback(url: str) -> bool:
+    host = urlparse(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def find_function(name: str, functions_dir: str | None) -> Path:
+    candidates = [Path(functions_dir)] if functions_dir else []
+    here = Path.cwd()
+    candidates += [p / "functions" for p in (here, *here.parents)]
+    candidates.append(Path(__file__).resolve().parents[3] / "functions")
+    for base in candidates:
+        app = base / name / "app.py"
+        if app.is_file():
+            return app
+    raise SystemExit(f"error: no functions/{name}/app.py found (try --functions-dir)")
+
+
+def invoke(
+    function: str,
+    event: Any,
+    *,
+    endpoint: str | None,
+    policy: str | None,
+    table: str | None,
+    dry_run: bool,
+    functions_dir: str | None = None,
+) -> Any:
+    """Import functions/<function>/app.py in-process and call its handler once."""
+    env = os.environ
+    env.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    env["POWERTOOLS_TRACE_DISABLED"] = "true"
+    env.setdefault(defaults.ENV_STATE_TABLE, table or DEFAULT_TABLE)
+    if table:
+        env[defaults.ENV_STATE_TABLE] = table
+    if endpoint:
+        env[defaults.ENV_ENDPOINT_URL] = endpoint
+        if _is_loopback(endpoint):  # moto accepts any credentials; never fake them for real AWS
+            env.setdefault("AWS_ACCESS_KEY_ID", "testing")
+            env.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    if policy:
+        env[defaults.ENV_POLICY_FILE] = str(Path(policy).resolve())
+    if dry_run:
+        env[defaults.ENV_DRY_RUN] = "true"
+    app = find_function(function, functions_dir)
+    spec = importlib.util.spec_from_file_location(f"gpufleet_local_{function}", app)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"error: cannot load {app}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.lambda_handler(event, LocalLambdaContext(function))
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    try:
+        policy = parse_policy(Path(args.file).read_text(), args.file)
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except PolicyError as exc:
+        print(f"{args.file}: invalid", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 1
+    rules = len(policy.groups)
+    print(
+        f"{args.file}: ok ({rules} group rule(s), {len(policy.alarms)} alarm mapping(s), "
+        f"discovery by tag {policy.discovery.tag_key}={policy.discovery.tag_value}"
+        f"{', dry-run' if policy.dry_run else ''})"
+    )
+    return 0
+
+
+def _cmd_invoke(args: argparse.Namespace) -> int:
+    try:
+        event = json.loads(Path(args.event).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        print(f"error: cannot read event {args.event}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        result = invoke(
+            args.function,
+            event,
+            endpoint=args.endpoint,
+            policy=args.policy,
+            table=args.table,
+            dry_run=args.dry_run,
+            functions_dir=args.functions_dir,
+        )
+    except Exception as exc:
+        print(f"error: {args.function} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    import boto3
+
+    from gpufleet.aws.clients import RETRY_CONFIG
+    from gpufleet.aws.state import StateStore
+    from gpufleet.models import GroupRef
+
+    key = args.group if args.group == "unresolved" else GroupRef.parse_key(args.group).key
+    client = boto3.client("dynamodb", endpoint_url=args.endpoint, config=RETRY_CONFIG)
+    table = args.table or os.environ.get(defaults.ENV_STATE_TABLE, DEFAULT_TABLE)
+    decisions = StateStore(client, table).recent_decisions(key, args.limit)
+    if not decisions:
+        print(f"no recorded decisions for {key}")
+        return 0
+    for d in decisions:
+        change = f"{d.current} -> {d.desired}" if d.desired != d.current or d.victims else f"{d.current}"
+        print(f"{d.at:%Y-%m-%d %H:%M:%S}Z  {d.action:<11} {d.outcome:<13} {change:<8} {d.trigger}")
+        print(f"    {d.reason}")
+        if d.detail:
+            print(f"    -> {d.detail}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpufleet", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("validate-policy", help="check a fleet policy file")
+    p.add_argument("file")
+    p.set_defaults(func=_cmd_validate)
+
+    p = sub.add_parser("invoke", help="run a function's handler in-process (no Docker)")
+    p.add_argument("function", help="name under functions/, e.g. scaler")
+    p.add_argument("--event", required=True, help="event JSON file (see events/)")
+    p.add_argument("--endpoint", help="AWS endpoint URL, e.g. http://127.0.0.1:5000 for moto server")
+    p.add_argument("--policy", help="fleet policy file (instead of the SSM parameter)")
+    p.add_argument("--table", help=f"state table name (default ${defaults.ENV_STATE_TABLE} or {DEFAULT_TABLE})")
+    p.add_argument("--dry-run", action="store_true", help="decide and record, change nothing")
+    p.add_argument("--functions-dir", help="where functions/<name>/app.py live")
+    p.set_defaults(func=_cmd_invoke)
+
+    p = sub.add_parser("explain", help="print a group's recent decisions and their reasons")
+    p.add_argument("group", help="asg:NAME, eks:CLUSTER/NODEGROUP, a bare ASG name, or 'unresolved'")
+    p.add_argument("--endpoint", help="AWS endpoint URL (moto server)")
+    p.add_argument("--table", help="state table name")
+    p.add_argument("--limit", type=int, default=20)
+    p.set_defaults(func=_cmd_explain)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

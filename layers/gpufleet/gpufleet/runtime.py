@@ -1,0 +1,105 @@
+"""Composition root: the one place that reads the environment and builds the scaler's parts."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import boto3
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.utilities import parameters
+from aws_lambda_powertools.utilities.idempotency import (
+    DynamoDBPersistenceLayer,
+    IdempotencyConfig,
+    idempotent_function,
+)
+
+from gpufleet import defaults
+from gpufleet.aws.alarms import AlarmReader
+from gpufleet.aws.clients import AwsClients
+from gpufleet.aws.fleet import FleetActuator, FleetReader
+from gpufleet.aws.metrics import GpuMetricsReader
+from gpufleet.aws.state import StateStore
+from gpufleet.fleet_policy import FleetPolicy, PolicyError, parse_policy
+from gpufleet.scaler import Scaler
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+@lru_cache(maxsize=8)
+def _parse_cached(text: str, source: str) -> FleetPolicy:
+    return parse_policy(text, source)
+
+
+def policy_loader(env: Mapping[str, str]) -> Callable[[], FleetPolicy]:
+    """A local file (CLI, demo) wins over the SSM parameter (deployed stack, cached by Powertools)."""
+    path = env.get(defaults.ENV_POLICY_FILE)
+    name = env.get(defaults.ENV_POLICY_PARAMETER)
+    if path:
+        return lambda: _parse_cached(Path(path).read_text(), path)
+    if name:
+
+        def from_ssm() -> FleetPolicy:
+            text = parameters.get_parameter(name, max_age=defaults.POLICY_CACHE_S)
+            return _parse_cached(str(text), f"ssm:{name}")
+
+        return from_ssm
+
+    def missing() -> FleetPolicy:
+        raise PolicyError(
+            [f"no fleet policy: set {defaults.ENV_POLICY_PARAMETER} (SSM parameter) or {defaults.ENV_POLICY_FILE}"]
+        )
+
+    return missing
+
+
+def idempotency_for(
+    function_name: str, table: str, client: Any
+) -> tuple[IdempotencyConfig, Callable[[Callable[..., dict[str, Any]]], Callable[..., dict[str, Any]]]]:
+    config = IdempotencyConfig(event_key_jmespath="event_id", expires_after_seconds=defaults.IDEMPOTENCY_TTL_S)
+    store = DynamoDBPersistenceLayer(
+        table_name=table,
+        key_attr="pk",
+        sort_key_attr="sk",
+        static_pk_value=f"IDEMPOTENCY#{function_name}",
+        boto3_client=client,
+    )
+
+    def wrap(fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+        return idempotent_function(  # type: ignore[no-any-return]
+            data_keyword_argument="trigger", persistence_store=store, config=config
+        )(fn)
+
+    return config, wrap
+
+
+def build_scaler(
+    logger: Logger,
+    emf: Metrics,
+    env: Mapping[str, str] | None = None,
+    session: boto3.session.Session | None = None,
+) -> tuple[Scaler, IdempotencyConfig]:
+    env = os.environ if env is None else env
+    table = env.get(defaults.ENV_STATE_TABLE)
+    if not table:
+        raise RuntimeError(f"{defaults.ENV_STATE_TABLE} is not set: the scaler needs its state table")
+    clients = AwsClients.create(session)
+    config, wrap = idempotency_for("scaler", table, clients.dynamodb)
+    scaler = Scaler(
+        fleet=FleetReader(clients.autoscaling, clients.eks),
+        actuator=FleetActuator(clients.autoscaling, clients.eks),
+        metrics=GpuMetricsReader(clients.cloudwatch),
+        alarms=AlarmReader(clients.cloudwatch),
+        state=StateStore(clients.dynamodb, table),
+        load_policy=policy_loader(env),
+        logger=logger,
+        emf=emf,
+        global_dry_run=_truthy(env.get(defaults.ENV_DRY_RUN)),
+        idempotent=wrap,
+    )
+    return scaler, config

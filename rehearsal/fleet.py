@@ -1,0 +1,147 @@
+"""Build a GPU fleet inside moto: state table, tagged ASGs, an EKS managed node group, GPU alarms.
+
+Emulation (labelled): moto's EKS names a backing ASG for each node group but never creates it, and
+never propagates desiredSize to it. `create_nodegroup` creates that ASG, and `sync_nodegroup_asgs`
+does the propagation that EKS does in AWS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+from gpufleet import defaults
+from gpufleet_node import schema
+
+INSTANCE_TYPE = "g5.12xlarge"
+MANAGED_TAG = {defaults.TAG_MANAGED: defaults.TAG_MANAGED_VALUE}
+
+
+@dataclass
+class Clients:
+    autoscaling: Any
+    ec2: Any
+    eks: Any
+    cloudwatch: Any
+    dynamodb: Any
+
+    @classmethod
+    def create(cls) -> Clients:
+        return cls(*(boto3.client(name) for name in ("autoscaling", "ec2", "eks", "cloudwatch", "dynamodb")))
+
+
+def create_state_table(dynamodb: Any, name: str) -> None:
+    dynamodb.create_table(
+        TableName=name,
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+        ],
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+
+
+def _launch_template(ec2: Any) -> str:
+    name = "gpufleet-gpu-node"
+    existing = ec2.describe_launch_templates(Filters=[{"Name": "launch-template-name", "Values": [name]}])
+    if existing["LaunchTemplates"]:
+        return name
+    image = ec2.describe_images()["Images"][0]["ImageId"]
+    ec2.create_launch_template(
+        LaunchTemplateName=name, LaunchTemplateData={"ImageId": image, "InstanceType": INSTANCE_TYPE}
+    )
+    return name
+
+
+def create_asg(
+    clients: Clients, name: str, *, min_size: int, max_size: int, desired: int, tags: dict[str, str] | None = None
+) -> None:
+    template = _launch_template(clients.ec2)
+    clients.autoscaling.create_auto_scaling_group(
+        AutoScalingGroupName=name,
+        LaunchTemplate={"LaunchTemplateName": template, "Version": "$Latest"},
+        MinSize=min_size,
+        MaxSize=max_size,
+        DesiredCapacity=desired,
+        AvailabilityZones=["us-east-1a"],
+        Tags=[
+            {"Key": k, "Value": v, "PropagateAtLaunch": True, "ResourceId": name, "ResourceType": "auto-scaling-group"}
+            for k, v in (tags or {}).items()
+        ],
+    )
+
+
+def create_nodegroup(
+    clients: Clients, cluster: str, name: str, *, min_size: int, max_size: int, desired: int, tags: dict[str, str]
+) -> str:
+    """An EKS managed node group plus (emulated) its backing ASG; returns the ASG's name."""
+    vpc = clients.ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    subnet = clients.ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.1.0/24", AvailabilityZone="us-east-1a")
+    subnet_id = subnet["Subnet"]["SubnetId"]
+    role = "arn:aws:iam::123456789012:role/gpufleet-demo"
+    clusters = clients.eks.list_clusters()["clusters"]
+    if cluster not in clusters:
+        clients.eks.create_cluster(name=cluster, roleArn=role, resourcesVpcConfig={"subnetIds": [subnet_id]})
+    ng = clients.eks.create_nodegroup(
+        clusterName=cluster,
+        nodegroupName=name,
+        nodeRole=role,
+        subnets=[subnet_id],
+        scalingConfig={"minSize": min_size, "maxSize": max_size, "desiredSize": desired},
+        instanceTypes=[INSTANCE_TYPE],
+        capacityType="ON_DEMAND",
+        tags=tags,
+    )["nodegroup"]
+    asg_name: str = ng["resources"]["autoScalingGroups"][0]["name"]
+    create_asg(
+        clients,
+        asg_name,
+        min_size=min_size,
+        max_size=max_size,
+        desired=desired,
+        tags={"eks:cluster-name": cluster, "eks:nodegroup-name": name},
+    )
+    return asg_name
+
+
+def sync_nodegroup_asgs(clients: Clients) -> list[str]:
+    """[emulated EKS] propagate each node group's desiredSize to its backing ASG."""
+    notes = []
+    for cluster in clients.eks.list_clusters()["clusters"]:
+        for name in clients.eks.list_nodegroups(clusterName=cluster)["nodegroups"]:
+            ng = clients.eks.describe_nodegroup(clusterName=cluster, nodegroupName=name)["nodegroup"]
+            asg_name = ng["resources"]["autoScalingGroups"][0]["name"]
+            want = ng["scalingConfig"]["desiredSize"]
+            asg = clients.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[asg_name])
+            have = asg["AutoScalingGroups"][0]["DesiredCapacity"]
+            if have != want:
+                clients.autoscaling.set_desired_capacity(AutoScalingGroupName=asg_name, DesiredCapacity=want)
+                notes.append(f"[emulated EKS] {cluster}/{name}: backing ASG {have} -> {want}")
+    return notes
+
+
+def put_gpu_alarm(
+    cloudwatch: Any,
+    name: str,
+    dimensions: dict[str, str],
+    *,
+    direction: str,
+    threshold: float,
+    evaluation_periods: int,
+) -> None:
+    """A GPU utilization alarm on a whole group; direction comes from the gpufleet:direction tag."""
+    cloudwatch.put_metric_alarm(
+        AlarmName=name,
+        Namespace=schema.NAMESPACE,
+        MetricName=schema.GPU_UTILIZATION.name,
+        Dimensions=[{"Name": k, "Value": v} for k, v in dimensions.items()],
+        Statistic="Average",
+        Period=60,
+        EvaluationPeriods=evaluation_periods,
+        Threshold=threshold,
+        ComparisonOperator="GreaterThanThreshold" if direction == "out" else "LessThanThreshold",
+        TreatMissingData="missing",
+        Tags=[{"Key": defaults.TAG_ALARM_DIRECTION, "Value": direction}],
+    )

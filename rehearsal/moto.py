@@ -1,0 +1,87 @@
+"""Start moto server on 127.0.0.1 (a real HTTP endpoint) and point boto3 at it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+REGION = "us-east-1"
+FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class MotoServer:
+    """A moto server subprocess bound to loopback; `reset()` wipes every backend."""
+
+    def __init__(self, log_path: Path | None = None) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._log = open(log_path, "w") if log_path else subprocess.DEVNULL  # noqa: SIM115 (closed in stop)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=self._log,
+            stderr=self._log,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"moto server exited with {self._proc.returncode}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/moto-api/", timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("moto server did not start within 30 s")
+
+    def reset(self) -> None:
+        req = urllib.request.Request(f"{self.url}/moto-api/reset", method="POST")
+        with urllib.request.urlopen(req, timeout=10):
+            pass
+
+    def stop(self) -> None:
+        self._proc.terminate()
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+        if hasattr(self._log, "close"):
+            self._log.close()
+
+
+@contextmanager
+def aws_environment(endpoint: str) -> Iterator[None]:
+    """Every boto3 client created inside talks to `endpoint` with fake credentials."""
+    saved = dict(os.environ)
+    os.environ.update(FAKE_CREDENTIALS)
+    os.environ["AWS_DEFAULT_REGION"] = REGION
+    os.environ["AWS_ENDPOINT_URL"] = endpoint
+    os.environ.pop("AWS_PROFILE", None)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@contextmanager
+def moto_server(log_path: Path | None = None) -> Iterator[MotoServer]:
+    server = MotoServer(log_path)
+    try:
+        with aws_environment(server.url):
+            yield server
+    finally:
+        server.stop()

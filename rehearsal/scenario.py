@@ -1,0 +1,373 @@
+"""The rehearsal: a GPU fleet on moto, a day's load in 100 simulated minutes, the real scaler.
+
+Load ramps up, plateaus and drops to idle for a training ASG and an EKS inference node group.
+Synthetic nodes write GPU metrics (schema names) to CloudWatch on the simulated clock; the alarm
+evaluator [emulated CloudWatch] turns them into EventBridge alarm events; every minute a reconcile
+tick runs. The scaler is the production code (gpufleet.runtime.build_scaler) with `now` injected.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from gpufleet import defaults
+from gpufleet.aws.metrics import group_dimensions
+from gpufleet.cli import LocalLambdaContext
+from gpufleet.models import GroupKind, GroupRef
+from gpufleet.runtime import build_scaler
+from gpufleet.triggers import InvalidEvent
+from gpufleet_node import schema
+
+from rehearsal import fleet
+from rehearsal.alarms import AlarmEvaluator
+
+START = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)  # a Monday
+TABLE = "gpufleet-state"
+TRAIN = GroupRef(kind=GroupKind.ASG, name="train-spot")
+INFER = GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster="ml", name="infer-gpu")
+IDLE_UTIL, IDLE_MEM = 5.0, 10.0
+
+POLICY = f"""\
+version: 1
+alarm_prefix: gpufleet-
+metric_lookback_s: 180
+defaults:
+  idle: {{gpu_utilization: {IDLE_UTIL:g}, memory_percent: {IDLE_MEM:g}}}
+groups:
+  - name: train-*
+    kind: asg
+    max: 6
+    scale_out_step: 2
+    scale_in_step: 1
+    scale_out_cooldown_s: 180
+    scale_in_cooldown_s: 240
+    target: {{low: 30, high: 85}}
+  - name: infer-gpu
+    cluster: ml
+    kind: eks-nodegroup
+    max: 4
+    scale_out_step: 50%
+    scale_out_cooldown_s: 180
+    scale_in_cooldown_s: 240
+    target: {{low: 30, high: 85}}
+    schedules:
+      - name: morning-peak
+        cron: "15 10 * * 1-5"
+        timezone: Europe/Berlin
+        duration_minutes: 20
+        min: 2
+        desired: 3
+"""
+
+
+def _ramp(t: float, points: list[tuple[float, float]]) -> float:
+    """Piecewise-linear demand curve through (minute, instance-equivalents) points."""
+    for (t0, v0), (t1, v1) in itertools.pairwise(points):
+        if t0 <= t <= t1:
+            return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+    return points[-1][1]
+
+
+DEMAND: dict[str, list[tuple[float, float]]] = {
+    TRAIN.key: [(0, 0.6), (10, 0.6), (40, 6.0), (62, 6.0), (66, 0.0), (100, 0.0)],
+    INFER.key: [(0, 0.8), (15, 0.8), (38, 4.0), (58, 4.0), (62, 0.3), (100, 0.3)],
+}
+
+
+@dataclass
+class Node:
+    instance_id: str
+    group: str
+    first_seen: int
+    util: float = 0.0
+    mem: float = 0.0
+    long_job: bool = False
+
+
+@dataclass
+class RehearsalResult:
+    lines: list[str] = field(default_factory=list)
+    capacity: dict[str, list[int]] = field(default_factory=dict)
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    checks: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+class Rehearsal:
+    def __init__(self, out_dir: Path, echo: Callable[[str], None] = print, minutes: int = 100) -> None:
+        self.out = out_dir
+        self.echo = echo
+        self.minutes = minutes
+        self.result = RehearsalResult()
+        self.nodes: dict[str, Node] = {}
+        self.rng = random.Random(7)
+        self.clients = fleet.Clients.create()
+        self.protected: str | None = None
+        self.long_job: str | None = None
+        self.alarms = AlarmEvaluator(self.clients.cloudwatch, "gpufleet-")
+        self.limits = {TRAIN.key: (1, 6), INFER.key: (1, 4)}
+        self.backing_asg: dict[str, str] = {}
+
+    def say(self, minute: int, text: str) -> None:
+        stamp = (START + timedelta(minutes=minute)).strftime("%H:%M")
+        line = f"{stamp}  {text}"
+        self.result.lines.append(line)
+        self.echo(line)
+
+    # ---- setup ----
+
+    def setup(self) -> Any:
+        c = self.clients
+        fleet.create_state_table(c.dynamodb, TABLE)
+        fleet.create_asg(c, TRAIN.name, min_size=1, max_size=8, desired=2, tags=fleet.MANAGED_TAG)
+        self.backing_asg[TRAIN.key] = TRAIN.name
+        self.backing_asg[INFER.key] = fleet.create_nodegroup(
+            c, "ml", INFER.name, min_size=1, max_size=6, desired=2, tags=fleet.MANAGED_TAG
+        )
+        instances = self._instances(TRAIN.key)
+        self.long_job, self.protected = instances[0], instances[1]
+        c.autoscaling.set_instance_protection(
+            InstanceIds=[self.protected], AutoScalingGroupName=TRAIN.name, ProtectedFromScaleIn=True
+        )
+        for ref in (TRAIN, INFER):
+            dims = group_dimensions(ref)
+            slug = ref.name.split("-")[0]
+            fleet.put_gpu_alarm(
+                c.cloudwatch, f"gpufleet-{slug}-gpu-high", dims, direction="out", threshold=85, evaluation_periods=2
+            )
+            fleet.put_gpu_alarm(
+                c.cloudwatch, f"gpufleet-{slug}-gpu-low", dims, direction="in", threshold=20, evaluation_periods=4
+            )
+        policy_path = self.out / "policy.yaml"
+        policy_path.write_text(POLICY)
+        handler = logging.FileHandler(self.out / "scaler.log", mode="w")
+        logger = Logger(service="scaler", logger_handler=handler)
+        os.environ["POWERTOOLS_METRICS_DISABLED"] = "true"
+        self.emf = Metrics(namespace="GPUFleet/Controller", service="scaler")
+        scaler, idempotency = build_scaler(
+            logger, self.emf, env={defaults.ENV_STATE_TABLE: TABLE, defaults.ENV_POLICY_FILE: str(policy_path)}
+        )
+        idempotency.register_lambda_context(LocalLambdaContext("scaler", timeout_s=900))  # type: ignore[arg-type]
+        self.say(
+            0,
+            f"fleet ready: {TRAIN.key} (2 x {fleet.INSTANCE_TYPE}, 1 long training job on "
+            f"{self.long_job}, {self.protected} scale-in protected), {INFER.key} (2 nodes)",
+        )
+        self.say(0, f"policy: {policy_path}; alarms: gpufleet-{{train,infer}}-gpu-{{high,low}} (tagged with direction)")
+        return scaler
+
+    def _instances(self, group_key: str) -> list[str]:
+        asg = self.clients.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[self.backing_asg[group_key]])
+        return [i["InstanceId"] for i in asg["AutoScalingGroups"][0]["Instances"] if i["LifecycleState"] == "InService"]
+
+    def _desired(self, ref: GroupRef) -> int:
+        if ref.kind is GroupKind.ASG:
+            asg = self.clients.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[ref.name])
+            return int(asg["AutoScalingGroups"][0]["DesiredCapacity"])
+        ng = self.clients.eks.describe_nodegroup(clusterName=ref.cluster, nodegroupName=ref.name)
+        return int(ng["nodegroup"]["scalingConfig"]["desiredSize"])
+
+    # ---- synthetic nodes ----
+
+    def publish(self, minute: int) -> dict[str, float]:
+        """Every InService node reports this minute's GPU use; returns the group averages."""
+        now = START + timedelta(minutes=minute)
+        averages = {}
+        for ref in (TRAIN, INFER):
+            alive = self._instances(ref.key)
+            for iid in alive:
+                self.nodes.setdefault(iid, Node(iid, ref.key, minute, long_job=iid == self.long_job))
+            for iid in list(self.nodes):
+                if self.nodes[iid].group == ref.key and iid not in alive:
+                    del self.nodes[iid]
+            demand = _ramp(minute, DEMAND[ref.key])
+            ordered = sorted(
+                (self.nodes[i] for i in alive), key=lambda n: (not n.long_job, n.first_seen, n.instance_id)
+            )
+            pool = [n for n in ordered if not n.long_job]
+            for n in ordered:
+                if n.long_job:
+                    share = 1.0
+                else:
+                    k = pool.index(n)
+                    share = min(max(demand - k, 0.0), 1.0)
+                noise = self.rng.uniform(-2, 2) if share > 0 else 0.0
+                n.util = min(100.0, max(0.0, 95 * share + noise))
+                n.mem = 2.0 + 78 * share
+            data = []
+            for n in ordered:
+                for name, value in (
+                    (schema.GPU_UTILIZATION.name, n.util),
+                    (schema.GPU_MEMORY_USED_PERCENT.name, n.mem),
+                ):
+                    unit = schema.METRICS_BY_NAME[name].unit
+                    data.append(
+                        {
+                            "MetricName": name,
+                            "Dimensions": [{"Name": schema.DIM_INSTANCE_ID, "Value": n.instance_id}],
+                            "Timestamp": now,
+                            "Value": value,
+                            "Unit": unit,
+                        }
+                    )
+                    if name == schema.GPU_UTILIZATION.name:
+                        data.append(
+                            {
+                                "MetricName": name,
+                                "Dimensions": [{"Name": k, "Value": v} for k, v in group_dimensions(ref).items()],
+                                "Timestamp": now,
+                                "Value": value,
+                                "Unit": unit,
+                            }
+                        )
+            for i in range(0, len(data), 1000):
+                self.clients.cloudwatch.put_metric_data(Namespace=schema.NAMESPACE, MetricData=data[i : i + 1000])
+            averages[ref.key] = sum(n.util for n in ordered) / len(ordered) if ordered else 0.0
+        return averages
+
+    # ---- the run ----
+
+    def invoke(self, scaler: Any, event: dict[str, Any], minute: int, show_holds: bool = False) -> list[dict[str, Any]]:
+        now = START + timedelta(minutes=minute, seconds=30)
+        out = scaler.handle(event, now=now)
+        self.emf.clear_metrics()  # Lambda flushes EMF per invocation; here nothing reads them
+        decisions = [d for r in out["results"] for d in r["decisions"]]
+        for d in decisions:
+            self.result.decisions.append(d)
+            if show_holds or d["outcome"] in ("applied", "dry-run", "skipped-lease", "failed"):
+                self.say(minute, f"  {d['group']:<18} {d['action']:<10} {d['outcome']:<8} {d['reason']}")
+            if d["outcome"] == "applied" and d["action"] == "scale-in":
+                self._check_victims(minute, d)
+        return decisions
+
+    def _check_victims(self, minute: int, d: dict[str, Any]) -> None:
+        for iid in d["victims"]:
+            node = self.nodes.get(iid)
+            if iid in (self.long_job, self.protected):
+                self.result.failures.append(f"{minute}: terminated {iid}, which must never be chosen")
+            elif node is None or node.util > IDLE_UTIL or node.mem > IDLE_MEM:
+                self.result.failures.append(f"{minute}: terminated {iid}, which was not idle ({node})")
+
+    def run(self) -> RehearsalResult:
+        scaler = self.setup()
+        dup_sent = False
+        for minute in range(self.minutes):
+            for note in fleet.sync_nodegroup_asgs(self.clients):
+                self.say(minute, note)
+            averages = self.publish(minute)
+            now = START + timedelta(minutes=minute, seconds=15)
+            for event in self.alarms.tick(now):
+                detail = event["detail"]
+                self.say(
+                    minute, f"alarm {detail['alarmName']} -> {detail['state']['value']} ({detail['state']['reason']})"
+                )
+                self.invoke(scaler, event, minute, show_holds=True)
+                if detail["state"]["value"] == "ALARM" and not dup_sent:
+                    dup_sent = True
+                    self._duplicate_delivery(scaler, event, minute)
+            tick = {
+                "gpufleet": "reconcile",
+                "execution_id": f"rehearsal-{minute}",
+                "scheduled_time": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            }
+            self.invoke(scaler, tick, minute)
+            for ref in (TRAIN, INFER):
+                desired = self._desired(ref)
+                self.result.capacity.setdefault(ref.key, []).append(desired)
+            if minute % 10 == 0 or minute == self.minutes - 1:
+                status = "   ".join(
+                    f"{ref.key} util {averages[ref.key]:3.0f}% desired {self.result.capacity[ref.key][-1]}"
+                    for ref in (TRAIN, INFER)
+                )
+                self.say(minute, f"[capacity] {status}")
+            if minute == 5:
+                self._malformed(scaler, minute)
+        self.verify()
+        return self.result
+
+    def _duplicate_delivery(self, scaler: Any, event: dict[str, Any], minute: int) -> None:
+        before = {ref.key: self._desired(ref) for ref in (TRAIN, INFER)}
+        scaler.handle(event, now=START + timedelta(minutes=minute, seconds=40))
+        after = {ref.key: self._desired(ref) for ref in (TRAIN, INFER)}
+        if before != after:
+            self.result.failures.append(f"duplicate delivery of {event['id']} changed capacity {before} -> {after}")
+        else:
+            self.result.checks.append("a duplicate EventBridge delivery changed nothing (idempotent per event id)")
+            self.say(minute, f"  duplicate delivery of event {event['id'][:8]}: no second change (idempotent)")
+
+    def _malformed(self, scaler: Any, minute: int) -> None:
+        before = {ref.key: self._desired(ref) for ref in (TRAIN, INFER)}
+        bad = {
+            "version": "0",
+            "id": "bad-1",
+            "detail-type": "CloudWatch Alarm State Change",
+            "source": "aws.cloudwatch",
+            "account": "123456789012",
+            "time": "2026-11-23T08:05:00Z",
+            "region": "us-east-1",
+            "resources": [],
+            "detail": {"alarmName": "gpufleet-x", "state": {"value": "PANIC"}},
+        }
+        try:
+            scaler.handle(bad, now=START + timedelta(minutes=minute))
+            self.result.failures.append("a malformed event was accepted")
+        except InvalidEvent as exc:
+            self.say(minute, f"malformed event rejected, nothing changed: {exc}")
+        if before != {ref.key: self._desired(ref) for ref in (TRAIN, INFER)}:
+            self.result.failures.append("a malformed event changed capacity")
+        else:
+            self.result.checks.append("a malformed event was rejected with a reason and changed nothing")
+
+    # ---- expected outcomes ----
+
+    def verify(self) -> None:
+        r = self.result
+        for ref in (TRAIN, INFER):
+            series = r.capacity[ref.key]
+            lo, hi = self.limits[ref.key]
+            peak = max(series)
+            if peak <= series[0]:
+                r.failures.append(f"{ref.key}: no scale-out on load (capacity {series[0]} -> peak {peak})")
+            else:
+                r.checks.append(f"{ref.key}: scaled out on load {series[0]} -> {peak}")
+            if series[-1] >= peak:
+                r.failures.append(f"{ref.key}: no scale-in after the load dropped (peak {peak}, end {series[-1]})")
+            else:
+                r.checks.append(f"{ref.key}: scaled in after the drop {peak} -> {series[-1]}")
+            if any(not lo <= c <= hi for c in series):
+                r.failures.append(f"{ref.key}: capacity left bounds [{lo}, {hi}]: {series}")
+            else:
+                r.checks.append(f"{ref.key}: capacity stayed within [{lo}, {hi}] every minute")
+        alive = set(self._instances(TRAIN.key))
+        if self.long_job in alive and self.protected in alive:
+            r.checks.append("the long training job's node and the scale-in-protected node are still running")
+        else:
+            r.failures.append("the long-job node or the protected node was terminated")
+        victims = [v for d in r.decisions if d["outcome"] == "applied" for v in d["victims"]]
+        r.checks.append(f"{len(victims)} instance(s) terminated, each idle when chosen")
+        window = [d for d in r.decisions if d["trigger"] == "schedule:morning-peak" and d["outcome"] == "applied"]
+        if window:
+            r.checks.append("the morning-peak window (10:15 Europe/Berlin) raised the inference group")
+        else:
+            r.failures.append("the morning-peak schedule window was never applied")
+
+
+def write_outputs(result: RehearsalResult, out_dir: Path) -> None:
+    (out_dir / "timeline.txt").write_text("\n".join(result.lines) + "\n")
+    with open(out_dir / "decisions.jsonl", "w") as f:
+        for d in result.decisions:
+            f.write(json.dumps(d) + "\n")
