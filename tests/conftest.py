@@ -1,0 +1,34 @@
+"""Shared fixtures. Integration and e2e tests talk to a real moto server over HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rehearsal.moto import MotoServer, aws_environment
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def moto_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    server = MotoServer(tmp_path_factory.mktemp("moto") / "moto.log")
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def aws(moto_server_url: str) -> Iterator[str]:
+    """A clean moto server (every backend reset) with boto3 pointed at it."""
+    import urllib.request
+
+    urllib.request.urlopen(urllib.request.Request(f"{moto_server_url}/moto-api/reset", method="POST"), timeout=10)
+    with aws_environment(moto_server_url):
+        os.environ["POWERTOOLS_TRACE_DISABLED"] = "true"
+        os.environ["POWERTOOLS_METRICS_DISABLED"] = "true"
+        yield moto_server_url
