@@ -303,7 +303,7 @@ def test_any_event_order_keeps_capacity_in_bounds(fs, events) -> None:  # type: 
             d = alarm(current, Direction.OUT if kind == "alarm-out" else Direction.IN, s, state=state, now=now)
         if d.changes_capacity:
             assert _bounds_ok(d.desired, current, s, now), d
-            left = {i for i in d.victims}
+            left = set(d.victims)
             remaining = tuple(i for i in current.instances if i.instance_id not in left)
             obs = current.model_copy(update={"desired": d.desired, "instances": remaining})
             mark = "last_scale_out_at" if d.desired > d.current else "last_scale_in_at"

@@ -70,7 +70,8 @@ def test_step_sizes(step: int | str, current: int, size: int) -> None:
             "defaults.schedules[0]: cron '0 8 * *' is not a 5-field cron expression",
         ),
         (
-            "defaults: {schedules: [{name: s, cron: '0 8 * * *', timezone: Mars/Olympus, duration_minutes: 60, desired: 2}]}",
+            "defaults: {schedules: [{name: s, cron: '0 8 * * *', timezone: Mars/Olympus, "
+            "duration_minutes: 60, desired: 2}]}",
             "defaults.schedules[0]: timezone 'Mars/Olympus' is not an IANA time zone",
         ),
         (
