@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_lambda_powertools import Logger, Metrics
+from gpufleet import defaults
+from gpufleet.cli import LocalLambdaContext
+from gpufleet.runtime import build_scaler
+from gpufleet.scaler import Scaler
+from gpufleet_node import schema
+
+from rehearsal import fleet
+
+TABLE = "gpufleet-state"
+POLICY = """
+defaults: {scale_out_step: 1, scale_in_step: 2, scale_out_cooldown_s: 300, scale_in_cooldown_s: 300}
+"""
+
+
+@dataclass
+class Fleet:
+    clients: fleet.Clients
+    policy_path: Path
+    endpoint: str
+    backing_asg: str
+
+    def scaler(self, dry_run: bool = False, policy: str | None = None) -> Scaler:
+        if policy is not None:
+            self.policy_path.write_text(policy)
+        env = {defaults.ENV_STATE_TABLE: TABLE, defaults.ENV_POLICY_FILE: str(self.policy_path)}
+        if dry_run:
+            env[defaults.ENV_DRY_RUN] = "true"
+        scaler, idem = build_scaler(Logger(service="test"), Metrics(namespace="GPUFleet/Test"), env=env)
+        idem.register_lambda_context(LocalLambdaContext("scaler"))  # type: ignore[arg-type]
+        return scaler
+
+    def desired(self, asg: str = "train-spot") -> int:
+        groups = self.clients.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[asg])
+        return int(groups["AutoScalingGroups"][0]["DesiredCapacity"])
+
+    def instances(self, asg: str = "train-spot") -> list[str]:
+        groups = self.clients.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[asg])
+        return sorted(i["InstanceId"] for i in groups["AutoScalingGroups"][0]["Instances"])
+
+    def nodegroup_desired(self) -> int:
+        ng = self.clients.eks.describe_nodegroup(clusterName="ml", nodegroupName="infer-gpu")
+        return int(ng["nodegroup"]["scalingConfig"]["desiredSize"])
+
+    def put_instance_gpu(self, instance_id: str, util: float, mem: float, at: Any) -> None:
+        dims = [{"Name": schema.DIM_INSTANCE_ID, "Value": instance_id}]
+        self.clients.cloudwatch.put_metric_data(
+            Namespace=schema.NAMESPACE,
+            MetricData=[
+                {"MetricName": schema.GPU_UTILIZATION.name, "Dimensions": dims, "Value": util, "Timestamp": at},
+                {"MetricName": schema.GPU_MEMORY_USED_PERCENT.name, "Dimensions": dims, "Value": mem, "Timestamp": at},
+            ],
+        )
+
+
+@pytest.fixture
+def gpu_fleet(aws: str, tmp_path: Path) -> Fleet:
+    """train-spot ASG (2 of max 8) and ml/infer-gpu node group (2 of max 5), both tagged, with alarms."""
+    clients = fleet.Clients.create()
+    fleet.create_state_table(clients.dynamodb, TABLE)
+    fleet.create_asg(clients, "train-spot", min_size=1, max_size=8, desired=2, tags=fleet.MANAGED_TAG)
+    backing = fleet.create_nodegroup(
+        clients, "ml", "infer-gpu", min_size=1, max_size=5, desired=2, tags=fleet.MANAGED_TAG
+    )
+    for name, dims, direction in (
+        ("gpufleet-train-gpu-high", {"AutoScalingGroupName": "train-spot"}, "out"),
+        ("gpufleet-train-gpu-low", {"AutoScalingGroupName": "train-spot"}, "in"),
+        ("gpufleet-infer-gpu-high", {"ClusterName": "ml", "NodegroupName": "infer-gpu"}, "out"),
+    ):
+        fleet.put_gpu_alarm(clients.cloudwatch, name, dims, direction=direction, threshold=50, evaluation_periods=1)
+    policy_path = tmp_path / "policy.yaml"
+    policy_path.write_text(POLICY)
+    return Fleet(clients, policy_path, aws, backing)
+
+
+def count_calls(*clients: Any) -> Counter[str]:
+    """Count API calls per operation on real boto3 clients (botocore's own event hook)."""
+    calls: Counter[str] = Counter()
+    seen: set[int] = set()
+
+    def hook(model: Any, **_: Any) -> None:
+        calls[f"{model.service_model.service_name}:{model.name}"] += 1
+
+    for client in clients:
+        if id(client) not in seen:
+            seen.add(id(client))
+            client.meta.events.register("before-call", hook)
+    return calls
+
+
+Factory = Callable[..., Scaler]

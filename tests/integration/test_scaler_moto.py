@@ -1,0 +1,198 @@
+"""The scaler against moto server over HTTP: real boto3 calls, real DynamoDB conditional writes."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gpufleet.aws.state import StateStore
+from gpufleet.fleet_policy import PolicyError
+from gpufleet.models import Action, Outcome
+from gpufleet_node import schema
+
+from rehearsal import fleet
+from tests.integration.conftest import TABLE, Fleet, count_calls
+
+EVENTS = Path(__file__).resolve().parents[2] / "events" / "scaler"
+NOW = datetime(2026, 11, 23, 8, 12, 30, tzinfo=UTC)
+
+
+def event(name: str, **changes: Any) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads((EVENTS / name).read_text())
+    body.update(changes)
+    return body
+
+
+def decisions(result: dict[str, Any]) -> list[dict[str, Any]]:
+    return [d for r in result["results"] for d in r["decisions"]]
+
+
+def test_alarm_scales_out_an_asg_once_per_event(gpu_fleet: Fleet) -> None:
+    scaler = gpu_fleet.scaler()
+    (d,) = decisions(scaler.handle(event("eventbridge-alarm-asg-high.json"), NOW))
+    assert (d["action"], d["outcome"], d["current"], d["desired"]) == ("scale-out", "applied", 2, 3)
+    assert "group asg:train-spot from metric dimensions; direction out from alarm tag" in d["reason"]
+    assert gpu_fleet.desired() == 3
+    # EventBridge delivers at least once: the same event id changes nothing more.
+    again = decisions(scaler.handle(event("eventbridge-alarm-asg-high.json"), NOW + timedelta(seconds=5)))
+    assert again == [d]
+    assert gpu_fleet.desired() == 3
+    # A new event inside the cooldown is decided, recorded, and holds.
+    (held,) = decisions(
+        scaler.handle(event("eventbridge-alarm-asg-high.json", id="other"), NOW + timedelta(seconds=60))
+    )
+    assert held["action"] == "hold" and "cooldown has 240s left" in held["reason"]
+    audit = StateStore(gpu_fleet.clients.dynamodb, TABLE).recent_decisions("asg:train-spot")
+    assert [a.outcome for a in audit] == [Outcome.NOT_NEEDED, Outcome.APPLIED]
+
+
+def test_scale_in_terminates_only_idle_instances(gpu_fleet: Fleet) -> None:
+    gpu_fleet.clients.autoscaling.set_desired_capacity(AutoScalingGroupName="train-spot", DesiredCapacity=4)
+    busy_a, busy_b, idle_a, idle_b = gpu_fleet.instances()
+    for minute in range(3):
+        at = NOW - timedelta(minutes=minute + 1)
+        gpu_fleet.put_instance_gpu(busy_a, 97, 80, at)
+        gpu_fleet.put_instance_gpu(busy_b, 3 if minute else 60, 70, at)  # one busy minute keeps it
+        gpu_fleet.put_instance_gpu(idle_a, 0, 1, at)
+        gpu_fleet.put_instance_gpu(idle_b, 2, 3, at)
+    (d,) = decisions(gpu_fleet.scaler().handle(event("alarm-action-asg-low.json"), NOW))
+    assert (d["action"], d["outcome"], d["desired"]) == ("scale-in", "applied", 2)
+    assert sorted(d["victims"]) == sorted([idle_a, idle_b])
+    assert gpu_fleet.desired() == 2
+    assert gpu_fleet.instances() == sorted([busy_a, busy_b])
+
+
+def test_scale_in_without_gpu_metrics_terminates_nothing(gpu_fleet: Fleet) -> None:
+    (d,) = decisions(gpu_fleet.scaler().handle(event("alarm-action-asg-low.json"), NOW))
+    assert d["action"] == "hold" and "2 without GPU metrics" in d["reason"]
+    assert gpu_fleet.desired() == 2
+
+
+def test_sns_alarm_scales_an_eks_nodegroup(gpu_fleet: Fleet) -> None:
+    (d,) = decisions(gpu_fleet.scaler().handle(event("sns-alarm-eks-high.json"), NOW))
+    assert (d["group"], d["outcome"], d["desired"]) == ("eks:ml/infer-gpu", "applied", 3)
+    assert "UpdateNodegroupConfig ml/infer-gpu desiredSize = 3" in d["detail"]
+    assert gpu_fleet.nodegroup_desired() == 3
+
+
+def test_dry_run_decides_and_records_but_changes_nothing(gpu_fleet: Fleet) -> None:
+    (d,) = decisions(gpu_fleet.scaler(dry_run=True).handle(event("eventbridge-alarm-asg-high.json"), NOW))
+    assert (d["action"], d["outcome"], d["desired"]) == ("scale-out", "dry-run", 3)
+    assert gpu_fleet.desired() == 2
+    (audited,) = StateStore(gpu_fleet.clients.dynamodb, TABLE).recent_decisions("asg:train-spot")
+    assert audited.outcome is Outcome.DRY_RUN
+
+
+def test_concurrent_invocations_make_one_change(gpu_fleet: Fleet) -> None:
+    scalers = [gpu_fleet.scaler() for _ in range(4)]
+    barrier = threading.Barrier(len(scalers))
+    results: list[dict[str, Any]] = []
+
+    def run(i: int) -> None:
+        barrier.wait()
+        results.extend(decisions(scalers[i].handle(event("eventbridge-alarm-asg-high.json", id=f"dup-{i}"), NOW)))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(scalers))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    outcomes = sorted(r["outcome"] for r in results)
+    assert outcomes.count("applied") == 1, outcomes
+    assert set(outcomes) <= {"applied", "skipped-lease", "not-needed"}
+    assert gpu_fleet.desired() == 3
+
+
+def test_lease_is_exclusive_and_versioned(gpu_fleet: Fleet) -> None:
+    store = StateStore(gpu_fleet.clients.dynamodb, TABLE)
+    assert store.acquire("asg:x", "a", 0, NOW)
+    assert not store.acquire("asg:x", "b", 0, NOW)  # held
+    assert store.acquire("asg:x", "b", 0, NOW + timedelta(seconds=61))  # expired lease is taken over
+    store.release("asg:x", "b")
+    assert store.acquire("asg:x", "c", 0, NOW)
+
+
+def test_unresolvable_alarms_and_unknown_groups_change_nothing(gpu_fleet: Fleet) -> None:
+    scaler = gpu_fleet.scaler()
+    (d,) = decisions(scaler.handle(event("eventbridge-alarm-composite.json"), NOW))
+    assert d["group"] == "unresolved" and "composite alarm" in d["reason"]
+    unknown = event("eventbridge-alarm-asg-high.json", id="unknown-group")
+    unknown["detail"]["configuration"]["metrics"][0]["metricStat"]["metric"]["dimensions"] = {
+        "AutoScalingGroupName": "no-such-group"
+    }
+    (d,) = decisions(scaler.handle(unknown, NOW))
+    assert "group asg:no-such-group not found" in d["reason"]
+    assert gpu_fleet.desired() == 2
+
+
+def test_untagged_group_is_not_managed(gpu_fleet: Fleet) -> None:
+    fleet.create_asg(gpu_fleet.clients, "untagged", min_size=0, max_size=4, desired=1)
+    ev = event("eventbridge-alarm-asg-high.json", id="untagged")
+    ev["detail"]["configuration"]["metrics"][0]["metricStat"]["metric"]["dimensions"] = {
+        "AutoScalingGroupName": "untagged"
+    }
+    (d,) = decisions(gpu_fleet.scaler().handle(ev, NOW))
+    assert "is not managed" in d["reason"]
+    assert gpu_fleet.desired("untagged") == 1
+
+
+def test_a_broken_policy_changes_nothing(gpu_fleet: Fleet) -> None:
+    scaler = gpu_fleet.scaler(policy="defaults: {scale_out_step: lots}")
+    with pytest.raises(PolicyError, match="defaults.scale_out_step"):
+        scaler.handle(event("eventbridge-alarm-asg-high.json"), NOW)
+    assert gpu_fleet.desired() == 2
+
+
+def test_firing_alarm_acts_again_at_reconcile_after_cooldown(gpu_fleet: Fleet) -> None:
+    cw = gpu_fleet.clients.cloudwatch
+    cw.set_alarm_state(AlarmName="gpufleet-train-gpu-high", StateValue="ALARM", StateReason="test")
+    scaler = gpu_fleet.scaler(policy="defaults: {target: {enabled: false}}")
+    tick = {"gpufleet": "reconcile", "execution_id": "t1", "scheduled_time": "2026-11-23T08:12:00Z"}
+    first = [d for d in decisions(scaler.handle(tick, NOW)) if d["group"] == "asg:train-spot"]
+    assert first[0]["outcome"] == "applied" and first[0]["trigger"] == "alarm:gpufleet-train-gpu-high"
+    soon = decisions(scaler.handle(dict(tick, execution_id="t2"), NOW + timedelta(minutes=1)))
+    assert "cooldown" in next(d for d in soon if d["group"] == "asg:train-spot")["reason"]
+    later = decisions(scaler.handle(dict(tick, execution_id="t3"), NOW + timedelta(minutes=6)))
+    assert next(d for d in later if d["group"] == "asg:train-spot")["outcome"] == "applied"
+    assert gpu_fleet.desired() == 4
+
+
+@pytest.mark.parametrize("groups", [250, 620])
+def test_reconcile_batches_its_reads(aws: str, tmp_path: Path, groups: int) -> None:
+    """API calls per reconcile: ceil(series/500) GetMetricData + ceil(groups/100) describes."""
+    from tests.integration.conftest import Fleet
+
+    clients = fleet.Clients.create()
+    fleet.create_state_table(clients.dynamodb, TABLE)
+    for i in range(groups):
+        fleet.create_asg(clients, f"gpu-{i:04d}", min_size=0, max_size=4, desired=0, tags=fleet.MANAGED_TAG)
+    data = [
+        {
+            "MetricName": schema.GPU_UTILIZATION.name,
+            "Dimensions": [{"Name": schema.DIM_ASG_NAME, "Value": f"gpu-{i:04d}"}],
+            "Value": 50.0,
+            "Timestamp": NOW - timedelta(minutes=1),
+        }
+        for i in range(groups)
+    ]
+    for i in range(0, len(data), 1000):
+        clients.cloudwatch.put_metric_data(Namespace=schema.NAMESPACE, MetricData=data[i : i + 1000])
+    policy = tmp_path / "p.yaml"
+    policy.write_text("discovery: {eks: false}")
+    scaler = Fleet(clients, policy, aws, "").scaler()
+    calls = count_calls(scaler.fleet.autoscaling, scaler.metrics.cloudwatch, scaler.state.dynamodb, scaler.fleet.eks)
+    result = scaler.handle(
+        {"gpufleet": "reconcile", "execution_id": f"b{groups}", "scheduled_time": "2026-11-23T08:12:00Z"}, NOW
+    )
+    ds = decisions(result)
+    assert len(ds) == groups
+    assert all(d["action"] == Action.HOLD and "inside the band" in d["reason"] for d in ds)
+    assert calls["cloudwatch:GetMetricData"] == math.ceil(groups / 500)
+    assert calls["autoscaling:DescribeAutoScalingGroups"] == math.ceil(groups / 100)
+    assert calls["autoscaling:SetDesiredCapacity"] == 0
+    assert calls["dynamodb:BatchGetItem"] == math.ceil(groups / 100)
