@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import boto3
+
 from gpufleet import defaults
 from gpufleet_node import schema
 

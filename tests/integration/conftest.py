@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 from aws_lambda_powertools import Logger, Metrics
+
 from gpufleet import defaults
 from gpufleet.cli import LocalLambdaContext
 from gpufleet.runtime import build_scaler
 from gpufleet.scaler import Scaler
 from gpufleet_node import schema
-
 from rehearsal import fleet
 
 TABLE = "gpufleet-state"

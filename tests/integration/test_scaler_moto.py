@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from gpufleet.aws.state import StateStore
 from gpufleet.fleet_policy import PolicyError
 from gpufleet.models import Action, Outcome
 from gpufleet_node import schema
-
 from rehearsal import fleet
 from tests.integration.conftest import TABLE, Fleet, count_calls
 
@@ -143,7 +143,7 @@ def test_untagged_group_is_not_managed(gpu_fleet: Fleet) -> None:
 
 def test_a_broken_policy_changes_nothing(gpu_fleet: Fleet) -> None:
     scaler = gpu_fleet.scaler(policy="defaults: {scale_out_step: lots}")
-    with pytest.raises(PolicyError, match="defaults.scale_out_step"):
+    with pytest.raises(PolicyError, match=r"defaults\.scale_out_step"):
         scaler.handle(event("eventbridge-alarm-asg-high.json"), NOW)
     assert gpu_fleet.desired() == 2
 

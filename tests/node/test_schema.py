@@ -1,6 +1,7 @@
 """Runs under Python 3.9 (Amazon Linux 2023) and the project's own Python."""
 
 import pytest
+
 from gpufleet_node import schema
 
 CLOUDWATCH_UNITS = {"Percent", "Megabytes", "Count", "Watts", "None", "Seconds", "Bytes"}

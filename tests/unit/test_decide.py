@@ -5,6 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gpufleet.decide import choose_scale_in_victims, decide_alarm, decide_reconcile, effective_bounds, window_is_open
 from gpufleet.fleet_policy import GroupSettings, IdleThreshold, ScheduleWindow, Step, TargetBand
 from gpufleet.models import (
@@ -17,8 +20,6 @@ from gpufleet.models import (
     GroupState,
     InstanceObservation,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 REF = GroupRef(kind=GroupKind.ASG, name="train")

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+
 from gpufleet.fleet_policy import PolicyError, Step, parse_policy
 from gpufleet.models import GroupKind, GroupRef
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from gpufleet.fleet_policy import parse_policy
 from gpufleet.models import AlarmState, AlarmTrigger, Direction, GroupKind, GroupRef, MetricRef, ReconcileTick
 from gpufleet.targets import resolve_alarm_target

@@ -6,11 +6,10 @@ children included), then the policy's alarm mappings. The answer says how it was
 
 from __future__ import annotations
 
-from gpufleet_node import schema
-
 from gpufleet import defaults
 from gpufleet.fleet_policy import FleetPolicy
 from gpufleet.models import AlarmTarget, AlarmTrigger, Direction, GroupKind, GroupRef
+from gpufleet_node import schema
 
 
 def _group_from_dimensions(trigger: AlarmTrigger) -> tuple[GroupRef | None, str]:

@@ -8,11 +8,10 @@ from datetime import datetime, timedelta
 from statistics import fmean
 from typing import Any
 
-from gpufleet_node import schema
-
 from gpufleet import defaults
 from gpufleet.aws.fleet import chunks
 from gpufleet.models import GroupKind, GroupRef
+from gpufleet_node import schema
 
 
 @dataclass(frozen=True)

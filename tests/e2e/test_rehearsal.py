@@ -1,0 +1,38 @@
+"""The rehearsal (`make demo`) end to end: its own moto server, the real scaler, expected outcomes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.e2e
+def test_rehearsal_meets_its_expected_outcomes(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "rehearsal", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    out = proc.stdout
+    for expected in (
+        "asg:train-spot: scaled out on load 2 -> 6",
+        "eks:ml/infer-gpu: scaled in after the drop",
+        "capacity stayed within [1, 6] every minute",
+        "a duplicate EventBridge delivery changed nothing",
+        "a malformed event was rejected",
+        "the morning-peak window",
+    ):
+        assert expected in out
+    assert "FAIL" not in out
+    timeline = (tmp_path / "timeline.txt").read_text()
+    assert "scale-in   applied" in timeline
+    assert (tmp_path / "decisions.jsonl").read_text().count("\n") > 100

@@ -1,0 +1,109 @@
+"""Every file in events/ goes through `gpufleet invoke` (a real subprocess) against moto server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import TABLE, Fleet
+
+ROOT = Path(__file__).resolve().parents[2]
+EVENT_FILES = sorted(p for p in (ROOT / "events").rglob("*") if p.is_file())
+
+
+def gpufleet(*args: str, endpoint: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "POWERTOOLS_METRICS_DISABLED": "true",
+        "HOME": str(ROOT),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "gpufleet.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_events_directory_covers_every_trigger_shape() -> None:
+    names = {p.name for p in EVENT_FILES}
+    for shape in ("eventbridge-alarm", "alarm-action", "sns-alarm", "scheduler-reconcile", "eventbridge-scheduled"):
+        assert any(n.startswith(shape) for n in names), shape
+
+
+@pytest.mark.parametrize("path", EVENT_FILES, ids=lambda p: p.name)
+def test_invoke_every_sample_event(gpu_fleet: Fleet, path: Path) -> None:
+    before = (gpu_fleet.desired(), gpu_fleet.nodegroup_desired())
+    proc = gpufleet(
+        "invoke",
+        "scaler",
+        "--event",
+        str(path),
+        "--endpoint",
+        gpu_fleet.endpoint,
+        "--policy",
+        str(gpu_fleet.policy_path),
+        "--table",
+        TABLE,
+        endpoint=gpu_fleet.endpoint,
+    )
+    if path.name.startswith("bad-"):
+        assert proc.returncode != 0
+        assert "error:" in proc.stderr
+        assert (gpu_fleet.desired(), gpu_fleet.nodegroup_desired()) == before  # nothing changed
+        return
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout[proc.stdout.index('{\n  "results"') :])
+    assert result["results"], proc.stdout
+    for r in result["results"]:
+        for d in r["decisions"]:
+            assert d["reason"]
+
+
+def test_explain_prints_recorded_decisions(gpu_fleet: Fleet) -> None:
+    event = ROOT / "events" / "scaler" / "eventbridge-alarm-asg-high.json"
+    gpufleet(
+        "invoke",
+        "scaler",
+        "--event",
+        str(event),
+        "--endpoint",
+        gpu_fleet.endpoint,
+        "--policy",
+        str(gpu_fleet.policy_path),
+        "--table",
+        TABLE,
+        endpoint=gpu_fleet.endpoint,
+    )
+    proc = gpufleet(
+        "explain", "train-spot", "--endpoint", gpu_fleet.endpoint, "--table", TABLE, endpoint=gpu_fleet.endpoint
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "scale-out   applied" in proc.stdout
+    assert "alarm gpufleet-train-gpu-high in ALARM: scale out 2 -> 3" in proc.stdout
+
+
+def test_validate_policy_cli(tmp_path: Path) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text("groups: [{name: 'train-*', kind: asg, max: 8}]\n")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "groups: [{name: 'train-*', kind: asg, scale_in_step: '-5%'}, {name: b, kind: asg, min: 9, max: 8}]\n"
+    )
+    ok = gpufleet("validate-policy", str(good), endpoint="")
+    assert ok.returncode == 0
+    assert "ok (1 group rule(s)" in ok.stdout
+    no = gpufleet("validate-policy", str(bad), endpoint="")
+    assert no.returncode == 1
+    assert "groups[0].scale_in_step: expected an integer >= 1 or a percentage like '25%' (got '-5%')" in no.stderr
+    assert "groups[1]: min (9) is above max (8)" in no.stderr

@@ -1,0 +1,111 @@
+"""template.yaml facts that must hold, and the architecture of what `sam build` produced."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpufleet import defaults
+from gpufleet_node import schema
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = ROOT / ".aws-sam" / "build"
+EM_AARCH64 = 183
+
+
+class _CfnLoader(yaml.SafeLoader):
+    pass
+
+
+def _tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
+    if isinstance(node, yaml.ScalarNode):
+        return {suffix: loader.construct_scalar(node)}
+    if isinstance(node, yaml.SequenceNode):
+        return {suffix: loader.construct_sequence(node, deep=True)}
+    return {suffix: loader.construct_mapping(node, deep=True)}  # type: ignore[arg-type]
+
+
+_CfnLoader.add_multi_constructor("!", _tag)
+
+
+@pytest.fixture(scope="module")
+def template() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.load((ROOT / "template.yaml").read_text(), Loader=_CfnLoader)
+    return loaded
+
+
+def test_every_gpu_metric_named_in_the_template_is_in_the_schema(template: dict[str, Any]) -> None:
+    for name, res in template["Resources"].items():
+        props = res.get("Properties", {})
+        if res["Type"] == "AWS::CloudWatch::Alarm" and props.get("Namespace") == schema.NAMESPACE:
+            assert props["MetricName"] in schema.METRICS_BY_NAME, name
+
+
+def test_runtime_is_python313_arm64_and_layers_build_for_arm64(template: dict[str, Any]) -> None:
+    fn = template["Globals"]["Function"]
+    assert (fn["Runtime"], fn["Architectures"]) == ("python3.13", ["arm64"])
+    for name, res in template["Resources"].items():
+        if res["Type"] == "AWS::Serverless::LayerVersion":
+            assert res["Metadata"] == {"BuildMethod": "python3.13", "BuildArchitecture": "arm64"}, name
+
+
+def test_scaling_calls_are_limited_to_tagged_resources(template: dict[str, Any]) -> None:
+    policies = template["Resources"]["ScalerFunction"]["Properties"]["Policies"]
+    statements = [s for p in policies if isinstance(p, dict) and "Statement" in p for s in p["Statement"]]
+    mutating = {
+        "autoscaling:SetDesiredCapacity",
+        "autoscaling:TerminateInstanceInAutoScalingGroup",
+        "eks:UpdateNodegroupConfig",
+    }
+    for s in statements:
+        actions = s["Action"] if isinstance(s["Action"], list) else [s["Action"]]
+        if mutating & set(actions):
+            cond = s["Condition"]["StringEquals"]
+            assert any(k.endswith(f"ResourceTag/{defaults.TAG_MANAGED}") for k in cond), s["Sid"]
+            assert set(cond.values()) == {defaults.TAG_MANAGED_VALUE}
+        else:
+            assert all(re.match(r"^\w+:(Describe|List|Get)", a) for a in actions), s["Sid"]
+
+
+def test_state_table_is_safe(template: dict[str, Any]) -> None:
+    props = template["Resources"]["StateTable"]["Properties"]
+    assert props["BillingMode"] == "PAY_PER_REQUEST"
+    assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    assert props["SSESpecification"] == {"SSEEnabled": True}
+    assert props["TimeToLiveSpecification"]["AttributeName"] == "expiration"
+
+
+def test_alarm_rule_is_filtered_by_prefix_and_failures_reach_the_dlq(template: dict[str, Any]) -> None:
+    events = template["Resources"]["ScalerFunction"]["Properties"]["Events"]
+    pattern = events["AlarmStateChange"]["Properties"]["Pattern"]
+    assert pattern["detail"]["alarmName"] == [{"prefix": {"Ref": "AlarmNamePrefix"}}]
+    on_failure = template["Resources"]["ScalerFunction"]["Properties"]["EventInvokeConfig"]["DestinationConfig"]
+    assert on_failure["OnFailure"]["Type"] == "SQS"
+    assert "<aws.scheduler.execution-id>" in events["Reconcile"]["Properties"]["Input"]
+
+
+def _elf_machine(path: Path) -> int | None:
+    head = path.read_bytes()[:20]
+    if head[:4] != b"\x7fELF":
+        return None
+    return int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
+
+
+def test_built_native_code_is_arm64() -> None:
+    """`sam build` without BuildArchitecture packs x86_64 wheels (pydantic_core) into an arm64 layer."""
+    layer = BUILD / "GpufleetLayer"
+    if not layer.is_dir():
+        if os.environ.get("GPUFLEET_REQUIRE_SAM_BUILD"):
+            pytest.fail("no .aws-sam/build/GpufleetLayer: run `make sam-build` before pytest")
+        pytest.skip("sam build has not run (make test runs it first)")
+    shared = list(layer.rglob("*.so"))
+    assert any("pydantic_core" in str(p) for p in shared), "pydantic_core missing from the layer"
+    machines = {p.name: _elf_machine(p) for p in shared}
+    assert machines
+    wrong = {n: m for n, m in machines.items() if m is not None and m != EM_AARCH64}
+    assert not wrong, f"non-arm64 native code in the layer: {wrong}"
