@@ -21,7 +21,6 @@ from pathlib import Path
 from gpufleet.decide import decide_reconcile
 from gpufleet.fleet_policy import GroupSettings
 from gpufleet.models import GroupKind, GroupObservation, GroupRef, GroupState, InstanceObservation
-from gpufleet_node import schema
 
 ROOT = Path(__file__).resolve().parents[1]
 NOW = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
@@ -35,20 +34,7 @@ def bench_reconcile(groups: int, gpus: int) -> str:
     with moto_server() as server:
         clients = fleet.Clients.create()
         fleet.create_state_table(clients.dynamodb, TABLE)
-        for i in range(groups):
-            fleet.create_asg(clients, f"gpu-{i:04d}", min_size=0, max_size=4, desired=0, tags=fleet.MANAGED_TAG)
-        data = [
-            {
-                "MetricName": schema.GPU_UTILIZATION.name,
-                "Timestamp": NOW - timedelta(minutes=1),
-                "Value": 50.0,
-                "Dimensions": [{"Name": schema.DIM_ASG_NAME, "Value": f"gpu-{i:04d}"}],
-            }
-            for i in range(groups)
-            for _ in range(gpus)
-        ]
-        for i in range(0, len(data), 1000):
-            clients.cloudwatch.put_metric_data(Namespace=schema.NAMESPACE, MetricData=data[i : i + 1000])
+        fleet.create_busy_asg_fleet(clients, groups, gpus, at=NOW - timedelta(minutes=1))
         policy = ROOT / "bench" / "out" / "policy.yaml"
         policy.parent.mkdir(exist_ok=True)
         policy.write_text("discovery: {eks: false}\n")

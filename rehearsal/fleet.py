@@ -146,3 +146,23 @@ def put_gpu_alarm(
         TreatMissingData="missing",
         Tags=[{"Key": defaults.TAG_ALARM_DIRECTION, "Value": direction}],
     )
+
+
+def create_busy_asg_fleet(clients: Clients, groups: int, gpus: int, at: Any, utilization: float = 50.0) -> list[str]:
+    """`groups` tagged empty ASGs whose group GPU series each got `gpus` datums at `at` (scale tests)."""
+    names = [f"gpu-{i:04d}" for i in range(groups)]
+    for name in names:
+        create_asg(clients, name, min_size=0, max_size=4, desired=0, tags=MANAGED_TAG)
+    data = [
+        {
+            "MetricName": schema.GPU_UTILIZATION.name,
+            "Dimensions": [{"Name": schema.DIM_ASG_NAME, "Value": name}],
+            "Value": utilization,
+            "Timestamp": at,
+        }
+        for name in names
+        for _ in range(gpus)
+    ]
+    for i in range(0, len(data), 1000):
+        clients.cloudwatch.put_metric_data(Namespace=schema.NAMESPACE, MetricData=data[i : i + 1000])
+    return names

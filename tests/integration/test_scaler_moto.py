@@ -14,7 +14,6 @@ import pytest
 from gpufleet.aws.state import StateStore
 from gpufleet.fleet_policy import PolicyError
 from gpufleet.models import Action, Outcome
-from gpufleet_node import schema
 from rehearsal import fleet
 from tests.integration.conftest import TABLE, Fleet, count_calls
 
@@ -169,19 +168,7 @@ def test_reconcile_batches_its_reads(aws: str, tmp_path: Path, groups: int) -> N
 
     clients = fleet.Clients.create()
     fleet.create_state_table(clients.dynamodb, TABLE)
-    for i in range(groups):
-        fleet.create_asg(clients, f"gpu-{i:04d}", min_size=0, max_size=4, desired=0, tags=fleet.MANAGED_TAG)
-    data = [
-        {
-            "MetricName": schema.GPU_UTILIZATION.name,
-            "Dimensions": [{"Name": schema.DIM_ASG_NAME, "Value": f"gpu-{i:04d}"}],
-            "Value": 50.0,
-            "Timestamp": NOW - timedelta(minutes=1),
-        }
-        for i in range(groups)
-    ]
-    for i in range(0, len(data), 1000):
-        clients.cloudwatch.put_metric_data(Namespace=schema.NAMESPACE, MetricData=data[i : i + 1000])
+    fleet.create_busy_asg_fleet(clients, groups, gpus=1, at=NOW - timedelta(minutes=1))
     policy = tmp_path / "p.yaml"
     policy.write_text("discovery: {eks: false}")
     scaler = Fleet(clients, policy, aws, "").scaler()
