@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EVENT_FILES = sorted(p for p in (ROOT / "events").rglob("*") if p.is_file())
 
 
-def gpufleet(*args: str, endpoint: str) -> subprocess.CompletedProcess[str]:
+def gpufleet(*args: str) -> subprocess.CompletedProcess[str]:
     env = {
         "PATH": "/usr/bin:/bin",
         "AWS_ACCESS_KEY_ID": "testing",
@@ -35,6 +35,21 @@ def gpufleet(*args: str, endpoint: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def invoke_scaler(fleet: Fleet, event: Path) -> subprocess.CompletedProcess[str]:
+    return gpufleet(
+        "invoke",
+        "scaler",
+        "--event",
+        str(event),
+        "--endpoint",
+        fleet.endpoint,
+        "--policy",
+        str(fleet.policy_path),
+        "--table",
+        TABLE,
+    )
+
+
 def test_events_directory_covers_every_trigger_shape() -> None:
     names = {p.name for p in EVENT_FILES}
     for shape in ("eventbridge-alarm", "alarm-action", "sns-alarm", "scheduler-reconcile", "eventbridge-scheduled"):
@@ -44,19 +59,7 @@ def test_events_directory_covers_every_trigger_shape() -> None:
 @pytest.mark.parametrize("path", EVENT_FILES, ids=lambda p: p.name)
 def test_invoke_every_sample_event(gpu_fleet: Fleet, path: Path) -> None:
     before = (gpu_fleet.desired(), gpu_fleet.nodegroup_desired())
-    proc = gpufleet(
-        "invoke",
-        "scaler",
-        "--event",
-        str(path),
-        "--endpoint",
-        gpu_fleet.endpoint,
-        "--policy",
-        str(gpu_fleet.policy_path),
-        "--table",
-        TABLE,
-        endpoint=gpu_fleet.endpoint,
-    )
+    proc = invoke_scaler(gpu_fleet, path)
     if path.name.startswith("bad-"):
         assert proc.returncode != 0
         assert "error:" in proc.stderr
@@ -72,22 +75,8 @@ def test_invoke_every_sample_event(gpu_fleet: Fleet, path: Path) -> None:
 
 def test_explain_prints_recorded_decisions(gpu_fleet: Fleet) -> None:
     event = ROOT / "events" / "scaler" / "eventbridge-alarm-asg-high.json"
-    gpufleet(
-        "invoke",
-        "scaler",
-        "--event",
-        str(event),
-        "--endpoint",
-        gpu_fleet.endpoint,
-        "--policy",
-        str(gpu_fleet.policy_path),
-        "--table",
-        TABLE,
-        endpoint=gpu_fleet.endpoint,
-    )
-    proc = gpufleet(
-        "explain", "train-spot", "--endpoint", gpu_fleet.endpoint, "--table", TABLE, endpoint=gpu_fleet.endpoint
-    )
+    invoke_scaler(gpu_fleet, event)
+    proc = gpufleet("explain", "train-spot", "--endpoint", gpu_fleet.endpoint, "--table", TABLE)
     assert proc.returncode == 0, proc.stderr
     assert "scale-out   applied" in proc.stdout
     assert "alarm gpufleet-train-gpu-high in ALARM: scale out 2 -> 3" in proc.stdout
@@ -100,10 +89,10 @@ def test_validate_policy_cli(tmp_path: Path) -> None:
     bad.write_text(
         "groups: [{name: 'train-*', kind: asg, scale_in_step: '-5%'}, {name: b, kind: asg, min: 9, max: 8}]\n"
     )
-    ok = gpufleet("validate-policy", str(good), endpoint="")
+    ok = gpufleet("validate-policy", str(good))
     assert ok.returncode == 0
     assert "ok (1 group rule(s)" in ok.stdout
-    no = gpufleet("validate-policy", str(bad), endpoint="")
+    no = gpufleet("validate-policy", str(bad))
     assert no.returncode == 1
     assert "groups[0].scale_in_step: expected an integer >= 1 or a percentage like '25%' (got '-5%')" in no.stderr
     assert "groups[1]: min (9) is above max (8)" in no.stderr
