@@ -75,9 +75,7 @@ def invoke(
     env = os.environ
     env.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     env["POWERTOOLS_TRACE_DISABLED"] = "true"
-    env.setdefault(defaults.ENV_STATE_TABLE, table or DEFAULT_TABLE)
-    if table:
-        env[defaults.ENV_STATE_TABLE] = table
+    env[defaults.ENV_STATE_TABLE] = table or env.get(defaults.ENV_STATE_TABLE, DEFAULT_TABLE)
     if endpoint:
         env[defaults.ENV_ENDPOINT_URL] = endpoint
         if _is_loopback(endpoint):  # moto accepts any credentials; never fake them for real AWS

@@ -226,8 +226,9 @@ class FleetPolicy(Strict):
         """The first matching rule over the defaults; None if the group is not selected at all."""
         for rule in self.groups:
             if rule.matches(ref, tags):
-                overrides = rule.model_dump(include=rule.model_fields_set & _SETTING_FIELDS)
-                return self.defaults.model_copy(update=_rebuild(overrides, rule))
+                # The rule's own validated objects (Step, TargetBand...) for the fields it sets.
+                overrides = {name: getattr(rule, name) for name in rule.model_fields_set & _SETTING_FIELDS}
+                return self.defaults.model_copy(update=overrides)
         if self._discovered(tags):
             return self.defaults
         return None
@@ -244,11 +245,6 @@ class FleetPolicy(Strict):
             if fnmatch.fnmatchcase(alarm_name, mapping.alarm):
                 return mapping
         return None
-
-
-def _rebuild(overrides: dict[str, Any], rule: GroupRule) -> dict[str, Any]:
-    """Keep the already-validated objects (Step, TargetBand...) instead of their dumped dicts."""
-    return {name: getattr(rule, name) for name in overrides}
 
 
 def _is_glob(name: str) -> bool:

@@ -129,7 +129,6 @@ class GroupState(Frozen):
     version: int = 0
     last_scale_out_at: datetime | None = None
     last_scale_in_at: datetime | None = None
-    last_reason: str | None = None
 
 
 # ---- decisions ----
