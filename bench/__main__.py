@@ -58,6 +58,61 @@ def bench_reconcile(groups: int, gpus: int) -> str:
     )
 
 
+def bench_notifications(total: int = 1000, groups: int = 20) -> list[str]:
+    """A burst of notifications across groups through the real notifier (moto server + local Slack)."""
+    from aws_lambda_powertools import Logger, Metrics
+
+    from gpufleet.notifications import Notification, Severity, scaling_incident_key
+    from gpufleet.runtime import build_notifier
+    from rehearsal import fleet
+    from rehearsal.moto import moto_server
+    from rehearsal.slack import slack_receiver
+    from tests.integration.conftest import TABLE, count_calls
+
+    with moto_server(), slack_receiver() as (receiver, base):
+        clients = fleet.Clients.create()
+        fleet.create_state_table(clients.dynamodb, TABLE)
+        stack = fleet.create_notification_stack(f"{base}/services/T0/B0/bench")
+        policy = ROOT / "bench" / "out" / "notify-policy.yaml"
+        policy.parent.mkdir(exist_ok=True)
+        policy.write_text("notifications: {}\n")  # the defaults: 30 s group wait, 5 min interval
+        notifier = build_notifier(
+            Logger(service="notifier", level="WARNING"), Metrics(service="notifier"), env=stack.env(TABLE, str(policy))
+        )
+        calls = count_calls(notifier.store.dynamodb, notifier.queue.sqs)
+        bodies = []
+        for i in range(total):
+            group = f"asg:train-{i % groups:02d}"
+            bodies.append(
+                Notification(
+                    notification_id=f"burst-{i}",
+                    kind="scaling",
+                    severity=Severity.WARNING if i % 7 == 0 else Severity.INFO,
+                    group=group,
+                    incident_key=scaling_incident_key(group),
+                    title=f"{group}: event {i}",
+                    reason="burst",
+                    at=NOW,
+                ).model_dump_json()
+            )
+        started = time.perf_counter()
+        for i, body in enumerate(bodies):  # the burst arrives within 20 s
+            notifier.handle_message(body, now=NOW + timedelta(seconds=20 * i / total))
+        burst_wall = time.perf_counter() - started
+        notifier.sweep(NOW + timedelta(seconds=31))  # group wait over: one post per incident
+        wall = time.perf_counter() - started
+    ddb = sum(v for k, v in calls.items() if k.startswith("dynamodb:"))
+    ddb_detail = ", ".join(f"{k.split(':')[1]} {v}" for k, v in sorted(calls.items()) if k.startswith("dynamodb:"))
+    flushes = calls["sqs:SendMessage"]
+    return [
+        f"| notification burst: {total} notifications, {groups} groups, default grouping | "
+        f"{len(receiver.received)} Slack posts (target ~{groups}) | {flushes} delayed flush messages | |",
+        f"| notifier time per message (moto server, local Slack receiver) | {burst_wall / total * 1000:.1f} ms "
+        f"(burst), {wall:.1f} s total incl. the sweep that posts | | |",
+        f"| DynamoDB calls per message | {ddb / total:.2f} ({ddb_detail}) | | |",
+    ]
+
+
 def bench_decide(groups: int, repeat: int = 20) -> str:
     ref = [GroupRef(kind=GroupKind.ASG, name=f"g{i}") for i in range(groups)]
     obs = [
@@ -102,6 +157,7 @@ def _import_time(code: str, task_root: str) -> float:
             "PATH": "/usr/bin:/bin",
             "AWS_DEFAULT_REGION": "us-east-1",
             "GPUFLEET_STATE_TABLE": "t",
+            "GPUFLEET_NOTIFY_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/notify",
             "LAMBDA_TASK_ROOT": task_root,
             "AWS_LAMBDA_FUNCTION_NAME": "scaler",
             "POWERTOOLS_LOG_LEVEL": "WARNING",
@@ -116,13 +172,15 @@ _POWERTOOLS = (
 )
 # pydantic loads most of itself when the first model class is built, not at `import pydantic`.
 _PYDANTIC = "import pydantic; type('M', (pydantic.BaseModel,), {'__annotations__': {'x': int}})"
-_CLIENTS = "s = boto3.session.Session(); [s.client(n) for n in ('autoscaling', 'eks', 'cloudwatch', 'dynamodb')]"
+_CLIENTS = (
+    "s = boto3.session.Session(); [s.client(n) for n in ('autoscaling', 'eks', 'cloudwatch', 'dynamodb', 'sqs')]"
+)
 # Each layer adds one thing to the previous, so the table shows where a cold start's time goes.
 COLD_START_LAYERS = (
     ("bare `import boto3` (baseline)", "import boto3"),
     ("+ Powertools Logger/Tracer/Metrics", f"import boto3; {_POWERTOOLS}"),
     ("+ pydantic (one model), PyYAML, croniter", f"import boto3, yaml, croniter; {_POWERTOOLS}; {_PYDANTIC}"),
-    ("+ 4 boto3 clients", f"import boto3, yaml, croniter; {_POWERTOOLS}; {_PYDANTIC}; {_CLIENTS}"),
+    ("+ the scaler's 5 boto3 clients", f"import boto3, yaml, croniter; {_POWERTOOLS}; {_PYDANTIC}; {_CLIENTS}"),
     (
         "scaler handler module (all of the above + gpufleet)",
         "import importlib.util as u; s = u.spec_from_file_location('app', 'functions/scaler/app.py'); "
@@ -164,6 +222,8 @@ def main() -> int:
     for row in bench_cold_start():
         print(row, flush=True)
     print(bench_reconcile(args.groups, args.gpus), flush=True)
+    for row in bench_notifications():
+        print(row, flush=True)
     return 0
 
 

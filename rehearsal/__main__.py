@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rehearsal.moto import moto_server
 from rehearsal.scenario import Rehearsal, write_outputs
+from rehearsal.slack import slack_receiver
 
 
 def main() -> int:
@@ -22,9 +23,9 @@ def main() -> int:
     started = time.monotonic()
     print("gpufleet rehearsal: moto server on 127.0.0.1, simulated clock from 2026-11-23 08:00 UTC")
     print("(moto doesn't evaluate alarms or run EKS: lines marked [emulated] are the harness standing in)\n")
-    with moto_server(out / "moto.log") as server:
-        print(f"moto server: {server.url}\n")
-        result = Rehearsal(out, minutes=args.minutes).run()
+    with moto_server(out / "moto.log") as server, slack_receiver() as slack:
+        print(f"moto server: {server.url}; Slack-compatible receiver [emulated Slack]: {slack[1]}\n")
+        result = Rehearsal(out, slack, minutes=args.minutes).run()
     write_outputs(result, out)
     print("\nexpected outcomes:")
     for check in result.checks:
@@ -32,7 +33,8 @@ def main() -> int:
     for failure in result.failures:
         print(f"  FAIL  {failure}")
     print(
-        f"\n{len(result.decisions)} decisions recorded; timeline, decisions.jsonl and scaler.log in {out}/ "
+        f"\n{len(result.decisions)} decisions, {len(result.slack)} Slack messages; timeline.txt, decisions.jsonl, "
+        f"slack-messages.json, slack/*.json, scaler.log and notifier.log in {out}/ "
         f"({time.monotonic() - started:.1f} s)"
     )
     return 0 if result.ok else 1

@@ -7,6 +7,7 @@ does the propagation that EKS does in AWS.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,3 +167,84 @@ def create_busy_asg_fleet(clients: Clients, groups: int, gpus: int, at: Any, uti
     for i in range(0, len(data), 1000):
         clients.cloudwatch.put_metric_data(Namespace=schema.NAMESPACE, MetricData=data[i : i + 1000])
     return names
+
+
+@dataclass
+class NotificationStack:
+    """The notifier's resources in moto: queue + DLQ (redrive), KMS-less topic, Slack secret."""
+
+    queue_url: str
+    dlq_url: str
+    topic_arn: str
+    secret_arn: str | None
+    sns_inbox_url: str  # an SQS queue subscribed to the topic, to read what SNS delivered
+
+    def env(self, table: str, policy_path: str) -> dict[str, str]:
+        env = {
+            defaults.ENV_STATE_TABLE: table,
+            defaults.ENV_POLICY_FILE: policy_path,
+            defaults.ENV_NOTIFY_QUEUE_URL: self.queue_url,
+            defaults.ENV_NOTIFY_DLQ_URL: self.dlq_url,
+            defaults.ENV_NOTIFY_TOPIC_ARN: self.topic_arn,
+        }
+        if self.secret_arn:
+            env[defaults.ENV_SLACK_SECRET] = self.secret_arn
+        return env
+
+
+def create_notification_stack(slack_secret: str | None, prefix: str = "gpufleet") -> NotificationStack:
+    sqs, sns, secrets = boto3.client("sqs"), boto3.client("sns"), boto3.client("secretsmanager")
+    dlq_url = sqs.create_queue(QueueName=f"{prefix}-notify-dlq")["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    redrive = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "10"})
+    queue_url = sqs.create_queue(
+        QueueName=f"{prefix}-notify", Attributes={"RedrivePolicy": redrive, "VisibilityTimeout": "120"}
+    )["QueueUrl"]
+    topic_arn = sns.create_topic(Name=f"{prefix}-notifications")["TopicArn"]
+    inbox_url = sqs.create_queue(QueueName=f"{prefix}-sns-inbox")["QueueUrl"]
+    inbox_arn = sqs.get_queue_attributes(QueueUrl=inbox_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    sns.subscribe(TopicArn=topic_arn, Protocol="sqs", Endpoint=inbox_arn, Attributes={"RawMessageDelivery": "false"})
+    secret_arn = None
+    if slack_secret is not None:
+        secret_arn = secrets.create_secret(Name=f"{prefix}/slack", SecretString=slack_secret)["ARN"]
+    return NotificationStack(queue_url, dlq_url, topic_arn, secret_arn, inbox_url)
+
+
+def drain(sqs: Any, queue_url: str, max_messages: int = 10_000) -> list[dict[str, Any]]:
+    """Receive (and delete) everything visible on a queue now."""
+    out: list[dict[str, Any]] = []
+    while len(out) < max_messages:
+        resp = sqs.receive_message(
+            QueueUrl=queue_url, MaxNumberOfMessages=10, MessageAttributeNames=["All"], AttributeNames=["All"]
+        )
+        messages = resp.get("Messages", [])
+        if not messages:
+            return out
+        sqs.delete_message_batch(
+            QueueUrl=queue_url,
+            Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)],
+        )
+        out.extend(messages)
+    return out
+
+
+def sqs_event(
+    messages: list[dict[str, Any]], queue_arn: str = "arn:aws:sqs:us-east-1:123456789012:q"
+) -> dict[str, Any]:
+    """Received SQS messages in the shape Lambda's SQS event source delivers them."""
+    return {
+        "Records": [
+            {
+                "messageId": m["MessageId"],
+                "receiptHandle": m["ReceiptHandle"],
+                "body": m["Body"],
+                "attributes": m.get("Attributes", {}),
+                "messageAttributes": {},
+                "md5OfBody": m["MD5OfBody"],
+                "eventSource": "aws:sqs",
+                "eventSourceARN": queue_arn,
+                "awsRegion": "us-east-1",
+            }
+            for m in messages
+        ]
+    }

@@ -1,9 +1,12 @@
-"""The rehearsal: a GPU fleet on moto, a day's load in 100 simulated minutes, the real scaler.
+"""The rehearsal: a GPU fleet on moto, a day's load in 100 simulated minutes, the real scaler and notifier.
 
 Load ramps up, plateaus and drops to idle for a training ASG and an EKS inference node group.
 Synthetic nodes write GPU metrics (schema names) to CloudWatch on the simulated clock; the alarm
 evaluator [emulated CloudWatch] turns them into EventBridge alarm events; every minute a reconcile
 tick runs. The scaler is the production code (gpufleet.runtime.build_scaler) with `now` injected.
+Its notifications go through the real SQS queue (moto) to the notifier (gpufleet.runtime.build_notifier),
+which posts to a local Slack-compatible receiver [emulated Slack] and the SNS topic. The SQS event source
+is emulated: every simulated minute the harness drains the queue into the notifier and runs its sweep.
 """
 
 from __future__ import annotations
@@ -19,23 +22,26 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import boto3
 from aws_lambda_powertools import Logger, Metrics
 
 from gpufleet import defaults
 from gpufleet.aws.metrics import group_dimensions
 from gpufleet.cli import LocalLambdaContext
 from gpufleet.models import GroupKind, GroupRef
-from gpufleet.runtime import build_scaler
+from gpufleet.runtime import build_notifier, build_scaler
 from gpufleet.triggers import InvalidEvent
 from gpufleet_node import schema
 from rehearsal import fleet
 from rehearsal.alarms import AlarmEvaluator
+from rehearsal.slack import Received, SlackReceiver, describe
 
 START = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)  # a Monday
 TABLE = "gpufleet-state"
 TRAIN = GroupRef(kind=GroupKind.ASG, name="train-spot")
 INFER = GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster="ml", name="infer-gpu")
 IDLE_UTIL, IDLE_MEM = 5.0, 10.0
+POLICY_NOTIFY_INTERVAL_S = defaults.NOTIFY_GROUP_INTERVAL_S
 
 POLICY = f"""\
 version: 1
@@ -101,6 +107,7 @@ class RehearsalResult:
     decisions: list[dict[str, Any]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     checks: list[str] = field(default_factory=list)
+    slack: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -108,8 +115,18 @@ class RehearsalResult:
 
 
 class Rehearsal:
-    def __init__(self, out_dir: Path, echo: Callable[[str], None] = print, minutes: int = 100) -> None:
+    def __init__(
+        self,
+        out_dir: Path,
+        slack: tuple[SlackReceiver, str],
+        echo: Callable[[str], None] = print,
+        minutes: int = 100,
+    ) -> None:
         self.out = out_dir
+        self.receiver, self.slack_url = slack
+        self.receiver.on_message = self._on_slack
+        self.minute = 0
+        self.notifications_queued = 0
         self.echo = echo
         self.minutes = minutes
         self.result = RehearsalResult()
@@ -121,6 +138,7 @@ class Rehearsal:
         self.alarms = AlarmEvaluator(self.clients.cloudwatch, "gpufleet-")
         self.limits = {TRAIN.key: (1, 6), INFER.key: (1, 4)}
         self.backing_asg: dict[str, str] = {}
+        self.clients_sqs = boto3.client("sqs")
 
     def say(self, minute: int, text: str) -> None:
         stamp = (START + timedelta(minutes=minute)).strftime("%H:%M")
@@ -154,13 +172,12 @@ class Rehearsal:
             )
         policy_path = self.out / "policy.yaml"
         policy_path.write_text(POLICY)
-        handler = logging.FileHandler(self.out / "scaler.log", mode="w")
-        logger = Logger(service="scaler", logger_handler=handler)
         os.environ["POWERTOOLS_METRICS_DISABLED"] = "true"
         self.emf = Metrics(namespace="GPUFleet/Controller", service="scaler")
-        scaler, idempotency = build_scaler(
-            logger, self.emf, env={defaults.ENV_STATE_TABLE: TABLE, defaults.ENV_POLICY_FILE: str(policy_path)}
-        )
+        self.stack = fleet.create_notification_stack(slack_secret=f"{self.slack_url}/services/T0DEMO/B0DEMO/demo")
+        env = self.stack.env(TABLE, str(policy_path))
+        scaler, idempotency = build_scaler(self._logger("scaler"), self.emf, env=env)
+        self.notifier = build_notifier(self._logger("notifier"), Metrics(service="notifier"), env=env)
         idempotency.register_lambda_context(LocalLambdaContext("scaler", timeout_s=900))  # type: ignore[arg-type]
         self.say(
             0,
@@ -169,6 +186,27 @@ class Rehearsal:
         )
         self.say(0, f"policy: {policy_path}; alarms: gpufleet-{{train,infer}}-gpu-{{high,low}} (tagged with direction)")
         return scaler
+
+    def _logger(self, service: str) -> Logger:
+        return Logger(service=service, logger_handler=logging.FileHandler(self.out / f"{service}.log", mode="w"))
+
+    def _on_slack(self, message: Received) -> None:
+        number = len(self.result.slack) + 1
+        self.result.slack.append({"minute": self.minute, "answered": message.answered, **message.payload})
+        (self.out / "slack").mkdir(exist_ok=True)
+        (self.out / "slack" / f"{number:03d}.json").write_text(json.dumps(message.payload, indent=2))
+        lines = describe(message.payload)
+        self.say(self.minute, f"[slack #{number}] {lines[0]}")
+        for line in lines[1:]:
+            self.say(self.minute, f"           {line}")
+
+    def notify(self, minute: int) -> None:
+        """[emulated SQS event source] hand the queue to the notifier, then its per-minute sweep."""
+        now = START + timedelta(minutes=minute, seconds=50)
+        for message in fleet.drain(self.clients_sqs, self.stack.queue_url):
+            self.notifications_queued += "flush" not in message["Body"]
+            self.notifier.handle_message(message["Body"], now=now)
+        self.notifier.sweep(now)
 
     def _instances(self, group_key: str) -> list[str]:
         asg = self.clients.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[self.backing_asg[group_key]])
@@ -266,6 +304,7 @@ class Rehearsal:
         scaler = self.setup()
         dup_sent = False
         for minute in range(self.minutes):
+            self.minute = minute
             for note in fleet.sync_nodegroup_asgs(self.clients):
                 self.say(minute, note)
             averages = self.publish(minute)
@@ -285,6 +324,9 @@ class Rehearsal:
                 "scheduled_time": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
             }
             self.invoke(scaler, tick, minute)
+            if minute == 20:
+                self.receiver.script.append("429:1")  # Slack rate-limits one post; slack-sdk waits and retries
+            self.notify(minute)
             for ref in (TRAIN, INFER):
                 desired = self._desired(ref)
                 self.result.capacity.setdefault(ref.key, []).append(desired)
@@ -296,7 +338,9 @@ class Rehearsal:
                 self.say(minute, f"[capacity] {status}")
             if minute == 5:
                 self._malformed(scaler, minute)
+                self._malformed_notification(minute)
         self.verify()
+        self.verify_notifications()
         return self.result
 
     def _duplicate_delivery(self, scaler: Any, event: dict[str, Any], minute: int) -> None:
@@ -331,6 +375,49 @@ class Rehearsal:
             self.result.failures.append("a malformed event changed capacity")
         else:
             self.result.checks.append("a malformed event was rejected with a reason and changed nothing")
+
+    def _malformed_notification(self, minute: int) -> None:
+        self.clients_sqs.send_message(QueueUrl=self.stack.queue_url, MessageBody='{"title": "half a message"')
+        self.notify(minute)
+        rejected = fleet.drain(self.clients_sqs, self.stack.dlq_url)
+        reasons = [m["MessageAttributes"]["rejected_reason"]["StringValue"] for m in rejected]
+        if len(reasons) == 1:
+            self.say(minute, f"malformed notification message sent to the DLQ: {reasons[0]}")
+            self.result.checks.append("a malformed queue message went to the DLQ with its reason; nothing posted")
+        else:
+            self.result.failures.append(f"malformed notification: expected 1 DLQ message, got {reasons}")
+
+    def verify_notifications(self) -> None:
+        r = self.result
+        posts = r.slack
+        if not posts:
+            r.failures.append("nothing was posted to Slack")
+            return
+        r.checks.append(f"{self.notifications_queued} notifications queued -> {len(posts)} Slack posts after grouping")
+        if len(posts) >= self.notifications_queued:
+            r.failures.append("grouping did not reduce the number of posts")
+        by_incident: dict[str, list[int]] = {}
+        for p in posts:
+            context = next(b for b in p["blocks"] if b["type"] == "context")["elements"][0]["text"]
+            by_incident.setdefault(context.split("`")[1], []).append(p["minute"])
+        interval_min = POLICY_NOTIFY_INTERVAL_S // 60
+        if any(b - a < interval_min for minutes in by_incident.values() for a, b in itertools.pairwise(minutes)):
+            r.failures.append(f"an incident was posted more often than every {interval_min} min: {by_incident}")
+        else:
+            r.checks.append(
+                f"{len(by_incident)} incidents (one thread per group), updates at most every {interval_min} min"
+            )
+        if any(p["answered"] is False for p in posts) or len(set(map(json.dumps, posts))) != len(posts):
+            r.failures.append("a Slack post was repeated")
+        sns = fleet.drain(self.clients_sqs, self.stack.sns_inbox_url)
+        if len(sns) != len(posts):
+            r.failures.append(f"SNS got {len(sns)} notifications, Slack {len(posts)}")
+        else:
+            r.checks.append(f"the SNS topic got the same {len(sns)} notifications (email/pager subscribers)")
+        if "429:1" not in self.receiver.answers:
+            r.failures.append("the Slack rate limit was never exercised")
+        else:
+            r.checks.append("a Slack 429 (Retry-After: 1) was retried by slack-sdk; nothing lost")
 
     # ---- expected outcomes ----
 
@@ -368,6 +455,7 @@ class Rehearsal:
 
 def write_outputs(result: RehearsalResult, out_dir: Path) -> None:
     (out_dir / "timeline.txt").write_text("\n".join(result.lines) + "\n")
+    (out_dir / "slack-messages.json").write_text(json.dumps(result.slack, indent=2))
     with open(out_dir / "decisions.jsonl", "w") as f:
         for d in result.decisions:
             f.write(json.dumps(d) + "\n")

@@ -89,6 +89,34 @@ def test_alarm_rule_is_filtered_by_prefix_and_failures_reach_the_dlq(template: d
     assert "<aws.scheduler.execution-id>" in events["Reconcile"]["Properties"]["Input"]
 
 
+def test_notifier_iam_is_limited_to_its_own_resources(template: dict[str, Any]) -> None:
+    res = template["Resources"]
+    fn = res["NotifierFunction"]["Properties"]
+    templated = {
+        next(iter(p)): p[next(iter(p))] for p in fn["Policies"] if isinstance(p, dict) and "Statement" not in p
+    }
+    assert templated["DynamoDBCrudPolicy"] == {"TableName": {"Ref": "StateTable"}}
+    assert templated["SNSPublishMessagePolicy"] == {"TopicName": {"GetAtt": "NotificationTopic.TopicName"}}
+    queues = [p["SQSSendMessagePolicy"]["QueueName"] for p in fn["Policies"] if "SQSSendMessagePolicy" in p]
+    assert queues == [{"GetAtt": "NotificationQueue.QueueName"}, {"GetAtt": "NotificationDLQ.QueueName"}]
+    [conditional] = [p for p in fn["Policies"] if "If" in p]
+    [secret_read] = conditional["If"][1]["Statement"]
+    assert secret_read["Action"] == "secretsmanager:GetSecretValue"
+    assert secret_read["Resource"] == {"Ref": "SlackSecretArn"}
+    # The secret's ARN is configuration; its value is never in the template or the environment.
+    assert fn["Environment"]["Variables"]["GPUFLEET_SLACK_SECRET_ARN"] == {"Ref": "SlackSecretArn"}
+
+
+def test_notification_queue_redrives_to_a_dlq_and_reports_partial_failures(template: dict[str, Any]) -> None:
+    res = template["Resources"]
+    queue = res["NotificationQueue"]["Properties"]
+    assert queue["RedrivePolicy"]["deadLetterTargetArn"] == {"GetAtt": "NotificationDLQ.Arn"}
+    assert queue["VisibilityTimeout"] >= 6 * template["Globals"]["Function"]["Timeout"]
+    event = res["NotifierFunction"]["Properties"]["Events"]["Notifications"]["Properties"]
+    assert event["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert res["NotificationTopic"]["Properties"]["KmsMasterKeyId"] == "alias/aws/sns"
+
+
 def _elf_machine(path: Path) -> int | None:
     head = path.read_bytes()[:20]
     if head[:4] != b"\x7fELF":

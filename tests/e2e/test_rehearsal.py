@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -30,9 +31,16 @@ def test_rehearsal_meets_its_expected_outcomes(tmp_path: Path) -> None:
         "a duplicate EventBridge delivery changed nothing",
         "a malformed event was rejected",
         "the morning-peak window",
+        "Slack posts after grouping",
+        "updates at most every 5 min",
+        "a malformed queue message went to the DLQ",
+        "a Slack 429 (Retry-After: 1) was retried",
     ):
         assert expected in out
     assert "FAIL" not in out
     timeline = (tmp_path / "timeline.txt").read_text()
     assert "scale-in   applied" in timeline
     assert (tmp_path / "decisions.jsonl").read_text().count("\n") > 100
+    assert "[slack #1] [INFO] asg:train-spot: scaled 2 -> 4" in timeline
+    posted = sorted((tmp_path / "slack").glob("*.json"))
+    assert posted and all(json.loads(p.read_text())["blocks"][0]["type"] == "header" for p in posted)

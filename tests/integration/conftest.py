@@ -29,10 +29,12 @@ class Fleet:
     endpoint: str
     backing_asg: str
 
-    def scaler(self, dry_run: bool = False, policy: str | None = None) -> Scaler:
+    def scaler(self, dry_run: bool = False, policy: str | None = None, notify_queue: str | None = None) -> Scaler:
         if policy is not None:
             self.policy_path.write_text(policy)
         env = {defaults.ENV_STATE_TABLE: TABLE, defaults.ENV_POLICY_FILE: str(self.policy_path)}
+        if notify_queue:
+            env[defaults.ENV_NOTIFY_QUEUE_URL] = notify_queue
         if dry_run:
             env[defaults.ENV_DRY_RUN] = "true"
         scaler, idem = build_scaler(Logger(service="test"), Metrics(namespace="GPUFleet/Test"), env=env)

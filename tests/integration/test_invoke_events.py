@@ -7,15 +7,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+import boto3
 import pytest
 
+from rehearsal import fleet
 from tests.integration.conftest import TABLE, Fleet
 
 ROOT = Path(__file__).resolve().parents[2]
-EVENT_FILES = sorted(p for p in (ROOT / "events").rglob("*") if p.is_file())
+EVENT_FILES = sorted(p for p in (ROOT / "events" / "scaler").iterdir() if p.is_file())
+NOTIFIER_EVENTS = sorted(p for p in (ROOT / "events" / "notifier").iterdir() if p.is_file())
 
 
-def gpufleet(*args: str) -> subprocess.CompletedProcess[str]:
+def test_every_events_directory_belongs_to_a_function_and_is_tested() -> None:
+    assert {p.name for p in (ROOT / "events").iterdir()} == {"scaler", "notifier"}
+    assert {p.name for p in (ROOT / "functions").iterdir() if (p / "app.py").exists()} >= {"scaler", "notifier"}
+
+
+def gpufleet(*args: str, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     env = {
         "PATH": "/usr/bin:/bin",
         "AWS_ACCESS_KEY_ID": "testing",
@@ -23,6 +31,7 @@ def gpufleet(*args: str) -> subprocess.CompletedProcess[str]:
         "AWS_DEFAULT_REGION": "us-east-1",
         "POWERTOOLS_METRICS_DISABLED": "true",
         "HOME": str(ROOT),
+        **(extra_env or {}),
     }
     return subprocess.run(
         [sys.executable, "-m", "gpufleet.cli", *args],
@@ -96,3 +105,33 @@ def test_validate_policy_cli(tmp_path: Path) -> None:
     assert no.returncode == 1
     assert "groups[0].scale_in_step: expected an integer >= 1 or a percentage like '25%' (got '-5%')" in no.stderr
     assert "groups[1]: min (9) is above max (8)" in no.stderr
+
+
+@pytest.mark.parametrize("path", NOTIFIER_EVENTS, ids=lambda p: p.name)
+def test_invoke_every_notifier_sample_event(aws: str, tmp_path: Path, path: Path) -> None:
+    """No Slack secret configured here: notifications go to SNS only (Slack is covered elsewhere)."""
+    clients = fleet.Clients.create()
+    fleet.create_state_table(clients.dynamodb, TABLE)
+    stack = fleet.create_notification_stack(slack_secret=None)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("notifications: {grouping: {group_wait_s: 0, group_interval_s: 0}}\n")
+    env = stack.env(TABLE, str(policy))
+    proc = gpufleet("invoke", "notifier", "--event", str(path), "--endpoint", aws, extra_env=env)
+    sqs = boto3.client("sqs")
+    if path.name.startswith("bad-"):
+        assert proc.returncode != 0 and "error:" in proc.stderr
+        assert fleet.drain(sqs, stack.sns_inbox_url) == []
+        return
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout[proc.stdout.index('{\n  "') :])  # logs are one-line JSON
+    assert result.get("batchItemFailures", []) == []
+    published = fleet.drain(sqs, stack.sns_inbox_url)
+    rejected = fleet.drain(sqs, stack.dlq_url)
+    expected = {
+        "sqs-notification.json": (1, 0),
+        "sqs-two-groups-with-duplicate.json": (2, 0),  # the duplicate record posts nothing
+        "sqs-flush.json": (0, 0),  # nothing is pending for that incident here
+        "sqs-malformed-bodies.json": (1, 3),  # three rejected to the DLQ, the valid one proceeds
+        "scheduler-sweep.json": (0, 0),
+    }[path.name]
+    assert (len(published), len(rejected)) == expected

@@ -9,11 +9,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 
 from gpufleet.aws.state import StateStore
 from gpufleet.fleet_policy import PolicyError
 from gpufleet.models import Action, Outcome
+from gpufleet.notifications import IncidentState, Notification
 from rehearsal import fleet
 from tests.integration.conftest import TABLE, Fleet, count_calls
 
@@ -48,6 +50,30 @@ def test_alarm_scales_out_an_asg_once_per_event(gpu_fleet: Fleet) -> None:
     assert held["action"] == "hold" and "cooldown has 240s left" in held["reason"]
     audit = StateStore(gpu_fleet.clients.dynamodb, TABLE).recent_decisions("asg:train-spot")
     assert [a.outcome for a in audit] == [Outcome.NOT_NEEDED, Outcome.APPLIED]
+
+
+def test_scaler_tells_on_call_what_it_did_and_when_the_alarm_clears(gpu_fleet: Fleet) -> None:
+    stack = fleet.create_notification_stack(slack_secret=None)
+    sqs = boto3.client("sqs")
+    scaler = gpu_fleet.scaler(notify_queue=stack.queue_url)
+    scaler.handle(event("eventbridge-alarm-asg-high.json"), NOW)
+    scaler.handle(event("eventbridge-alarm-asg-ok.json"), NOW + timedelta(minutes=5))
+    sent = [Notification.model_validate_json(m["Body"]) for m in fleet.drain(sqs, stack.queue_url)]
+    assert [(n.title, n.state) for n in sent] == [
+        ("asg:train-spot: scaled 2 -> 3", IncidentState.FIRING),
+        ("asg:train-spot: gpufleet-train-gpu-high is OK again", IncidentState.RESOLVED),
+    ]
+    assert sent[0].incident_key == sent[1].incident_key  # one story
+    assert "scale out 2 -> 3" in sent[0].reason
+    assert any("AutoScalingGroupDetails:id=train-spot" in link.url for link in sent[0].links)
+
+
+def test_dry_run_notifies_would_scale(gpu_fleet: Fleet) -> None:
+    stack = fleet.create_notification_stack(slack_secret=None)
+    gpu_fleet.scaler(dry_run=True, notify_queue=stack.queue_url).handle(event("eventbridge-alarm-asg-high.json"), NOW)
+    [sent] = [json.loads(m["Body"]) for m in fleet.drain(boto3.client("sqs"), stack.queue_url)]
+    assert sent["title"] == "asg:train-spot: would scale (dry-run) 2 -> 3"
+    assert gpu_fleet.desired() == 2
 
 
 def test_scale_in_terminates_only_idle_instances(gpu_fleet: Fleet) -> None:

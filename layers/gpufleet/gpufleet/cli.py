@@ -1,4 +1,4 @@
-"""`gpufleet` command line: validate-policy, invoke (Docker-free local invoke), explain."""
+"""`gpufleet` command line: validate-policy, invoke (Docker-free local invoke), explain, silence(s)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -137,17 +138,81 @@ def _cmd_invoke(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_explain(args: argparse.Namespace) -> int:
+def _dynamodb(args: argparse.Namespace) -> tuple[Any, str]:
     import boto3
 
     from gpufleet.aws.clients import RETRY_CONFIG
+
+    client = boto3.client("dynamodb", endpoint_url=args.endpoint, config=RETRY_CONFIG)
+    return client, args.table or os.environ.get(defaults.ENV_STATE_TABLE, DEFAULT_TABLE)
+
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> timedelta:
+    """'90m', '2h', '1d' -> timedelta."""
+    value, unit = text[:-1], text[-1:]
+    if unit not in _DURATION_UNITS or not value.isdigit() or int(value) <= 0:
+        raise argparse.ArgumentTypeError(f"expected a duration like 30m, 2h or 1d (got {text!r})")
+    return timedelta(seconds=int(value) * _DURATION_UNITS[unit])
+
+
+def _cmd_silence(args: argparse.Namespace) -> int:
+    from gpufleet.aws.incidents import IncidentStore
+    from gpufleet.incidents import Silence
+    from gpufleet.notifications import Severity
+
+    store = IncidentStore(*_dynamodb(args))
+    now = datetime.now(UTC)
+    if args.expire:
+        expired = store.expire_silence(args.expire, now)
+        print(f"silence {args.expire} expired" if expired else f"no silence {args.expire}")
+        return 0 if expired else 1
+    if not (args.group or args.kind or args.severity):
+        print("error: a silence needs at least one of --group, --kind, --severity", file=sys.stderr)
+        return 2
+    silence = Silence(
+        silence_id=uuid.uuid4().hex[:12],
+        groups=tuple(args.group or ()),
+        kinds=tuple(args.kind or ()),
+        severities=tuple(Severity(s) for s in args.severity or ()),
+        reason=args.reason,
+        created_by=args.by or os.environ.get("USER", ""),
+        starts_at=now,
+        expires_at=now + args.duration,
+    )
+    store.put_silence(silence)
+    print(f"silence {silence.silence_id} until {silence.expires_at:%Y-%m-%d %H:%M}Z: {_describe_silence(silence)}")
+    return 0
+
+
+def _describe_silence(s: Any) -> str:
+    parts = [
+        f"groups {', '.join(s.groups)}" if s.groups else "",
+        f"kinds {', '.join(s.kinds)}" if s.kinds else "",
+        f"severities {', '.join(s.severities)}" if s.severities else "",
+    ]
+    return "; ".join(p for p in parts if p) + f" ({s.reason})"
+
+
+def _cmd_silences(args: argparse.Namespace) -> int:
+    from gpufleet.aws.incidents import IncidentStore
+
+    silences = IncidentStore(*_dynamodb(args)).silences(datetime.now(UTC))
+    if not silences:
+        print("no active silences")
+    for s in sorted(silences, key=lambda s: s.expires_at):
+        print(f"{s.silence_id}  until {s.expires_at:%Y-%m-%d %H:%M}Z  by {s.created_by or '?'}  {_describe_silence(s)}")
+    return 0
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
     from gpufleet.aws.state import StateStore
     from gpufleet.models import GroupRef
 
     key = args.group if args.group == "unresolved" else GroupRef.parse_key(args.group).key
-    client = boto3.client("dynamodb", endpoint_url=args.endpoint, config=RETRY_CONFIG)
-    table = args.table or os.environ.get(defaults.ENV_STATE_TABLE, DEFAULT_TABLE)
-    decisions = StateStore(client, table).recent_decisions(key, args.limit)
+    decisions = StateStore(*_dynamodb(args)).recent_decisions(key, args.limit)
     if not decisions:
         print(f"no recorded decisions for {key}")
         return 0
@@ -184,6 +249,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--table", help="state table name")
     p.add_argument("--limit", type=int, default=20)
     p.set_defaults(func=_cmd_explain)
+
+    p = sub.add_parser("silence", help="mute notifications by group / kind / severity until an expiry")
+    p.add_argument("--group", action="append", help="group key glob, e.g. 'asg:train-*' (repeatable)")
+    p.add_argument("--kind", action="append", help="notification kind, e.g. scaling, oom, spot (repeatable)")
+    p.add_argument("--severity", action="append", choices=["info", "warning", "critical"])
+    p.add_argument("--for", dest="duration", type=parse_duration, default=timedelta(hours=2), help="e.g. 30m, 2h")
+    p.add_argument("--reason", default="silenced from the CLI")
+    p.add_argument("--by", help="who (default $USER)")
+    p.add_argument("--expire", metavar="ID", help="end the silence with this id now")
+    p.add_argument("--endpoint", help="AWS endpoint URL (moto server)")
+    p.add_argument("--table", help="state table name")
+    p.set_defaults(func=_cmd_silence)
+
+    p = sub.add_parser("silences", help="list active silences")
+    p.add_argument("--endpoint", help="AWS endpoint URL (moto server)")
+    p.add_argument("--table", help="state table name")
+    p.set_defaults(func=_cmd_silences)
     return parser
 
 

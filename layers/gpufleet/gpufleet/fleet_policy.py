@@ -18,6 +18,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from gpufleet import defaults
 from gpufleet.models import Direction, GroupKind, GroupRef
+from gpufleet.notifications import NotificationPolicy
 
 
 class PolicyError(ValueError):
@@ -221,6 +222,7 @@ class FleetPolicy(Strict):
     defaults: GroupSettings = GroupSettings()
     groups: tuple[GroupRule, ...] = ()
     alarms: tuple[AlarmMapping, ...] = ()
+    notifications: NotificationPolicy = NotificationPolicy()
 
     def settings_for(self, ref: GroupRef, tags: dict[str, str]) -> GroupSettings | None:
         """The first matching rule over the defaults; None if the group is not selected at all."""

@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable, Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from aws_lambda_powertools import Logger, Metrics
@@ -19,12 +19,17 @@ from aws_lambda_powertools.utilities.idempotency import (
 
 from gpufleet import defaults
 from gpufleet.aws.alarms import AlarmReader
-from gpufleet.aws.clients import AwsClients
+from gpufleet.aws.clients import AwsClients, client
 from gpufleet.aws.fleet import FleetActuator, FleetReader
 from gpufleet.aws.metrics import GpuMetricsReader
+from gpufleet.aws.outbox import NotificationQueue
 from gpufleet.aws.state import StateStore
 from gpufleet.fleet_policy import FleetPolicy, PolicyError, parse_policy
 from gpufleet.scaler import Scaler
+
+if TYPE_CHECKING:
+    from gpufleet.notifier import Notifier
+    from gpufleet.slack import SlackPoster
 
 
 def _truthy(value: str | None) -> bool:
@@ -85,10 +90,9 @@ def build_scaler(
     session: boto3.session.Session | None = None,
 ) -> tuple[Scaler, IdempotencyConfig]:
     env = os.environ if env is None else env
-    table = env.get(defaults.ENV_STATE_TABLE)
-    if not table:
-        raise RuntimeError(f"{defaults.ENV_STATE_TABLE} is not set: the scaler needs its state table")
+    table = _required(env, defaults.ENV_STATE_TABLE, "the scaler needs its state table")
     clients = AwsClients.create(session)
+    queue_url = env.get(defaults.ENV_NOTIFY_QUEUE_URL)
     config, wrap = idempotency_for("scaler", table, clients.dynamodb)
     scaler = Scaler(
         fleet=FleetReader(clients.autoscaling, clients.eks),
@@ -101,5 +105,66 @@ def build_scaler(
         emf=emf,
         global_dry_run=_truthy(env.get(defaults.ENV_DRY_RUN)),
         idempotent=wrap,
+        outbox=NotificationQueue(client("sqs", session), queue_url) if queue_url else None,
+        region=_region(session),
     )
     return scaler, config
+
+
+def _required(env: Mapping[str, str], name: str, why: str) -> str:
+    value = env.get(name)
+    if not value:
+        raise RuntimeError(f"{name} is not set: {why}")
+    return value
+
+
+def _region(session: boto3.session.Session | None) -> str:
+    return (session or boto3.session.Session()).region_name or "us-east-1"
+
+
+def slack_loader(env: Mapping[str, str]) -> Callable[[], SlackPoster | None]:
+    """The Slack secret is read through Powertools Parameters (cached); its value stays in memory only."""
+    from gpufleet.slack import SlackConfig, SlackPoster
+
+    arn = env.get(defaults.ENV_SLACK_SECRET)
+    api_url = env.get(defaults.ENV_SLACK_API_URL)
+    timeout_s = int(env.get(defaults.ENV_SLACK_TIMEOUT_S) or defaults.SLACK_TIMEOUT_S)
+    built: dict[str, SlackPoster] = {}
+
+    def load() -> SlackPoster | None:
+        if not arn:
+            return None
+        value = str(parameters.get_secret(arn, max_age=defaults.SECRET_CACHE_S))
+        if value not in built:  # a rotated secret builds a new client
+            built.clear()
+            built[value] = SlackPoster(SlackConfig.from_secret(value), api_url=api_url, timeout_s=timeout_s)
+        return built[value]
+
+    return load
+
+
+def build_notifier(
+    logger: Logger,
+    emf: Metrics,
+    env: Mapping[str, str] | None = None,
+    session: boto3.session.Session | None = None,
+) -> Notifier:
+    # Imported here so the scaler's cold start does not pay for slack-sdk and the notifier's modules.
+    from gpufleet.aws.incidents import IncidentStore
+    from gpufleet.aws.outbox import SnsPublisher
+    from gpufleet.notifier import Notifier
+
+    env = os.environ if env is None else env
+    table = _required(env, defaults.ENV_STATE_TABLE, "the notifier keeps incidents in the state table")
+    queue_url = _required(env, defaults.ENV_NOTIFY_QUEUE_URL, "the notifier schedules its own flushes")
+    topic = env.get(defaults.ENV_NOTIFY_TOPIC_ARN)
+    sqs = client("sqs", session)
+    return Notifier(
+        store=IncidentStore(client("dynamodb", session), table),
+        queue=NotificationQueue(sqs, queue_url, env.get(defaults.ENV_NOTIFY_DLQ_URL)),
+        sns=SnsPublisher(client("sns", session), topic) if topic else None,
+        slack=slack_loader(env),
+        load_policy=policy_loader(env),
+        logger=logger,
+        emf=emf,
+    )

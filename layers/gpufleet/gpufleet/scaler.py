@@ -20,6 +20,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from gpufleet.aws.alarms import AlarmReader
 from gpufleet.aws.fleet import FleetActuator, FleetReader
 from gpufleet.aws.metrics import GpuMetricsReader
+from gpufleet.aws.outbox import NotificationQueue
 from gpufleet.aws.state import StateStore
 from gpufleet.decide import decide_alarm, decide_reconcile
 from gpufleet.fleet_policy import FleetPolicy, GroupSettings
@@ -36,6 +37,7 @@ from gpufleet.models import (
     ReconcileTick,
     TriggerEvent,
 )
+from gpufleet.notifications import Notification, notifications_for_decisions, scaling_resolved
 from gpufleet.targets import resolve_alarm_target
 from gpufleet.triggers import parse_trigger_events, reconcile_alarm_trigger
 
@@ -64,6 +66,8 @@ class Scaler:
     global_dry_run: bool = False
     # Wraps `process` with Powertools Idempotency keyed on the trigger's event id (None: off).
     idempotent: Callable[[Callable[..., dict[str, Any]]], Callable[..., dict[str, Any]]] | None = None
+    outbox: NotificationQueue | None = None
+    region: str = "us-east-1"
     _process: Callable[..., dict[str, Any]] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -86,6 +90,7 @@ class Scaler:
             decisions = [self.on_alarm(trigger, policy, now)]
         self.state.record(decisions, policy.audit_ttl_days)
         self._report(decisions)
+        self._notify(trigger, decisions, policy)
         failed = [d for d in decisions if d.outcome is Outcome.FAILED]
         if failed and isinstance(trigger, AlarmTrigger):
             raise ActionFailed("; ".join(f"{d.group}: {d.detail}" for d in failed))
@@ -237,6 +242,33 @@ class Scaler:
             return decision.model_copy(update={"outcome": Outcome.FAILED, "detail": f"{type(exc).__name__}: {exc}"})
         self.state.commit(decision.group, owner, decision)
         return decision.model_copy(update={"outcome": Outcome.APPLIED, "detail": detail})
+
+    def _notify(self, trigger: TriggerEvent, decisions: list[Decision], policy: FleetPolicy) -> None:
+        """Changes, dry-run would-be changes and failures go to on-call; an alarm back to OK closes
+        the group's capacity incident. A queue outage never undoes or blocks a capacity decision:
+        the notifications are logged in full and counted (NotificationsNotQueued alarm)."""
+        if self.outbox is None:
+            return
+        out: list[Notification] = notifications_for_decisions(decisions, self.region, policy.notifications)
+        if (
+            isinstance(trigger, AlarmTrigger)
+            and trigger.state is AlarmState.OK
+            and trigger.previous_state is AlarmState.ALARM
+        ):
+            out += [
+                scaling_resolved(d.group, trigger.alarm_name, trigger.event_id, d.at, self.region)
+                for d in decisions
+                if d.group != UNRESOLVED_GROUP and d.bounds is not None
+            ]
+        if not out:
+            return
+        try:
+            self.outbox.send(out)
+        except Exception:
+            self.logger.exception(
+                "notifications not queued", extra={"notifications": [n.model_dump(mode="json") for n in out]}
+            )
+            self.emf.add_metric(name="NotificationsNotQueued", unit=MetricUnit.Count, value=len(out))
 
     def _report(self, decisions: list[Decision]) -> None:
         """One log line per decision; EMF counts once per invocation (not one datum per group)."""

@@ -12,6 +12,10 @@ from botocore.config import Config
 RETRY_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=20)
 
 
+def client(name: str, session: boto3.session.Session | None = None) -> Any:
+    return (session or boto3.session.Session()).client(name, config=RETRY_CONFIG)
+
+
 @dataclass(frozen=True)
 class AwsClients:
     autoscaling: Any

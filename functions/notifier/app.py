@@ -1,0 +1,37 @@
+"""Notifier: notification queue (SQS, partial batch failures) and the sweep schedule -> Slack / SNS."""
+
+from datetime import UTC, datetime
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from gpufleet.runtime import build_notifier
+
+logger = Logger(service="notifier")
+tracer = Tracer(service="notifier")
+metrics = Metrics(namespace="GPUFleet/Controller", service="notifier")
+# Failed records are reported back, also when all fail: SQS redelivers exactly those, then the DLQ.
+processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+notifier = build_notifier(logger, metrics)
+
+
+@tracer.capture_method
+def record_handler(record: SQSRecord) -> str:
+    logger.append_keys(message_id=record.message_id)
+    return notifier.handle_message(record.body, now=datetime.now(UTC))
+
+
+@logger.inject_lambda_context(log_event=False)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    if event.get("gpufleet") == "sweep":  # EventBridge Scheduler input
+        return {"sweep": notifier.sweep(now=datetime.now(UTC))}
+    response = process_partial_response(
+        event=event, record_handler=record_handler, processor=processor, context=context
+    )
+    logger.info("batch done", extra={"outcomes": notifier.report()})
+    return response
