@@ -8,6 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SAM_VENV := .venv-sam
 PY39_VENV := .venv39
+PY313_VENV := .venv313
 
 # Interpreters are found explicitly: pyenv's shims refuse versions that are not selected.
 find_python = $(firstword $(foreach c,$(shell command -v python$(1) 2>/dev/null) \
@@ -35,12 +36,18 @@ $(SAM_VENV)/bin/.installed:
 	$(SAM_VENV)/bin/python -m pip install -q 'aws-sam-cli==1.170.0'
 	@touch $@
 
-$(PY39_VENV)/bin/.installed:
-	@test -n "$(PY39)" || { echo "error: no Python 3.9 interpreter found (the node publisher must run on Amazon Linux 2023's python3.9); install one, e.g. 'pyenv install 3.9'"; exit 1; }
-	$(PY39) -m venv $(PY39_VENV)
-	$(PY39_VENV)/bin/python -m pip install -q --upgrade pip
-	$(PY39_VENV)/bin/python -m pip install -q 'pytest==8.3.5' 'boto3' 'nvidia-ml-py'
-	@touch $@
+# The node publisher's own test environments: Amazon Linux 2023's Python 3.9 and the Lambda runtime's 3.13.
+NODE_TEST_DEPS := 'pytest==8.3.5' 'boto3' 'nvidia-ml-py==13.615.71'
+define node_venv
+$(1)/bin/.installed:
+	@test -n "$(2)" || { echo "error: no Python $(3) interpreter found (the node publisher is tested on $(3)); install one, e.g. 'pyenv install $(3)'"; exit 1; }
+	$(2) -m venv $(1)
+	$(1)/bin/python -m pip install -q --upgrade pip
+	$(1)/bin/python -m pip install -q $(NODE_TEST_DEPS)
+	@touch $$@
+endef
+$(eval $(call node_venv,$(PY39_VENV),$(PY39),3.9))
+$(eval $(call node_venv,$(PY313_VENV),$(PY313),3.13))
 
 .PHONY: venv
 venv: $(BIN)/.installed
@@ -71,12 +78,14 @@ sam-build: $(SAM_VENV)/bin/.installed
 pytest: venv
 	GPUFLEET_REQUIRE_SAM_BUILD=1 $(BIN)/pytest tests
 
-.PHONY: test-node39
-test-node39: $(PY39_VENV)/bin/.installed
-	cd tests/node && PYTHONPATH=../../layers/node ../../$(PY39_VENV)/bin/python -m pytest -q -p no:cacheprovider .
+.PHONY: test-node
+test-node: $(PY39_VENV)/bin/.installed $(PY313_VENV)/bin/.installed
+	for v in $(PY39_VENV) $(PY313_VENV); do \
+	  (cd tests/node && PYTHONPATH=../../layers/node ../../$$v/bin/python -m pytest -q -p no:cacheprovider .) || exit 1; \
+	done
 
 .PHONY: test
-test: lint typecheck sam-validate sam-build pytest test-node39
+test: lint typecheck sam-validate sam-build pytest test-node
 
 .PHONY: bench
 bench: venv
@@ -84,4 +93,4 @@ bench: venv
 
 .PHONY: clean
 clean:
-	rm -rf $(VENV) $(SAM_VENV) $(PY39_VENV) .aws-sam demo-out bench/out
+	rm -rf $(VENV) $(SAM_VENV) $(PY39_VENV) $(PY313_VENV) .aws-sam demo-out bench/out

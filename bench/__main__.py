@@ -113,6 +113,89 @@ def bench_notifications(total: int = 1000, groups: int = 20) -> list[str]:
     ]
 
 
+REQUEST_PRICE_PER_1000 = 0.01  # PutMetricData, us-east-1 list price
+METRIC_PRICE = 0.30  # custom metric per month, first 10,000 metrics tier
+NODE_MONTH_MINUTES = 30 * 24 * 60
+
+
+def bench_publisher(minutes: int = 30, gpus: int = 8) -> list[str]:
+    """Our publisher vs gpumon.py's pattern, side by side in one run, both through nvidia-ml-py and
+    the fake libnvidia-ml.so.1 (a C file in tests/node) to moto server."""
+    import json
+    import shutil
+    import subprocess
+
+    from rehearsal.moto import moto_server
+
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        return ["| publisher vs gpumon | skipped: no C compiler for the fake NVML | | |"]
+    out = ROOT / "bench" / "out"
+    out.mkdir(exist_ok=True)
+    lib = out / "libnvidia-ml.so.1"
+    subprocess.run(
+        [cc, "-shared", "-fPIC", "-O1", "-o", str(lib), str(ROOT / "tests/node/fake_nvml/fake_nvml.c")], check=True
+    )
+    scenario = out / "gpus.txt"
+    scenario.write_text(
+        f"gpus {gpus}\n"
+        + "".join(
+            f"gpu {i} util {40 + i}\ngpu {i} mem_util 20\ngpu {i} mem_total_mib 81920\ngpu {i} mem_used_mib 40000\n"
+            f"gpu {i} power_mw 300000\ngpu {i} power_limit_mw 700000\ngpu {i} temp 60\ngpu {i} mem_temp 70\n"
+            f"gpu {i} proc {1000 + i} 39000\n"
+            for i in range(gpus)
+        )
+    )
+    results = {}
+    with moto_server() as server:
+        env = {
+            **os.environ,
+            "LD_LIBRARY_PATH": str(out),
+            "GPUFLEET_FAKE_NVML_SCENARIO": str(scenario),
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "PYTHONPATH": str(ROOT / "layers" / "node"),
+        }
+        for side in ("gpumon", "ours", "ours-essential"):
+            proc = subprocess.run(
+                [sys.executable, str(ROOT / "bench" / "publisher_run.py"), side, server.url, str(minutes)],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            results[side] = json.loads(proc.stdout.strip().splitlines()[-1])
+    rows = []
+    base, ours = results["gpumon"], results["ours"]
+    for label, key, per in (
+        ("PutMetricData requests per node-minute", "requests", minutes),
+        ("datums per node-minute", "datums", minutes),
+        ("bytes on the wire per node-minute (request bodies)", "bytes", minutes),
+    ):
+        b, o = base[key] / per, ours[key] / per
+        rows.append(f"| {label} | {o:,.1f} | gpumon pattern {b:,.1f} | ratio {o / b:.3f}x |")
+    o, b = ours["cpu_s"] * 60 / minutes, base["cpu_s"] * 60 / minutes
+    rows.append(
+        f"| CPU seconds per hour of 1 Hz sampling (8 GPUs) | {o:.2f} s = {o / 36:.3f} % of one core "
+        f"(target < 0.5 %) | gpumon pattern (0.1 Hz) {b:.2f} s | |"
+    )
+    rows.append(
+        f"| peak RSS | {ours['peak_rss_mb']:.0f} MB (target < 60 MB) | gpumon pattern {base['peak_rss_mb']:.0f} MB | |"
+    )
+    cost = {k: v["requests"] / minutes * NODE_MONTH_MINUTES / 1000 * REQUEST_PRICE_PER_1000 for k, v in results.items()}
+    rows.append(
+        f"| PutMetricData API cost per node-month | ${cost['ours']:.2f} | gpumon pattern ${cost['gpumon']:.2f} | |"
+    )
+    series = {k: v["series"] for k, v in results.items()}
+    rows.append(
+        f"| metric series per node (custom-metric charge per node-month) | full {series['ours']} "
+        f"(${series['ours'] * METRIC_PRICE:.2f}); detail=essential {series['ours-essential']} "
+        f"(${series['ours-essential'] * METRIC_PRICE:.2f}) | gpumon pattern {series['gpumon']} "
+        f"(${series['gpumon'] * METRIC_PRICE:.2f}) | first-10k-tier list price ${METRIC_PRICE}/metric-month |"
+    )
+    return rows
+
+
 def bench_decide(groups: int, repeat: int = 20) -> str:
     ref = [GroupRef(kind=GroupKind.ASG, name=f"g{i}") for i in range(groups)]
     obs = [
@@ -172,9 +255,7 @@ _POWERTOOLS = (
 )
 # pydantic loads most of itself when the first model class is built, not at `import pydantic`.
 _PYDANTIC = "import pydantic; type('M', (pydantic.BaseModel,), {'__annotations__': {'x': int}})"
-_CLIENTS = (
-    "s = boto3.session.Session(); [s.client(n) for n in ('autoscaling', 'eks', 'cloudwatch', 'dynamodb', 'sqs')]"
-)
+_CLIENTS = "s = boto3.session.Session(); [s.client(n) for n in ('autoscaling', 'eks', 'cloudwatch', 'dynamodb', 'sqs')]"
 # Each layer adds one thing to the previous, so the table shows where a cold start's time goes.
 COLD_START_LAYERS = (
     ("bare `import boto3` (baseline)", "import boto3"),
@@ -223,6 +304,8 @@ def main() -> int:
         print(row, flush=True)
     print(bench_reconcile(args.groups, args.gpus), flush=True)
     for row in bench_notifications():
+        print(row, flush=True)
+    for row in bench_publisher():
         print(row, flush=True)
     return 0
 

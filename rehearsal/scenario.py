@@ -1,7 +1,8 @@
 """The rehearsal: a GPU fleet on moto, a day's load in 100 simulated minutes, the real scaler and notifier.
 
 Load ramps up, plateaus and drops to idle for a training ASG and an EKS inference node group.
-Synthetic nodes write GPU metrics (schema names) to CloudWatch on the simulated clock; the alarm
+Synthetic nodes run the real on-node publisher (gpufleet_node) on a simulated NVML backend, sending
+GPU metrics to CloudWatch on the simulated clock; the alarm
 evaluator [emulated CloudWatch] turns them into EventBridge alarm events; every minute a reconcile
 tick runs. The scaler is the production code (gpufleet.runtime.build_scaler) with `now` injected.
 Its notifications go through the real SQS queue (moto) to the notifier (gpufleet.runtime.build_notifier),
@@ -31,7 +32,10 @@ from gpufleet.cli import LocalLambdaContext
 from gpufleet.models import GroupKind, GroupRef
 from gpufleet.runtime import build_notifier, build_scaler
 from gpufleet.triggers import InvalidEvent
-from gpufleet_node import schema
+from gpufleet_node.identity import Identity
+from gpufleet_node.nvml import SimulatedBackend
+from gpufleet_node.publisher import Publisher, simulate
+from gpufleet_node.sender import Sender
 from rehearsal import fleet
 from rehearsal.alarms import AlarmEvaluator
 from rehearsal.slack import Received, SlackReceiver, describe
@@ -41,6 +45,8 @@ TABLE = "gpufleet-state"
 TRAIN = GroupRef(kind=GroupKind.ASG, name="train-spot")
 INFER = GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster="ml", name="infer-gpu")
 IDLE_UTIL, IDLE_MEM = 5.0, 10.0
+GPUS_PER_NODE = 4  # g5.12xlarge
+SAMPLE_EVERY_S = 10  # the demo samples every 10 s of simulated time; the deployed publisher every 1 s
 POLICY_NOTIFY_INTERVAL_S = defaults.NOTIFY_GROUP_INTERVAL_S
 
 POLICY = f"""\
@@ -131,6 +137,9 @@ class Rehearsal:
         self.minutes = minutes
         self.result = RehearsalResult()
         self.nodes: dict[str, Node] = {}
+        self.publishers: dict[str, Publisher] = {}
+        self.node_minutes = 0
+        self.put_metric_calls = 0
         self.rng = random.Random(7)
         self.clients = fleet.Clients.create()
         self.protected: str | None = None
@@ -222,16 +231,22 @@ class Rehearsal:
     # ---- synthetic nodes ----
 
     def publish(self, minute: int) -> dict[str, float]:
-        """Every InService node reports this minute's GPU use; returns the group averages."""
-        now = START + timedelta(minutes=minute)
+        """Every InService node runs the real publisher (gpufleet_node) on a simulated NVML backend with
+        this minute's GPU use; returns the group averages. [simulated GPUs: no NVML here]"""
+        start = START + timedelta(minutes=minute)
         averages = {}
         for ref in (TRAIN, INFER):
             alive = self._instances(ref.key)
             for iid in alive:
-                self.nodes.setdefault(iid, Node(iid, ref.key, minute, long_job=iid == self.long_job))
+                if iid not in self.nodes:
+                    self.nodes[iid] = Node(iid, ref.key, minute, long_job=iid == self.long_job)
+                    self.publishers[iid] = self._publisher(iid, ref)
             for iid in list(self.nodes):
                 if self.nodes[iid].group == ref.key and iid not in alive:
                     del self.nodes[iid]
+                    gone = self.publishers.pop(iid)
+                    gone.finish(start)
+                    self.put_metric_calls += gone.sender.calls
             demand = _ramp(minute, DEMAND[ref.key])
             ordered = sorted(
                 (self.nodes[i] for i in alive), key=lambda n: (not n.long_job, n.first_seen, n.instance_id)
@@ -246,36 +261,25 @@ class Rehearsal:
                 noise = self.rng.uniform(-2, 2) if share > 0 else 0.0
                 n.util = min(100.0, max(0.0, 95 * share + noise))
                 n.mem = 2.0 + 78 * share
-            data = []
-            for n in ordered:
-                for name, value in (
-                    (schema.GPU_UTILIZATION.name, n.util),
-                    (schema.GPU_MEMORY_USED_PERCENT.name, n.mem),
-                ):
-                    unit = schema.METRICS_BY_NAME[name].unit
-                    data.append(
-                        {
-                            "MetricName": name,
-                            "Dimensions": [{"Name": schema.DIM_INSTANCE_ID, "Value": n.instance_id}],
-                            "Timestamp": now,
-                            "Value": value,
-                            "Unit": unit,
-                        }
-                    )
-                    if name == schema.GPU_UTILIZATION.name:
-                        data.append(
-                            {
-                                "MetricName": name,
-                                "Dimensions": [{"Name": k, "Value": v} for k, v in group_dimensions(ref).items()],
-                                "Timestamp": now,
-                                "Value": value,
-                                "Unit": unit,
-                            }
-                        )
-            for i in range(0, len(data), 1000):
-                self.clients.cloudwatch.put_metric_data(Namespace=schema.NAMESPACE, MetricData=data[i : i + 1000])
+                publisher = self.publishers[n.instance_id]
+                for gpu in range(GPUS_PER_NODE):
+                    publisher.backend.set(gpu, utilization=n.util, memory_percent=n.mem)
+                simulate(publisher, start, 60, every_s=SAMPLE_EVERY_S)
+                self.node_minutes += 1
+                publisher.close_windows(start + timedelta(seconds=59))
             averages[ref.key] = sum(n.util for n in ordered) / len(ordered) if ordered else 0.0
         return averages
+
+    def _publisher(self, instance_id: str, ref: GroupRef) -> Publisher:
+        if ref.kind is GroupKind.ASG:
+            identity = Identity(instance_id, "us-east-1", fleet.INSTANCE_TYPE, asg_name=ref.name)
+        else:
+            identity = Identity(
+                instance_id, "us-east-1", fleet.INSTANCE_TYPE, cluster_name=ref.cluster, nodegroup_name=ref.name
+            )
+        publisher = Publisher(SimulatedBackend(gpus=GPUS_PER_NODE), identity, Sender(self.clients.cloudwatch))
+        publisher.start(xid_thread=False)
+        return publisher
 
     # ---- the run ----
 
@@ -340,6 +344,7 @@ class Rehearsal:
                 self._malformed(scaler, minute)
                 self._malformed_notification(minute)
         self.verify()
+        self.verify_publisher()
         self.verify_notifications()
         return self.result
 
@@ -386,6 +391,17 @@ class Rehearsal:
             self.result.checks.append("a malformed queue message went to the DLQ with its reason; nothing posted")
         else:
             self.result.failures.append(f"malformed notification: expected 1 DLQ message, got {reasons}")
+
+    def verify_publisher(self) -> None:
+        r = self.result
+        calls = self.put_metric_calls + sum(p.sender.calls for p in self.publishers.values())
+        if calls == self.node_minutes:
+            r.checks.append(
+                f"the nodes' GPU metrics came from the real publisher: {calls} PutMetricData calls for "
+                f"{self.node_minutes} node-minutes x {GPUS_PER_NODE} GPUs (one call per node-minute)"
+            )
+        else:
+            r.failures.append(f"publisher: {calls} PutMetricData calls for {self.node_minutes} node-minutes")
 
     def verify_notifications(self) -> None:
         r = self.result

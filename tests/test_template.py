@@ -117,6 +117,14 @@ def test_notification_queue_redrives_to_a_dlq_and_reports_partial_failures(templ
     assert res["NotificationTopic"]["Properties"]["KmsMasterKeyId"] == "alias/aws/sns"
 
 
+def test_node_policy_puts_metrics_only_in_the_schema_namespace(template: dict[str, Any]) -> None:
+    statements = template["Resources"]["NodePublisherPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    put = next(s for s in statements if s["Action"] == "cloudwatch:PutMetricData")
+    assert put["Condition"] == {"StringEquals": {"cloudwatch:namespace": schema.NAMESPACE}}
+    assert {s["Action"] for s in statements} == {"cloudwatch:PutMetricData", "ec2:DescribeTags"}
+    assert "NodePublisherPolicyArn" in template["Outputs"]
+
+
 def _elf_machine(path: Path) -> int | None:
     head = path.read_bytes()[:20]
     if head[:4] != b"\x7fELF":

@@ -35,6 +35,7 @@ def test_rehearsal_meets_its_expected_outcomes(tmp_path: Path) -> None:
         "updates at most every 5 min",
         "a malformed queue message went to the DLQ",
         "a Slack 429 (Retry-After: 1) was retried",
+        "(one call per node-minute)",
     ):
         assert expected in out
     assert "FAIL" not in out

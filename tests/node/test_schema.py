@@ -4,7 +4,7 @@ import pytest
 
 from gpufleet_node import schema
 
-CLOUDWATCH_UNITS = {"Percent", "Megabytes", "Count", "Watts", "None", "Seconds", "Bytes"}
+CLOUDWATCH_UNITS = {"Percent", "Megabytes", "Count", "None", "Seconds", "Bytes"}
 
 
 def test_metric_names_are_unique_and_units_are_cloudwatch_units():

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Install the gpufleet publisher (layers/node) into an AMI, or into --root DIR for tests.
+#   install.sh [--root DIR] [--source DIR] [--no-deps]
+# --source: the node layer's content (default: ../layers/node next to this script)
+# --no-deps: do not pip-install boto3 / nvidia-ml-py (tests; an AMI build needs them)
+set -euo pipefail
+
+ROOT=/
+SOURCE="$(cd "$(dirname "$0")/.." && pwd)/layers/node"
+DEPS=1
+HERE="$(cd "$(dirname "$0")" && pwd)"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --root) ROOT="$2"; shift 2 ;;
+    --source) SOURCE="$2"; shift 2 ;;
+    --no-deps) DEPS=0; shift ;;
+    *) echo "install.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+ROOT="${ROOT%/}"
+
+LIB="$ROOT/opt/gpufleet/lib"
+install -d -m 0755 "$LIB" "$ROOT/etc/gpufleet" "$ROOT/etc/systemd/system" "$ROOT/var/lib/gpufleet"
+rm -rf "$LIB/gpufleet_node"
+cp -r "$SOURCE/gpufleet_node" "$LIB/gpufleet_node"
+find "$LIB/gpufleet_node" -name '__pycache__' -prune -exec rm -rf {} +
+if [[ "$DEPS" == 1 ]]; then
+  python3 -m pip install --quiet --no-compile --target "$LIB" -r "$SOURCE/requirements.txt" boto3
+fi
+install -m 0644 "$HERE/gpufleet-publisher.service" "$ROOT/etc/systemd/system/gpufleet-publisher.service"
+if [[ ! -e "$ROOT/etc/gpufleet/publisher.json" ]]; then  # keep an operator's edits on re-install
+  install -m 0644 "$HERE/publisher.json" "$ROOT/etc/gpufleet/publisher.json"
+fi
+
+if [[ "$ROOT" == "" ]]; then  # the real system: account, enable
+  getent group gpufleet >/dev/null || groupadd --system gpufleet
+  getent passwd gpufleet >/dev/null || useradd --system --gid gpufleet --groups video --no-create-home \
+    --shell /sbin/nologin gpufleet
+  chown -R gpufleet:gpufleet /var/lib/gpufleet
+  systemctl daemon-reload
+  systemctl enable gpufleet-publisher.service
+fi
+echo "gpufleet publisher installed into ${ROOT:-/}"

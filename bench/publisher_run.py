@@ -1,0 +1,103 @@
+"""One side of the publisher benchmark, in its own process: `python bench/publisher_run.py ours|gpumon
+ENDPOINT MINUTES`. Both sides read 8 GPUs through nvidia-ml-py from the fake libnvidia-ml.so.1 (on
+LD_LIBRARY_PATH) on a simulated clock and send to moto server; prints one JSON line of measurements."""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+
+def track(client: Any) -> dict[str, Any]:
+    stats: dict[str, Any] = {"requests": 0, "bytes": 0, "datums": 0, "series": set()}
+
+    def before_send(request: Any, **_: Any) -> None:
+        stats["requests"] += 1
+        stats["bytes"] += len(request.body or b"")
+
+    def count(params: dict[str, Any], **_: Any) -> None:
+        for d in params.get("MetricData", []):
+            stats["datums"] += 1
+            stats["series"].add((d["MetricName"], tuple(sorted((x["Name"], x["Value"]) for x in d["Dimensions"]))))
+
+    client.meta.events.register("before-send.cloudwatch.PutMetricData", before_send)
+    client.meta.events.register("provide-client-params.cloudwatch.PutMetricData", count)
+    return stats
+
+
+def ours(endpoint: str, minutes: int, detail: str = "full") -> dict[str, Any]:
+    from gpufleet_node.identity import Identity
+    from gpufleet_node.nvml import NvmlBackend
+    from gpufleet_node.publisher import Publisher
+    from gpufleet_node.sender import Sender, cloudwatch_client
+
+    client = cloudwatch_client("us-east-1", endpoint)
+    stats = track(client)
+    identity = Identity("i-bench", "us-east-1", asg_name="bench")
+    publisher = Publisher(NvmlBackend(), identity, Sender(client), detail=detail)
+    publisher.start(xid_thread=False)
+    t0 = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
+    cpu = time.process_time()
+    for second in range(minutes * 60):  # 1 Hz
+        publisher.step(t0 + timedelta(seconds=second))
+    publisher.finish(t0 + timedelta(minutes=minutes))
+    return {**stats, "cpu_s": time.process_time() - cpu}
+
+
+def gpumon(endpoint: str, minutes: int) -> dict[str, Any]:
+    """The pattern of AWS's 2017 gpumon.py: every 10 s, per GPU, one uncompressed PutMetricData."""
+    import boto3
+    import pynvml
+    from botocore.config import Config
+
+    client = boto3.client(
+        "cloudwatch", region_name="us-east-1", endpoint_url=endpoint, config=Config(disable_request_compression=True)
+    )
+    stats = track(client)
+    pynvml.nvmlInit()
+    handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+    t0 = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
+    cpu = time.process_time()
+    for step in range(minutes * 6):
+        now = t0 + timedelta(seconds=10 * step)
+        for i, h in enumerate(handles):
+            util = pynvml.nvmlDeviceGetUtilizationRates(h)
+            power = pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0
+            temp = pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)
+            dims = [{"Name": "InstanceId", "Value": "i-bench"}, {"Name": "GPUNumber", "Value": str(i)}]
+            data = [
+                ("GPU Usage", util.gpu, "Percent"),
+                ("Memory Usage", util.memory, "Percent"),  # memory-controller activity, as gpumon reports it
+                ("Power Usage (Watts)", power, "None"),
+                ("Temperature (C)", temp, "None"),
+            ]
+            client.put_metric_data(
+                Namespace="DeepLearningTrain",
+                MetricData=[
+                    {
+                        "MetricName": n,
+                        "Dimensions": dims,
+                        "Unit": u,
+                        "StorageResolution": 60,
+                        "Value": v,
+                        "Timestamp": now,
+                    }
+                    for n, v, u in data
+                ],
+            )
+    return {**stats, "cpu_s": time.process_time() - cpu}
+
+
+if __name__ == "__main__":
+    side, endpoint, minutes = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    if side == "gpumon":
+        result = gpumon(endpoint, minutes)
+    else:
+        result = ours(endpoint, minutes, detail="essential" if side == "ours-essential" else "full")
+    result["series"] = len(result["series"])
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(result))

@@ -1,0 +1,110 @@
+"""Fakes for the publisher tests (Python >= 3.9): CloudWatch, EC2 and an IMDSv2 server on loopback."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Dict, List, Optional
+
+
+class FakeCloudWatch:
+    """Records PutMetricData calls; fails the next `fail_next` calls like an unreachable endpoint."""
+
+    def __init__(self, fail_next: int = 0) -> None:
+        self.calls: List[Dict[str, Any]] = []
+        self.fail_next = fail_next
+        self.attempts = 0
+
+    def put_metric_data(self, Namespace: str, MetricData: List[Dict[str, Any]]) -> Dict[str, Any]:
+        self.attempts += 1
+        if self.fail_next > 0:
+            self.fail_next -= 1
+            raise ConnectionError("Could not connect to the endpoint URL")
+        self.calls.append({"Namespace": Namespace, "MetricData": MetricData})
+        return {}
+
+    def datums(self, name: Optional[str] = None) -> List[Dict[str, Any]]:
+        out = [d for call in self.calls for d in call["MetricData"]]
+        return [d for d in out if name is None or d["MetricName"] == name]
+
+
+class FakeEc2:
+    def __init__(self, tags: Dict[str, str]) -> None:
+        self.tags = tags
+        self.calls = 0
+
+    def describe_tags(self, Filters: List[Dict[str, Any]]) -> Dict[str, Any]:
+        self.calls += 1
+        wanted = next(f["Values"] for f in Filters if f["Name"] == "key")
+        return {"Tags": [{"Key": k, "Value": v} for k, v in self.tags.items() if k in wanted]}
+
+
+class FakeImds:
+    """IMDSv2 only: every metadata GET without a valid token gets 401, as with HttpTokens=required."""
+
+    TOKEN = "fake-imds-token"
+
+    def __init__(self, metadata: Dict[str, str], instance_tags: Optional[Dict[str, str]] = None) -> None:
+        self.metadata = metadata
+        self.instance_tags = instance_tags  # None: instance metadata tags not enabled
+        self.requests: List[str] = []
+        self.unauthorized = 0
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return "http://127.0.0.1:%d" % self._server.server_address[1]
+
+    def __enter__(self) -> "FakeImds":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _handler(self) -> Any:
+        imds = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _send(self, status: int, body: str) -> None:
+                data = body.encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_PUT(self) -> None:
+                imds.requests.append("PUT " + self.path)
+                if self.path == "/latest/api/token" and self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"):
+                    return self._send(200, imds.TOKEN)
+                return self._send(400, "bad token request")
+
+            def do_GET(self) -> None:
+                imds.requests.append("GET " + self.path)
+                if self.headers.get("X-aws-ec2-metadata-token") != imds.TOKEN:
+                    imds.unauthorized += 1
+                    return self._send(401, "")
+                prefix = "/latest/meta-data/tags/instance"
+                if self.path.startswith(prefix):
+                    if imds.instance_tags is None:
+                        return self._send(404, "")
+                    key = self.path[len(prefix) :].lstrip("/")
+                    if not key:
+                        return self._send(200, "\n".join(imds.instance_tags))
+                    if key in imds.instance_tags:
+                        return self._send(200, imds.instance_tags[key])
+                    return self._send(404, "")
+                key = self.path[len("/latest/meta-data/") :]
+                if key in imds.metadata:
+                    return self._send(200, imds.metadata[key])
+                return self._send(404, "")
+
+        return Handler
+
+
+def dump(datums: List[Dict[str, Any]]) -> str:
+    return json.dumps(datums, default=str)

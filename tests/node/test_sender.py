@@ -1,0 +1,68 @@
+"""Buffering, backoff with jitter, original timestamps, the 1,000-datum limit. Python >= 3.9."""
+
+import logging
+import random
+from datetime import datetime, timedelta, timezone
+
+from fakes import FakeCloudWatch
+from gpufleet_node.sender import MAX_DATUMS_PER_CALL, Sender
+
+T0 = datetime(2026, 11, 23, 8, 0, tzinfo=timezone.utc)
+
+
+def window(minute, n=3):
+    ts = T0 + timedelta(minutes=minute)
+    return ts, [{"MetricName": "GPUUtilization", "Timestamp": ts, "Value": float(i)} for i in range(n)]
+
+
+def test_outage_buffers_windows_and_resends_them_with_original_timestamps():
+    cw = FakeCloudWatch(fail_next=3)
+    sender = Sender(cw, rng=random.Random(1))
+    for minute in range(10):
+        sender.enqueue(*window(minute))
+        sender.flush(T0 + timedelta(minutes=minute, seconds=1))
+    assert cw.datums(), "sent once CloudWatch answered"
+    assert not sender.buffer
+    stamps = sorted({d["Timestamp"] for d in cw.datums()})
+    assert stamps == [T0 + timedelta(minutes=m) for m in range(10)]  # every window, its own time
+    assert len(cw.calls) < 10  # the backlog went out together
+
+
+def test_backoff_grows_exponentially_with_jitter_and_is_capped():
+    cw = FakeCloudWatch(fail_next=100)
+    sender = Sender(cw, base_backoff_s=5, max_backoff_s=300, rng=random.Random(7))
+    delays = []
+    now = T0
+    for _ in range(9):
+        sender.enqueue(*window(0))
+        sender.flush(now)
+        delays.append((sender.next_attempt - now).total_seconds())
+        now = sender.next_attempt
+    for k, d in enumerate(delays):
+        nominal = min(300, 5 * 2**k)
+        assert nominal / 2 <= d <= nominal
+    assert cw.attempts == 9  # no call before the backoff expired
+
+
+def test_windows_older_than_the_buffer_limit_are_dropped_oldest_first_and_logged(caplog):
+    cw = FakeCloudWatch(fail_next=10**6)
+    sender = Sender(cw, max_buffer_age=timedelta(hours=2), rng=random.Random(2))
+    with caplog.at_level(logging.WARNING, logger="gpufleet.publisher"):
+        for minute in range(0, 200):
+            sender.enqueue(*window(minute))
+            sender.flush(T0 + timedelta(minutes=minute))
+    oldest = sender.buffer[0][0]
+    assert oldest >= T0 + timedelta(minutes=199) - timedelta(hours=2)
+    assert sender.dropped_windows > 0
+    assert "dropping the unsent metrics of 2026-11-23T08:00:00+00:00" in caplog.text
+
+
+def test_never_more_than_1000_datums_per_call():
+    cw = FakeCloudWatch(fail_next=1)
+    sender = Sender(cw, rng=random.Random(3))
+    for minute in range(5):
+        sender.enqueue(*window(minute, n=400))
+    sender.flush(T0)
+    sender.flush(T0 + timedelta(hours=1))
+    assert all(len(c["MetricData"]) <= MAX_DATUMS_PER_CALL for c in cw.calls)
+    assert len(cw.datums()) == 2000
