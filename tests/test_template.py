@@ -117,6 +117,13 @@ def test_notification_queue_redrives_to_a_dlq_and_reports_partial_failures(templ
     assert res["NotificationTopic"]["Properties"]["KmsMasterKeyId"] == "alias/aws/sns"
 
 
+def test_every_function_gets_both_layers(template: dict[str, Any]) -> None:
+    """gpufleet imports gpufleet_node.schema: a function without the node layer fails at import."""
+    assert template["Globals"]["Function"]["Layers"] == [{"Ref": "GpufleetLayer"}, {"Ref": "NodeLayer"}]
+    functions = [r for r in template["Resources"].values() if r["Type"] == "AWS::Serverless::Function"]
+    assert functions and all("Layers" not in f["Properties"] for f in functions)
+
+
 def test_node_policy_puts_metrics_only_in_the_schema_namespace(template: dict[str, Any]) -> None:
     statements = template["Resources"]["NodePublisherPolicy"]["Properties"]["PolicyDocument"]["Statement"]
     put = next(s for s in statements if s["Action"] == "cloudwatch:PutMetricData")
