@@ -18,6 +18,7 @@ import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from gpufleet.decide import decide_reconcile
 from gpufleet.fleet_policy import GroupSettings
@@ -196,6 +197,104 @@ def bench_publisher(minutes: int = 30, gpus: int = 8) -> list[str]:
     return rows
 
 
+class SyntheticCloudWatch:
+    """FAKE CloudWatch for the 10,000-GPU guard benchmark (moto server would need minutes to scan that many
+    series): answers ListMetrics and GetMetricData with deterministic synthetic series and counts calls."""
+
+    def __init__(self, instances: int, gpus: int, now: datetime) -> None:
+        from gpufleet_node import schema
+
+        self.schema = schema
+        self.instances, self.gpus, self.now = instances, gpus, now
+        self.calls: dict[str, int] = {"ListMetrics": 0, "GetMetricData": 0, "series": 0}
+
+    def list_metrics(self, **kwargs: Any) -> dict[str, Any]:
+        self.calls["ListMetrics"] += 1
+        page = int(kwargs.get("NextToken", "0"))
+        every = [(i, g) for i in range(self.instances) for g in range(self.gpus)]
+        chunk = every[page * 500 : (page + 1) * 500]
+        out: dict[str, Any] = {
+            "Metrics": [
+                {"Dimensions": [{"Name": "InstanceId", "Value": f"i-{i:05d}"}, {"Name": "GpuIndex", "Value": str(g)}]}
+                for i, g in chunk
+            ]
+        }
+        if (page + 1) * 500 < len(every):
+            out["NextToken"] = str(page + 1)
+        return out
+
+    def get_metric_data(self, MetricDataQueries: list[dict[str, Any]], **_: Any) -> dict[str, Any]:  # noqa: N803
+        self.calls["GetMetricData"] += 1
+        self.calls["series"] += len(MetricDataQueries)
+        results = []
+        for q in MetricDataQueries:
+            metric = q["MetricStat"]["Metric"]
+            dims = {d["Name"]: d["Value"] for d in metric["Dimensions"]}
+            seed = int(dims["InstanceId"][2:]) * 8 + int(dims.get("GpuIndex", 0))
+            name = metric["MetricName"]
+            stamps = [self.now - timedelta(minutes=m) for m in range(15)]
+            if name == self.schema.GPU_MEMORY_USED_PERCENT.name:
+                leak = 1.5 if seed % 97 == 0 else 0.0  # ~1 % of GPUs leak 1.5 %/min
+                values = [40 + seed % 50 + leak * (14 - m) - leak * 14 for m in range(15)]
+            elif name == self.schema.GPU_MEMORY_TOTAL.name:
+                values = [81920.0] * 15
+            elif name == self.schema.GPU_TOP_PROCESS_MEMORY.name:
+                values = [30000.0] * 15
+            elif name == self.schema.GPU_XID_ERRORS.name and seed % 4001 == 0:
+                values = [1.0] + [0.0] * 14
+            else:
+                values = [0.0] * 15
+            results.append({"Id": q["Id"], "Timestamps": stamps, "Values": values})
+        return {"MetricDataResults": results}
+
+
+def bench_guard(gpus: int = 10_000, per_instance: int = 8, repeat: int = 5) -> list[str]:
+    """The OOM guard over 10,000 GPUs: GetMetricData calls (fake CloudWatch), forecast time (pure)."""
+    from gpufleet.aws.metrics import GpuMetricsReader
+    from gpufleet.oom import GpuRef, MemorySeries, OomSettings, forecast_gpu
+
+    instances = gpus // per_instance
+    fake = SyntheticCloudWatch(instances, per_instance, NOW)
+    reader = GpuMetricsReader(fake)
+    inventory = reader.list_gpus()
+    refs = [GpuRef(group=f"asg:g{i // 8}", instance_id=iid, gpu_index=g) for i, (iid, g) in enumerate(inventory)]
+    from aws_lambda_powertools import Logger, Metrics
+
+    from gpufleet.fleet_policy import FleetPolicy
+    from gpufleet.guard import OomGuard
+
+    guard = OomGuard(None, None, reader, None, None, FleetPolicy, Logger(level="ERROR"), Metrics())  # type: ignore[arg-type]
+    forecasts, findings = guard._assess(refs, NOW, FleetPolicy())
+    series = [
+        MemorySeries(
+            gpu=r,
+            points=tuple((NOW - timedelta(minutes=14 - m), 20 + (i % 70) + 0.05 * m * (i % 3)) for m in range(15)),
+            total_mib=100.0,
+        )
+        for i, r in enumerate(refs)
+    ]
+    s = OomSettings()
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        for x in series:
+            forecast_gpu(x, NOW, s)
+        times.append(time.perf_counter() - started)
+    screening = gpus + instances * 4
+    at_risk = sum(f.risk != "ok" for f in forecasts)
+    return [
+        f"| OOM guard, {gpus} GPUs on {instances} instances (fake CloudWatch) | "
+        f"ListMetrics {fake.calls['ListMetrics']}, GetMetricData {fake.calls['GetMetricData']} "
+        f"for {fake.calls['series']} series | screening "
+        f"ceil({screening}/500) = {math.ceil(screening / 500)} calls + detail for {at_risk} GPUs at risk and "
+        f"{len(findings)} with errors | |",
+        f"| forecast compute, {gpus} GPUs x 15 points | median {statistics.median(times) * 1000:.0f} ms, "
+        f"min {min(times) * 1000:.0f} ms over {repeat} runs | target < 200 ms | |",
+        f"| notifications the evaluation would produce (first run) | {at_risk} memory + {len(findings)} health | "
+        f"one incident per GPU; later runs only on changes | |",
+    ]
+
+
 def bench_decide(groups: int, repeat: int = 20) -> str:
     ref = [GroupRef(kind=GroupKind.ASG, name=f"g{i}") for i in range(groups)]
     obs = [
@@ -306,6 +405,8 @@ def main() -> int:
     for row in bench_notifications():
         print(row, flush=True)
     for row in bench_publisher():
+        print(row, flush=True)
+    for row in bench_guard():
         print(row, flush=True)
     return 0
 

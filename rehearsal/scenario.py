@@ -30,7 +30,7 @@ from gpufleet import defaults
 from gpufleet.aws.metrics import group_dimensions
 from gpufleet.cli import LocalLambdaContext
 from gpufleet.models import GroupKind, GroupRef
-from gpufleet.runtime import build_notifier, build_scaler
+from gpufleet.runtime import build_guard, build_notifier, build_scaler
 from gpufleet.triggers import InvalidEvent
 from gpufleet_node.identity import Identity
 from gpufleet_node.nvml import SimulatedBackend
@@ -46,6 +46,22 @@ TRAIN = GroupRef(kind=GroupKind.ASG, name="train-spot")
 INFER = GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster="ml", name="infer-gpu")
 IDLE_UTIL, IDLE_MEM = 5.0, 10.0
 GPUS_PER_NODE = 4  # g5.12xlarge
+LEAK_GPU = 2  # on the long training job's node: a process leaks GPU memory from minute 30 to 61
+XID_MINUTE = 45  # another training node's GPU 1 falls off the bus (XID 79)
+# The OOM guard runs every 10 simulated minutes here (deployed: every minute) over a 10-minute window:
+# moto's GetMetricData scans every stored datum once per query and period, which would otherwise
+# dominate the demo's time.
+GUARD_EVERY_MIN = 10
+
+
+def leaking_memory_percent(minute: int) -> float:
+    if minute < 30:
+        return 60.0
+    if minute <= 61:
+        return 60.0 + 1.2 * (minute - 30)  # 96.0 % at minute 60: CRITICAL comes before 100 %
+    return 20.0  # the leaking process ended; the job restarted it
+
+
 SAMPLE_EVERY_S = 10  # the demo samples every 10 s of simulated time; the deployed publisher every 1 s
 POLICY_NOTIFY_INTERVAL_S = defaults.NOTIFY_GROUP_INTERVAL_S
 
@@ -79,6 +95,9 @@ groups:
         duration_minutes: 20
         min: 2
         desired: 3
+guard:
+  memory: {{window_minutes: 10}}
+  health: {{replace_unhealthy: true, max_replacements_per_hour: 1, min_healthy_percent: 50, lookback_minutes: 10}}
 """
 
 
@@ -138,6 +157,8 @@ class Rehearsal:
         self.result = RehearsalResult()
         self.nodes: dict[str, Node] = {}
         self.publishers: dict[str, Publisher] = {}
+        self.xid_node: str | None = None
+        self.guard_results: list[tuple[int, dict[str, Any]]] = []
         self.node_minutes = 0
         self.put_metric_calls = 0
         self.rng = random.Random(7)
@@ -187,6 +208,7 @@ class Rehearsal:
         env = self.stack.env(TABLE, str(policy_path))
         scaler, idempotency = build_scaler(self._logger("scaler"), self.emf, env=env)
         self.notifier = build_notifier(self._logger("notifier"), Metrics(service="notifier"), env=env)
+        self.guard = build_guard(self._logger("oom_guard"), Metrics(service="oom_guard"), env=env)
         idempotency.register_lambda_context(LocalLambdaContext("scaler", timeout_s=900))  # type: ignore[arg-type]
         self.say(
             0,
@@ -260,10 +282,17 @@ class Rehearsal:
                     share = min(max(demand - k, 0.0), 1.0)
                 noise = self.rng.uniform(-2, 2) if share > 0 else 0.0
                 n.util = min(100.0, max(0.0, 95 * share + noise))
-                n.mem = 2.0 + 78 * share
+                n.mem = 80.0 if share > 0.05 else 2.0  # a node with work has its model loaded
                 publisher = self.publishers[n.instance_id]
                 for gpu in range(GPUS_PER_NODE):
-                    publisher.backend.set(gpu, utilization=n.util, memory_percent=n.mem)
+                    mem = leaking_memory_percent(minute) if n.long_job and gpu == LEAK_GPU else n.mem
+                    publisher.backend.set(gpu, utilization=n.util, memory_percent=mem)
+                ordinary = not n.long_job and n.instance_id != self.protected
+                if minute == XID_MINUTE and ref is TRAIN and self.xid_node is None and ordinary:
+                    self.xid_node = n.instance_id
+                    publisher.backend.lost.add(1)
+                    publisher.record_xid(1, 79)
+                    self.say(minute, f"[simulated GPU] {n.instance_id} GPU 1: XID 79, fallen off the bus")
                 simulate(publisher, start, 60, every_s=SAMPLE_EVERY_S)
                 self.node_minutes += 1
                 publisher.close_windows(start + timedelta(seconds=59))
@@ -277,7 +306,10 @@ class Rehearsal:
             identity = Identity(
                 instance_id, "us-east-1", fleet.INSTANCE_TYPE, cluster_name=ref.cluster, nodegroup_name=ref.name
             )
-        publisher = Publisher(SimulatedBackend(gpus=GPUS_PER_NODE), identity, Sender(self.clients.cloudwatch))
+        # detail=essential: the series the controller reads (moto's CloudWatch slows down with every datum)
+        publisher = Publisher(
+            SimulatedBackend(gpus=GPUS_PER_NODE), identity, Sender(self.clients.cloudwatch), detail="essential"
+        )
         publisher.start(xid_thread=False)
         return publisher
 
@@ -295,6 +327,24 @@ class Rehearsal:
             if d["outcome"] == "applied" and d["action"] == "scale-in":
                 self._check_victims(minute, d)
         return decisions
+
+    def run_guard(self, minute: int) -> None:
+        """The OOM guard on the reconcile tick; then [emulated EC2 Auto Scaling] replaces Unhealthy instances."""
+        now = START + timedelta(minutes=minute, seconds=40)
+        result = self.guard.evaluate(now, f"guard-{minute}")
+        self.emf.clear_metrics()
+        self.guard_results.append((minute, result))
+        for r in result["replacements"]:
+            self.say(minute, f"  oom_guard: {r['instance_id']} {'replaced' if r['act'] else 'kept'}: {r['reason']}")
+        for asg in self.clients.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[TRAIN.name])[
+            "AutoScalingGroups"
+        ]:
+            for inst in asg["Instances"]:
+                if inst["HealthStatus"].upper() == "UNHEALTHY":
+                    self.clients.autoscaling.terminate_instance_in_auto_scaling_group(
+                        InstanceId=inst["InstanceId"], ShouldDecrementDesiredCapacity=False
+                    )
+                    self.say(minute, f"[emulated EC2 Auto Scaling] replaced unhealthy {inst['InstanceId']}")
 
     def _check_victims(self, minute: int, d: dict[str, Any]) -> None:
         for iid in d["victims"]:
@@ -328,6 +378,8 @@ class Rehearsal:
                 "scheduled_time": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
             }
             self.invoke(scaler, tick, minute)
+            if minute % GUARD_EVERY_MIN == 0:
+                self.run_guard(minute)
             if minute == 20:
                 self.receiver.script.append("429:1")  # Slack rate-limits one post; slack-sdk waits and retries
             self.notify(minute)
@@ -345,6 +397,7 @@ class Rehearsal:
                 self._malformed_notification(minute)
         self.verify()
         self.verify_publisher()
+        self.verify_guard()
         self.verify_notifications()
         return self.result
 
@@ -391,6 +444,41 @@ class Rehearsal:
             self.result.checks.append("a malformed queue message went to the DLQ with its reason; nothing posted")
         else:
             self.result.failures.append(f"malformed notification: expected 1 DLQ message, got {reasons}")
+
+    def verify_guard(self) -> None:
+        r = self.result
+        leak_key = f"{self.long_job}/gpu{LEAK_GPU}"
+        levels = [(m, res["at_risk"].get(leak_key, "ok").split(":")[0]) for m, res in self.guard_results]
+        first = {lvl: next((m for m, seen in levels if seen == lvl), None) for lvl in ("warning", "critical")}
+        cleared = next(
+            (m for m, seen in levels if first["critical"] is not None and m > first["critical"] and seen == "ok"), None
+        )
+        full_at = 30 + (100 - 60) / 1.2
+        if first["warning"] is not None and first["critical"] is not None and cleared is not None:
+            if first["warning"] < first["critical"] < full_at:
+                r.checks.append(
+                    f"leaking GPU {leak_key}: WARNING at minute {first['warning']}, CRITICAL at minute "
+                    f"{first['critical']} (it would be full at minute {full_at:.0f}), resolved at minute {cleared}"
+                )
+            else:
+                r.failures.append(f"leak flagged in the wrong order or too late: {first}")
+        else:
+            r.failures.append(f"leak not followed through WARNING -> CRITICAL -> resolved: {first}, cleared {cleared}")
+        replaced = [
+            rep
+            for _, res in self.guard_results
+            for rep in res["replacements"]
+            if rep["act"] and rep["instance_id"] == self.xid_node
+        ]
+        unhealthy = any(k.startswith(f"{self.xid_node}/") for _, res in self.guard_results for k in res["unhealthy"])
+        if self.xid_node and unhealthy and len(replaced) == 1:
+            r.checks.append(f"XID 79 on {self.xid_node}: health incident, instance replaced once (blast radius 1/h)")
+        else:
+            r.failures.append(f"XID 79 on {self.xid_node}: unhealthy={unhealthy}, replacements={len(replaced)}")
+        kinds = [p["text"] for p in r.slack]
+        for needle in ("GPU memory warning", "GPU memory critical", "GPU memory back to normal", "GPU failure on"):
+            if not any(needle in t for t in kinds):
+                r.failures.append(f"no Slack message with {needle!r}")
 
     def verify_publisher(self) -> None:
         r = self.result

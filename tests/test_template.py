@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -40,10 +41,35 @@ def template() -> dict[str, Any]:
 
 
 def test_every_gpu_metric_named_in_the_template_is_in_the_schema(template: dict[str, Any]) -> None:
+    text = (ROOT / "template.yaml").read_text()
+    named = set(re.findall(r"\b(GPU[A-Z][A-Za-z]+|NVMLUp)\b", text)) - {"GPUFleet"}
+    assert named, "the template names GPU metrics (alarms, dashboard)"
+    assert named <= set(schema.METRICS_BY_NAME), named - set(schema.METRICS_BY_NAME)
     for name, res in template["Resources"].items():
         props = res.get("Properties", {})
         if res["Type"] == "AWS::CloudWatch::Alarm" and props.get("Namespace") == schema.NAMESPACE:
             assert props["MetricName"] in schema.METRICS_BY_NAME, name
+
+
+def test_memory_alarms_cover_every_group_kind_and_wake_only_the_oom_guard(template: dict[str, Any]) -> None:
+    res = template["Resources"]
+    expressions = [res[n]["Properties"]["Metrics"][0]["Expression"] for n in ("AsgGpuMemoryAlarm", "EksGpuMemoryAlarm")]
+    select = f"SELECT MAX({schema.GPU_MEMORY_USED_PERCENT.name}) FROM SCHEMA({schema.NAMESPACE}, "
+    assert expressions == [select + "AutoScalingGroupName)", select + "ClusterName, NodegroupName)"]
+    guard_rule = res["OomGuardFunction"]["Properties"]["Events"]["MemoryAlarm"]["Properties"]["Pattern"]
+    assert guard_rule["detail"]["alarmName"] == [{"prefix": {"Ref": "MemoryAlarmPrefix"}}]
+    assert (
+        template["Parameters"]["MemoryAlarmPrefix"]["Default"] != template["Parameters"]["AlarmNamePrefix"]["Default"]
+    )
+    assert not template["Parameters"]["MemoryAlarmPrefix"]["Default"].startswith(
+        template["Parameters"]["AlarmNamePrefix"]["Default"]
+    )
+
+
+def test_dashboard_body_is_valid_json_once_substituted(template: dict[str, Any]) -> None:
+    body = template["Resources"]["FleetDashboard"]["Properties"]["DashboardBody"]["Sub"]
+    widgets = json.loads(body.replace("${AWS::Region}", "eu-west-1"))["widgets"]
+    assert [w["properties"]["title"].split(" ")[0] for w in widgets] == ["Fleet", "GPU", "Decisions", "Incidents:"]
 
 
 def test_runtime_is_python313_arm64_and_layers_build_for_arm64(template: dict[str, Any]) -> None:
@@ -54,11 +80,13 @@ def test_runtime_is_python313_arm64_and_layers_build_for_arm64(template: dict[st
             assert res["Metadata"] == {"BuildMethod": "python3.13", "BuildArchitecture": "arm64"}, name
 
 
-def test_scaling_calls_are_limited_to_tagged_resources(template: dict[str, Any]) -> None:
-    policies = template["Resources"]["ScalerFunction"]["Properties"]["Policies"]
+@pytest.mark.parametrize("function", ["ScalerFunction", "OomGuardFunction"])
+def test_scaling_calls_are_limited_to_tagged_resources(template: dict[str, Any], function: str) -> None:
+    policies = template["Resources"][function]["Properties"]["Policies"]
     statements = [s for p in policies if isinstance(p, dict) and "Statement" in p for s in p["Statement"]]
     mutating = {
         "autoscaling:SetDesiredCapacity",
+        "autoscaling:SetInstanceHealth",
         "autoscaling:TerminateInstanceInAutoScalingGroup",
         "eks:UpdateNodegroupConfig",
     }

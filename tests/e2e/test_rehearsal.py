@@ -36,6 +36,8 @@ def test_rehearsal_meets_its_expected_outcomes(tmp_path: Path) -> None:
         "a malformed queue message went to the DLQ",
         "a Slack 429 (Retry-After: 1) was retried",
         "(one call per node-minute)",
+        "WARNING at minute",
+        "health incident, instance replaced once",
     ):
         assert expected in out
     assert "FAIL" not in out

@@ -16,11 +16,12 @@ from tests.integration.conftest import TABLE, Fleet
 ROOT = Path(__file__).resolve().parents[2]
 EVENT_FILES = sorted(p for p in (ROOT / "events" / "scaler").iterdir() if p.is_file())
 NOTIFIER_EVENTS = sorted(p for p in (ROOT / "events" / "notifier").iterdir() if p.is_file())
+GUARD_EVENTS = sorted(p for p in (ROOT / "events" / "oom_guard").iterdir() if p.is_file())
 
 
 def test_every_events_directory_belongs_to_a_function_and_is_tested() -> None:
-    assert {p.name for p in (ROOT / "events").iterdir()} == {"scaler", "notifier"}
-    assert {p.name for p in (ROOT / "functions").iterdir() if (p / "app.py").exists()} >= {"scaler", "notifier"}
+    functions = {p.name for p in (ROOT / "functions").iterdir() if (p / "app.py").exists()}
+    assert {p.name for p in (ROOT / "events").iterdir()} == functions
 
 
 def gpufleet(*args: str, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -135,3 +136,26 @@ def test_invoke_every_notifier_sample_event(aws: str, tmp_path: Path, path: Path
         "scheduler-sweep.json": (0, 0),
     }[path.name]
     assert (len(published), len(rejected)) == expected
+
+
+@pytest.mark.parametrize("path", GUARD_EVENTS, ids=lambda p: p.name)
+def test_invoke_every_oom_guard_sample_event(gpu_fleet: Fleet, path: Path) -> None:
+    proc = gpufleet(
+        "invoke",
+        "oom_guard",
+        "--event",
+        str(path),
+        "--endpoint",
+        gpu_fleet.endpoint,
+        "--policy",
+        str(gpu_fleet.policy_path),
+        "--table",
+        TABLE,
+    )
+    if path.name.startswith("bad-"):
+        assert proc.returncode != 0 and "error:" in proc.stderr
+        return
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout[proc.stdout.index('{\n  "results"') :])
+    [run] = result["results"]
+    assert run["gpus"] == 0 and run["at_risk"] == {}  # no publisher data in this fleet: nothing judged

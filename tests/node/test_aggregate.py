@@ -106,3 +106,14 @@ def test_essential_detail_keeps_only_what_the_controller_reads():
     assert names == {m.name for m in schema.ESSENTIAL_METRICS}
     full, _ = run(SimulatedBackend(gpus=2))
     assert len(cw.datums()) < len(full.datums()) * 0.7
+
+
+def test_an_xid_between_windows_is_counted_in_the_next_one():
+    cw = FakeCloudWatch()
+    pub = Publisher(SimulatedBackend(gpus=1), Identity("i-1", "us-east-1"), Sender(cw))
+    pub.start(xid_thread=False)
+    pub.record_xid(0, 79)  # before the first window opened
+    pub.step(T0)
+    pub.finish(T0 + timedelta(seconds=1))
+    [xid] = [d for d in cw.datums(schema.GPU_XID_ERRORS.name) if "GpuIndex" in dims(d)]
+    assert xid["Value"] == 1.0

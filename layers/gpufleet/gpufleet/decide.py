@@ -242,10 +242,37 @@ def decide_alarm(
         return ctx.decision(
             Action.HOLD, trigger, f"alarm {alarm_name} is {alarm_state}: scale-{direction} alarms act only in ALARM"
         )
+    return decide_request(
+        obs,
+        settings,
+        state,
+        now,
+        event_id=event_id,
+        direction=direction,
+        trigger=trigger,
+        why=f"alarm {alarm_name} in ALARM",
+        global_dry_run=global_dry_run,
+    )
+
+
+def decide_request(
+    obs: GroupObservation,
+    settings: GroupSettings,
+    state: GroupState,
+    now: datetime,
+    *,
+    event_id: str,
+    direction: Direction,
+    trigger: str,
+    why: str,
+    global_dry_run: bool = False,
+) -> Decision:
+    """Another controller (the OOM guard) asks for a step: the same bounds, windows and cooldowns apply."""
+    ctx = _Ctx(obs, settings, state, now, event_id, global_dry_run)
     fix = ctx.bounds_fix()
     if fix is not None:
         return fix
-    return ctx.scale(direction, trigger, f"alarm {alarm_name} in ALARM")
+    return ctx.scale(direction, trigger, why)
 
 
 def decide_reconcile(

@@ -19,6 +19,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from gpufleet import defaults
 from gpufleet.models import Direction, GroupKind, GroupRef
 from gpufleet.notifications import NotificationPolicy
+from gpufleet.oom import GuardPolicy
 
 
 class PolicyError(ValueError):
@@ -223,6 +224,7 @@ class FleetPolicy(Strict):
     groups: tuple[GroupRule, ...] = ()
     alarms: tuple[AlarmMapping, ...] = ()
     notifications: NotificationPolicy = NotificationPolicy()
+    guard: GuardPolicy = GuardPolicy()  # the OOM guard and GPU health checks
 
     def settings_for(self, ref: GroupRef, tags: dict[str, str]) -> GroupSettings | None:
         """The first matching rule over the defaults; None if the group is not selected at all."""

@@ -131,6 +131,16 @@ class GroupState(Frozen):
     last_scale_in_at: datetime | None = None
 
 
+class GuardState(Frozen):
+    """What the OOM guard remembers about a group: open memory risks and health findings (so it says
+    "resolved" once) and when it last had instances replaced (the blast-radius budget)."""
+
+    version: int = 0
+    risks: dict[str, str] = Field(default_factory=dict)  # gpu key -> risk level
+    unhealthy: dict[str, str] = Field(default_factory=dict)  # gpu key -> what is wrong
+    replacements: tuple[datetime, ...] = ()
+
+
 # ---- decisions ----
 
 

@@ -28,6 +28,7 @@ from gpufleet.fleet_policy import FleetPolicy, PolicyError, parse_policy
 from gpufleet.scaler import Scaler
 
 if TYPE_CHECKING:
+    from gpufleet.guard import OomGuard
     from gpufleet.notifier import Notifier
     from gpufleet.slack import SlackPoster
 
@@ -167,4 +168,30 @@ def build_notifier(
         load_policy=policy_loader(env),
         logger=logger,
         emf=emf,
+    )
+
+
+def build_guard(
+    logger: Logger,
+    emf: Metrics,
+    env: Mapping[str, str] | None = None,
+    session: boto3.session.Session | None = None,
+) -> OomGuard:
+    """The OOM guard shares the scaler's clients, state and decision path (for memory-pressure scale-outs)."""
+    from gpufleet.guard import OomGuard
+
+    env = os.environ if env is None else env
+    scaler, _ = build_scaler(logger, emf, env, session)
+    return OomGuard(
+        fleet=scaler.fleet,
+        actuator=scaler.actuator,
+        metrics=scaler.metrics,
+        state=scaler.state,
+        scaler=scaler,
+        load_policy=scaler.load_policy,
+        logger=logger,
+        emf=emf,
+        outbox=scaler.outbox,
+        region=scaler.region,
+        global_dry_run=scaler.global_dry_run,
     )

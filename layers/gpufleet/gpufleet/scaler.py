@@ -22,7 +22,7 @@ from gpufleet.aws.fleet import FleetActuator, FleetReader
 from gpufleet.aws.metrics import GpuMetricsReader
 from gpufleet.aws.outbox import NotificationQueue
 from gpufleet.aws.state import StateStore
-from gpufleet.decide import decide_alarm, decide_reconcile
+from gpufleet.decide import decide_alarm, decide_reconcile, decide_request
 from gpufleet.fleet_policy import FleetPolicy, GroupSettings
 from gpufleet.models import (
     Action,
@@ -31,6 +31,7 @@ from gpufleet.models import (
     Decision,
     Direction,
     GroupObservation,
+    GroupRef,
     GroupState,
     InstanceObservation,
     Outcome,
@@ -147,6 +148,47 @@ class Scaler:
         )
         decision = decision.model_copy(update={"reason": f"{decision.reason} [{target.found_by}]"})
         return self._execute(decision, obs, state)
+
+    # ---- requests from other controllers ----
+
+    def request(
+        self, group: GroupRef, direction: Direction, trigger: str, why: str, now: datetime, event_id: str
+    ) -> Decision:
+        """A scale step asked for by another controller (the OOM guard's memory pressure), decided and
+        acted on exactly like an alarm: bounds, windows, cooldowns, lease, dry-run, audit, notification."""
+        policy = self.load_policy()
+        obs = self.fleet.observe_one(group)
+        settings = policy.settings_for(obs.ref, obs.tags) if obs is not None else None
+        if obs is None or settings is None:
+            decision = Decision(
+                group=group.key,
+                action=Action.HOLD,
+                current=0,
+                desired=0,
+                reason=f"{why}, but {group.key} is not a managed group",
+                trigger=trigger,
+                event_id=event_id,
+                at=now,
+                outcome=Outcome.NOT_NEEDED,
+            )
+        else:
+            state = self.state.load([obs.ref.key])[obs.ref.key]
+            decided = decide_request(
+                obs,
+                settings,
+                state,
+                now,
+                event_id=event_id,
+                direction=direction,
+                trigger=trigger,
+                why=why,
+                global_dry_run=self._dry(policy),
+            )
+            decision = self._execute(decided, obs, state)
+        self.state.record([decision], policy.audit_ttl_days)
+        self._report([decision])
+        self._notify(ReconcileTick(event_id=event_id, source="manual", at=now), [decision], policy)
+        return decision
 
     # ---- reconcile path ----
 

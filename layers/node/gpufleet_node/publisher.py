@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from datetime import datetime, timedelta, timezone
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from gpufleet_node import schema
 from gpufleet_node.aggregate import GpuCounters, Scopes, Window, add_sample
@@ -58,6 +58,7 @@ class Publisher:
         self._stop = threading.Event()
         self._xid_thread: Optional[threading.Thread] = None
         self.xid_count = 0
+        self._pending_xids: Dict[int, int] = {}
 
     def start(self, xid_thread: bool = True) -> int:
         """Initialise NVML (raises NvmlUnavailable) and the XID listener."""
@@ -79,7 +80,8 @@ class Publisher:
         w = Window(start, storage_resolution=resolution, only=self.only if resolution == 60 else None)
         if resolution == 60:
             for i in range(self.gpus):  # explicit zeros, so an XID alarm has data to evaluate
-                w.count(schema.GPU_XID_ERRORS, self.scopes.for_metric(schema.GPU_XID_ERRORS, i), 0.0)
+                pending = self._pending_xids.pop(i, 0)
+                w.count(schema.GPU_XID_ERRORS, self.scopes.for_metric(schema.GPU_XID_ERRORS, i), float(pending))
             w.count(schema.NVML_UP, [self.scopes.instance], 1.0)
         return w
 
@@ -141,10 +143,14 @@ class Publisher:
         # NVML's event carries the GPU and the XID code; the PID, when there is one, is only in the
         # kernel log (dmesg "NVRM: Xid ... pid=...").
         log.error("XID %d on GPU %d (see the kernel log for the process)", code, gpu_index)
+        if not 0 <= gpu_index < self.gpus:
+            return
         with self._lock:
-            if self.window is not None and 0 <= gpu_index < self.gpus:
+            if self.window is not None:
                 dims = self.scopes.for_metric(schema.GPU_XID_ERRORS, gpu_index)
                 self.window.count(schema.GPU_XID_ERRORS, dims, 1.0)
+            else:  # between windows: counted in the next one, never lost
+                self._pending_xids[gpu_index] = self._pending_xids.get(gpu_index, 0) + 1
 
     def _listen_xids(self) -> None:
         while not self._stop.is_set():

@@ -105,7 +105,15 @@ METRICS_BY_NAME: Dict[str, Metric] = {m.name: m for m in ALL_METRICS}
 
 # Also published per instance {InstanceId} (all of its GPUs' samples: Maximum = the busiest GPU) and per
 # group, so one alarm covers an ASG or node group and the scaler can pick idle instances.
-INSTANCE_METRICS: Tuple[Metric, ...] = (GPU_UTILIZATION, GPU_MEMORY_USED_PERCENT, GPU_XID_ERRORS, GPU_LOST, NVML_UP)
+INSTANCE_METRICS: Tuple[Metric, ...] = (
+    GPU_UTILIZATION,
+    GPU_MEMORY_USED_PERCENT,
+    GPU_XID_ERRORS,
+    GPU_ECC_DOUBLE_BIT,
+    GPU_REMAPPED_ROWS_UNCORRECTABLE,
+    GPU_LOST,
+    NVML_UP,
+)
 GROUP_METRICS: Tuple[Metric, ...] = (GPU_UTILIZATION, GPU_MEMORY_USED_PERCENT, GPU_XID_ERRORS, GPU_LOST)
 # The optional 10 s high-resolution subset (StorageResolution 1).
 HIGH_RESOLUTION_METRICS: Tuple[Metric, ...] = (GPU_UTILIZATION, GPU_MEMORY_USED_PERCENT)

@@ -187,3 +187,11 @@ class FleetActuator:
             clientRequestToken=token,
         )
         return f"UpdateNodegroupConfig {ref.cluster}/{ref.name} desiredSize = {desired}"
+
+    def mark_unhealthy(self, instance_id: str) -> str:
+        """Hand an instance with a failed GPU to its ASG, which replaces it (EKS node groups too: their
+        ASG does the replacing)."""
+        self.autoscaling.set_instance_health(
+            InstanceId=instance_id, HealthStatus="Unhealthy", ShouldRespectGracePeriod=False
+        )
+        return f"SetInstanceHealth {instance_id} = Unhealthy"

@@ -37,7 +37,13 @@ class GpuMetricsReader:
 
     def fetch(self, queries: list[SeriesQuery], start: datetime, end: datetime) -> dict[str, list[float]]:
         """Values (newest first) per query key; a series without data maps to []."""
-        result: dict[str, list[float]] = {q.key: [] for q in queries}
+        return {k: [v for _, v in points] for k, points in self.fetch_points(queries, start, end).items()}
+
+    def fetch_points(
+        self, queries: list[SeriesQuery], start: datetime, end: datetime
+    ) -> dict[str, list[tuple[datetime, float]]]:
+        """(timestamp, value) pairs, newest first, per query key; a series without data maps to []."""
+        result: dict[str, list[tuple[datetime, float]]] = {q.key: [] for q in queries}
         for batch in chunks(queries, defaults.GET_METRIC_DATA_MAX_QUERIES):
             ids = {f"q{i}": q.key for i, q in enumerate(batch)}
             request = [
@@ -68,7 +74,8 @@ class GpuMetricsReader:
                     args["NextToken"] = token
                 page = self.cloudwatch.get_metric_data(**args)
                 for res in page.get("MetricDataResults", []):
-                    result[ids[res["Id"]]].extend(float(v) for v in res.get("Values", []))
+                    pairs = zip(res.get("Timestamps", []), res.get("Values", []), strict=False)
+                    result[ids[res["Id"]]].extend((t, float(v)) for t, v in pairs)
                 token = page.get("NextToken")
                 if not token:
                     break
@@ -81,6 +88,26 @@ class GpuMetricsReader:
         ]
         values = self.fetch(queries, end - timedelta(seconds=lookback_s), end)
         return {k: (fmean(v) if v else None) for k, v in values.items()}
+
+    def list_gpus(self) -> list[tuple[str, int]]:
+        """(instance id, GPU index) of every GPU that published memory data in the last 3 hours
+        (ListMetrics, 500 per page)."""
+        found = set()
+        kwargs: dict[str, Any] = {
+            "Namespace": schema.NAMESPACE,
+            "MetricName": schema.GPU_MEMORY_USED.name,
+            "RecentlyActive": "PT3H",
+        }
+        while True:
+            page = self.cloudwatch.list_metrics(**kwargs)
+            for m in page.get("Metrics", []):
+                dims = {d["Name"]: d["Value"] for d in m.get("Dimensions", [])}
+                if set(dims) == set(schema.GPU_DIMENSIONS):
+                    found.add((dims[schema.DIM_INSTANCE_ID], int(dims[schema.DIM_GPU_INDEX])))
+            token = page.get("NextToken")
+            if not token:
+                return sorted(found)
+            kwargs["NextToken"] = token
 
     def instance_gpu(
         self, instance_ids: Iterable[str], end: datetime, lookback_s: int

@@ -3,6 +3,7 @@
 One table, keys pk/sk, TTL attribute `expiration` (shared with Powertools Idempotency records):
   GROUP#<key> / STATE                 version, last_scale_out_at, last_scale_in_at, lease
   GROUP#<key> / DECISION#<iso>#<id>   one decision, acted or not (TTL)
+  GROUP#<key> / GUARD                 the OOM guard's open risks and health findings, replacement times
   IDEMPOTENCY#<function> / <hash>     Powertools Idempotency
 """
 
@@ -18,9 +19,10 @@ from botocore.exceptions import ClientError
 
 from gpufleet import defaults
 from gpufleet.aws.fleet import chunks
-from gpufleet.models import Action, Decision, GroupState
+from gpufleet.models import Action, Decision, GroupState, GuardState
 
 STATE_SK = "STATE"
+GUARD_SK = "GUARD"
 DECISION_SK_PREFIX = "DECISION#"
 HOLD_TTL = timedelta(days=1)
 
@@ -151,3 +153,37 @@ class StateStore:
             Limit=limit,
         )
         return [Decision.model_validate(json.loads(i["decision"]["S"])) for i in resp.get("Items", [])]
+
+    # ---- the OOM guard's memory of a group ----
+
+    def load_guard(self, group_key: str) -> GuardState:
+        item = self.dynamodb.get_item(
+            TableName=self.table, Key={"pk": {"S": group_pk(group_key)}, "sk": {"S": GUARD_SK}}, ConsistentRead=True
+        ).get("Item")
+        if not item:
+            return GuardState()
+        return GuardState.model_validate_json(item["doc"]["S"]).model_copy(
+            update={"version": int(item["version"]["N"])}
+        )
+
+    def save_guard(self, group_key: str, state: GuardState, expected_version: int) -> bool:
+        """Conditional on the version read: two overlapping guard runs never both replace instances."""
+        condition = "attribute_not_exists(pk)" if expected_version == 0 else "version = :v"
+        values = {} if expected_version == 0 else {":v": {"N": str(expected_version)}}
+        try:
+            self.dynamodb.put_item(
+                TableName=self.table,
+                Item={
+                    "pk": {"S": group_pk(group_key)},
+                    "sk": {"S": GUARD_SK},
+                    "version": {"N": str(expected_version + 1)},
+                    "doc": {"S": state.model_dump_json(exclude={"version"})},
+                },
+                ConditionExpression=condition,
+                **({"ExpressionAttributeValues": values} if values else {}),
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True

@@ -1,0 +1,307 @@
+"""GPU memory risk and GPU health: pure rules over metric series. No boto3, no clock, no environment.
+
+Forecasting: a robust trend (Tukey's resistant line: medians of the first and last thirds) over the points since the
+last jump (more than `jump_percent` of the GPU's memory within a minute: a process exiting or loading),
+trusted only with enough points and a consistent direction (the thirds' medians rising in order), so noise and
+gaps do not raise false alarms. Time to full = headroom / slope.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gpufleet_node import schema
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Risk(StrEnum):
+    OK = "ok"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+    @property
+    def rank(self) -> int:
+        return {Risk.OK: 0, Risk.WARNING: 1, Risk.CRITICAL: 2}[self]
+
+
+# ---- policy ----
+
+
+class OomSettings(Frozen):
+    warning_percent: float = Field(default=90.0, gt=0, le=100)
+    critical_percent: float = Field(default=97.0, gt=0, le=100)
+    warning_minutes: float = Field(default=30.0, gt=0)  # full within this: WARNING
+    critical_minutes: float = Field(default=5.0, gt=0)  # full within this: CRITICAL
+    window_minutes: int = Field(default=15, ge=3, le=180)
+    min_points: int = Field(default=5, ge=3)
+    jump_percent: float = Field(default=10.0, gt=0, le=100)  # a minute-to-minute change this big restarts the trend
+    # Group-wide pressure: this share of a group's GPUs at WARNING or worse asks the scaler for a scale-out.
+    scale_out_on_pressure: bool = False
+    pressure_share: float = Field(default=0.5, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> OomSettings:
+        if self.critical_percent < self.warning_percent:
+            raise ValueError("critical_percent must be >= warning_percent")
+        if self.critical_minutes > self.warning_minutes:
+            raise ValueError("critical_minutes must be <= warning_minutes")
+        return self
+
+
+class HealthSettings(Frozen):
+    """XID codes counted as critical are the publisher's `critical_xids` (default schema.CRITICAL_XIDS)."""
+
+    xid: bool = True
+    ecc_double_bit: bool = True
+    remapped_rows: bool = True
+    gpu_lost: bool = True
+    replace_unhealthy: bool = False  # mark the instance Unhealthy in its ASG so it is replaced
+    max_replacements_per_hour: int = Field(default=1, ge=0, le=100)
+    min_healthy_percent: float = Field(default=75.0, ge=0, le=100)
+    lookback_minutes: int = Field(default=5, ge=1, le=60)
+
+
+class GuardPolicy(Frozen):
+    memory: OomSettings = OomSettings()
+    health: HealthSettings = HealthSettings()
+    critical_xids: tuple[int, ...] = schema.CRITICAL_XIDS  # documented here; counted by the publisher
+
+
+# ---- observations ----
+
+
+class GpuRef(Frozen):
+    group: str
+    instance_id: str
+    gpu_index: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.instance_id}/gpu{self.gpu_index}"
+
+
+class MemorySeries(Frozen):
+    gpu: GpuRef
+    points: tuple[tuple[datetime, float], ...]  # (minute, MiB used), oldest first, gaps allowed
+    total_mib: float | None = None
+    top_process_mib: float | None = None
+
+
+class Forecast(Frozen):
+    gpu: GpuRef
+    risk: Risk
+    used_mib: float | None = None
+    total_mib: float | None = None
+    used_percent: float | None = None
+    slope_mib_per_min: float | None = None
+    minutes_to_full: float | None = None
+    top_process_mib: float | None = None
+    points_used: int = 0
+    reason: str
+
+
+def resistant_slope(points: Sequence[tuple[float, float]]) -> tuple[float, bool]:
+    """Tukey's resistant line: the slope between the medians of the first and last thirds of the points,
+    and whether the medians of the three thirds rise in order (a consistent trend, not one noisy end).
+    Medians make it robust to spikes and noise; it is O(n), so 10,000 GPUs fit the evaluation budget."""
+    n = len(points)
+    third = max(1, n // 3)
+    first, middle, last = points[:third], points[third : n - third], points[n - third :]
+    if not middle:
+        return 0.0, False
+    x1, y1 = _median([x for x, _ in first]), _median([y for _, y in first])
+    x3, y3 = _median([x for x, _ in last]), _median([y for _, y in last])
+    y2 = _median([y for _, y in middle])
+    if x3 == x1:
+        return 0.0, False
+    return (y3 - y1) / (x3 - x1), y1 < y2 < y3
+
+
+def _median(values: list[float]) -> float:
+    values = sorted(values)
+    n = len(values)
+    return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+
+
+def since_last_jump(
+    points: Sequence[tuple[datetime, float]], total: float, jump_percent: float
+) -> list[tuple[datetime, float]]:
+    """The points after the last jump bigger than jump_percent of total, either way: a drop is a process
+    exiting (a reset), a rise is a process loading its model. A leak is gradual; jumps are not trends."""
+    threshold = total * jump_percent / 100
+    start = 0
+    for i in range(1, len(points)):
+        if abs(points[i][1] - points[i - 1][1]) > threshold:
+            start = i
+    return list(points[start:])
+
+
+def forecast_gpu(series: MemorySeries, now: datetime, s: OomSettings) -> Forecast:
+    gpu = series.gpu
+    if not series.points or not series.total_mib:
+        return Forecast(gpu=gpu, risk=Risk.OK, reason="no memory data (insufficient data): not judged")
+    total = series.total_mib
+    since = now - timedelta(minutes=s.window_minutes)
+    recent = [p for p in series.points if p[0] >= since]
+    if not recent:
+        return Forecast(gpu=gpu, risk=Risk.OK, total_mib=total, reason="no recent memory data: not judged")
+    used = recent[-1][1]
+    pct = 100.0 * used / total
+    base = {
+        "gpu": gpu,
+        "used_mib": used,
+        "total_mib": total,
+        "used_percent": pct,
+        "top_process_mib": series.top_process_mib,
+    }
+    trend = since_last_jump(recent, total, s.jump_percent)
+    slope = minutes = None
+    # No pairwise slope can exceed (max - min) per minute; if even that cannot fill the GPU within the
+    # warning horizon, the trend cannot raise the level, and the O(n^2) estimate is skipped (most GPUs).
+    values = [v for _, v in trend]
+    possible = bool(values) and (max(values) - min(values)) * s.warning_minutes >= total - used
+    if len(trend) >= s.min_points and possible:
+        t0 = trend[0][0]
+        slope, consistent = resistant_slope([((t - t0).total_seconds() / 60, v) for t, v in trend])
+        if slope > 0 and consistent:
+            minutes = (total - used) / slope
+    base.update(slope_mib_per_min=slope, minutes_to_full=minutes, points_used=len(trend))
+    trend_text = (
+        f"rising {slope:.0f} MiB/min over {len(trend)} min, full in ~{minutes:.0f} min"
+        if minutes is not None and slope is not None
+        else (
+            f"no consistent rise over {len(trend)} min" if len(trend) >= s.min_points else "too few points for a trend"
+        )
+    )
+    level = Risk.OK
+    if pct >= s.critical_percent or (minutes is not None and minutes <= s.critical_minutes):
+        level = Risk.CRITICAL
+    elif pct >= s.warning_percent or (minutes is not None and minutes <= s.warning_minutes):
+        level = Risk.WARNING
+    reason = f"{pct:.1f}% of {total / 1024:.0f} GiB used; {trend_text}"
+    return Forecast(**base, risk=level, reason=reason)
+
+
+# ---- health ----
+
+
+class HealthCounts(Frozen):
+    """Sums over the lookback of the publisher's health counters for one GPU."""
+
+    gpu: GpuRef
+    xid_errors: float = 0
+    ecc_double_bit: float = 0
+    remapped_uncorrectable: float = 0
+    lost: float = 0
+
+
+class HealthFinding(Frozen):
+    gpu: GpuRef
+    problems: tuple[str, ...]
+    reason: str
+
+
+def health_findings(counts: Sequence[HealthCounts], s: HealthSettings) -> list[HealthFinding]:
+    out = []
+    for c in counts:
+        problems = []
+        if s.gpu_lost and c.lost > 0:
+            problems.append("GPU lost (fell off the bus)")
+        if s.xid and c.xid_errors > 0:
+            problems.append(f"{c.xid_errors:.0f} critical XID error(s)")
+        if s.ecc_double_bit and c.ecc_double_bit > 0:
+            problems.append(f"{c.ecc_double_bit:.0f} uncorrectable ECC error(s)")
+        if s.remapped_rows and c.remapped_uncorrectable > 0:
+            problems.append(f"{c.remapped_uncorrectable:.0f} row(s) remapped after uncorrectable errors")
+        if problems:
+            out.append(
+                HealthFinding(
+                    gpu=c.gpu,
+                    problems=tuple(problems),
+                    reason=f"{c.gpu.instance_id} GPU {c.gpu.gpu_index}: " + "; ".join(problems),
+                )
+            )
+    return out
+
+
+class Replacement(Frozen):
+    instance_id: str
+    group: str
+    act: bool
+    reason: str
+
+
+def choose_replacements(
+    findings: Sequence[HealthFinding],
+    in_service: dict[str, int],
+    group_min: dict[str, int],
+    recent_replacements: dict[str, Sequence[datetime]],
+    now: datetime,
+    s: HealthSettings,
+) -> list[Replacement]:
+    """Which unhealthy instances to hand to their ASG for replacement, within the blast radius: at most
+    `max_replacements_per_hour` per group, and never fewer healthy in-service instances than
+    max(group min, min_healthy_percent of in-service)."""
+    out = []
+    by_group: dict[str, list[str]] = {}
+    for f in findings:
+        ids = by_group.setdefault(f.gpu.group, [])
+        if f.gpu.instance_id not in ids:
+            ids.append(f.gpu.instance_id)
+    for group, instances in sorted(by_group.items()):
+        hour_ago = now - timedelta(hours=1)
+        budget = s.max_replacements_per_hour - sum(1 for t in recent_replacements.get(group, ()) if t > hour_ago)
+        serving = in_service.get(group, 0)
+        floor = max(group_min.get(group, 0), int(-(-serving * s.min_healthy_percent // 100)))
+        healthy_after = serving
+        for iid in sorted(instances):
+            if not s.replace_unhealthy:
+                out.append(
+                    Replacement(instance_id=iid, group=group, act=False, reason="replacement is off in the policy")
+                )
+            elif budget <= 0:
+                out.append(
+                    Replacement(
+                        instance_id=iid,
+                        group=group,
+                        act=False,
+                        reason=f"blast radius: {s.max_replacements_per_hour} replacement(s) per hour already used",
+                    )
+                )
+            elif healthy_after - 1 < floor:
+                out.append(
+                    Replacement(
+                        instance_id=iid,
+                        group=group,
+                        act=False,
+                        reason=f"blast radius: would leave {healthy_after - 1} healthy, below {floor}",
+                    )
+                )
+            else:
+                budget -= 1
+                healthy_after -= 1
+                out.append(
+                    Replacement(instance_id=iid, group=group, act=True, reason="unhealthy GPU: replace the instance")
+                )
+    return out
+
+
+def group_pressure(forecasts: Sequence[Forecast], gpus_per_group: dict[str, int], s: OomSettings) -> dict[str, str]:
+    """Groups where at least `pressure_share` of the GPUs are at WARNING or worse -> the reason."""
+    at_risk: dict[str, int] = {}
+    for f in forecasts:
+        if f.risk is not Risk.OK:
+            at_risk[f.gpu.group] = at_risk.get(f.gpu.group, 0) + 1
+    out = {}
+    for group, n in at_risk.items():
+        total = gpus_per_group.get(group, 0)
+        if total and n / total >= s.pressure_share:
+            out[group] = f"memory pressure: {n} of {total} GPUs at risk of running out of memory"
+    return out
