@@ -295,6 +295,57 @@ def bench_guard(gpus: int = 10_000, per_instance: int = 8, repeat: int = 5) -> l
     ]
 
 
+def _asg(clients: Any, name: str) -> dict[str, Any]:
+    found: dict[str, Any] = clients.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[name])[
+        "AutoScalingGroups"
+    ][0]
+    return found
+
+
+def bench_spot_sweep(groups: int = 500) -> str:
+    """spot_watch's sweep over N managed ASGs against moto server: API calls and wall time."""
+    from aws_lambda_powertools import Logger, Metrics
+
+    from gpufleet import defaults
+    from gpufleet.runtime import build_spot_watch
+    from rehearsal import fleet
+    from rehearsal.moto import moto_server
+    from tests.integration.conftest import TABLE, count_calls
+
+    with moto_server():
+        clients = fleet.Clients.create()
+        fleet.create_state_table(clients.dynamodb, TABLE)
+        for i in range(groups):
+            fleet.create_asg(clients, f"gpu-{i:03d}", min_size=0, max_size=4, desired=1, tags=fleet.MANAGED_TAG)
+        for i in range(0, groups, 50):  # every 50th group is one instance short after a failed launch [emulated]
+            name = f"gpu-{i:03d}"
+            before = {x["InstanceId"] for x in _asg(clients, name)["Instances"]}
+            clients.autoscaling.set_desired_capacity(AutoScalingGroupName=name, DesiredCapacity=2)
+            new = [x["InstanceId"] for x in _asg(clients, name)["Instances"] if x["InstanceId"] not in before]
+            fleet.hold_out_of_service(clients.autoscaling, name, new)
+            fleet.inject_failed_launch(
+                os.environ["AWS_ENDPOINT_URL"], name, NOW - timedelta(minutes=2), "UnfulfillableCapacity"
+            )
+        policy = ROOT / "bench" / "out" / "spot-policy.yaml"
+        policy.parent.mkdir(exist_ok=True)
+        policy.write_text("discovery: {eks: false}\n")
+        env = {defaults.ENV_STATE_TABLE: TABLE, defaults.ENV_POLICY_FILE: str(policy)}
+        watch = build_spot_watch(Logger(service="bench", level="ERROR"), Metrics(service="bench"), env=env)
+        calls = count_calls(watch.fleet.autoscaling, watch.fleet.eks, watch.state.dynamodb)
+        started = time.perf_counter()
+        result = watch.sweep(NOW, "bench")
+        wall = time.perf_counter() - started
+    found = sum(len(g["new_failures"]) for g in result["groups"])
+    control = {k.split(":")[1]: v for k, v in calls.items() if not k.startswith("dynamodb:")}
+    ddb = sum(v for k, v in calls.items() if k.startswith("dynamodb:"))
+    detail = ", ".join(f"{k} {v}" for k, v in sorted(control.items()))
+    return (
+        f"| spot_watch sweep, {groups} managed ASGs ({groups // 50} short of capacity), moto server | "
+        f"{sum(control.values())} control-plane calls "
+        f"({detail}); {ddb} DynamoDB calls | {found} failed launches found | {wall:.1f} s wall |"
+    )
+
+
 def bench_decide(groups: int, repeat: int = 20) -> str:
     ref = [GroupRef(kind=GroupKind.ASG, name=f"g{i}") for i in range(groups)]
     obs = [
@@ -408,6 +459,7 @@ def main() -> int:
         print(row, flush=True)
     for row in bench_guard():
         print(row, flush=True)
+    print(bench_spot_sweep(), flush=True)
     return 0
 
 

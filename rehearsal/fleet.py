@@ -248,3 +248,65 @@ def sqs_event(
             for m in messages
         ]
     }
+
+
+# ---- EMULATED failed launches (moto never fails one; rehearsal.moto_ext serves what is injected) ----
+
+
+def inject_failed_launch(
+    endpoint: str, asg: str, at: Any, message: str, az: str = "us-east-1a", activity_id: str | None = None
+) -> str:
+    """[emulated EC2 Auto Scaling] record a failed launch activity, as AWS would after a failed launch."""
+    import urllib.request
+    import uuid
+
+    activity_id = activity_id or str(uuid.uuid4())
+    activity = {
+        "ActivityId": activity_id,
+        "AutoScalingGroupName": asg,
+        "Description": "Launching a new EC2 instance.  Status Reason: " + message,
+        "Cause": f"At {at:%Y-%m-%dT%H:%M:%SZ} an instance was started in response to a difference between "
+        "desired and actual capacity.",
+        "StartTime": at.isoformat(),
+        "EndTime": at.isoformat(),
+        "StatusCode": "Failed",
+        "StatusMessage": message,
+        "Progress": 100,
+        "Details": json.dumps({"Subnet ID": "subnet-0a1b2c3d", "Availability Zone": az}),
+    }
+    req = urllib.request.Request(
+        f"{endpoint}/_gpufleet/emulation/scaling-activities", data=json.dumps([activity]).encode(), method="POST"
+    )
+    with urllib.request.urlopen(req, timeout=10):
+        return activity_id
+
+
+def _set_lifecycle(group: str, instance_ids: list[str], state: str) -> None:
+    import os
+    import urllib.request
+
+    req = urllib.request.Request(
+        f"{os.environ['AWS_ENDPOINT_URL']}/_gpufleet/emulation/lifecycle",
+        data=json.dumps({"group": group, "instance_ids": instance_ids, "state": state}).encode(),
+        method="POST",
+    )
+    with urllib.request.urlopen(req, timeout=10):
+        pass
+
+
+def hold_out_of_service(autoscaling: Any, asg: str, instance_ids: list[str]) -> None:
+    """[emulated spot outage] instances the ASG asked for but EC2 could not deliver stay Pending (moto
+    would have them InService at once), so desired - in service is the unfulfilled capacity, as in AWS."""
+    if instance_ids:
+        _set_lifecycle(asg, instance_ids, "Pending")
+
+
+def deliver_held(autoscaling: Any, asg: str) -> list[str]:
+    """[emulated spot recovery] the held instances come into service; any the ASG launched beyond its
+    desired capacity meanwhile (moto re-launches for Pending ones) are trimmed by re-applying desired."""
+    group = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[asg])["AutoScalingGroups"][0]
+    held = [i["InstanceId"] for i in group["Instances"] if i["LifecycleState"] == "Pending"]
+    if held:
+        _set_lifecycle(asg, held, "InService")
+        autoscaling.set_desired_capacity(AutoScalingGroupName=asg, DesiredCapacity=group["DesiredCapacity"])
+    return held

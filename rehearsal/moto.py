@@ -31,7 +31,8 @@ class MotoServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self._log = open(log_path, "w") if log_path else subprocess.DEVNULL  # noqa: SIM115 (closed in stop)
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            # moto server plus injectable scaling activities (rehearsal.moto_ext: emulation, labelled there)
+            [sys.executable, "-m", "rehearsal.moto_ext", "-H", "127.0.0.1", "-p", str(self.port)],
             stdout=self._log,
             stderr=self._log,
         )

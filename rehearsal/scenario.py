@@ -30,7 +30,7 @@ from gpufleet import defaults
 from gpufleet.aws.metrics import group_dimensions
 from gpufleet.cli import LocalLambdaContext
 from gpufleet.models import GroupKind, GroupRef
-from gpufleet.runtime import build_guard, build_notifier, build_scaler
+from gpufleet.runtime import build_guard, build_notifier, build_scaler, build_spot_watch
 from gpufleet.triggers import InvalidEvent
 from gpufleet_node.identity import Identity
 from gpufleet_node.nvml import SimulatedBackend
@@ -43,6 +43,12 @@ from rehearsal.slack import Received, SlackReceiver, describe
 START = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)  # a Monday
 TABLE = "gpufleet-state"
 TRAIN = GroupRef(kind=GroupKind.ASG, name="train-spot")
+FALLBACK = GroupRef(kind=GroupKind.ASG, name="train-ondemand")  # on-demand, raised only when spot fails
+SPOT_OUTAGE = range(15, 33)  # minutes during which EC2 has no g5.12xlarge spot capacity [emulated]
+SPOT_FULL = (
+    "Could not launch Spot Instances. UnfulfillableCapacity - Unable to fulfill capacity due to your request "
+    "configuration. Please adjust your request and try again. Launching EC2 instance failed."
+)
 INFER = GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster="ml", name="infer-gpu")
 IDLE_UTIL, IDLE_MEM = 5.0, 10.0
 GPUS_PER_NODE = 4  # g5.12xlarge
@@ -95,6 +101,13 @@ groups:
         duration_minutes: 20
         min: 2
         desired: 3
+spot:
+  groups:
+    - group: asg:train-spot
+      fallback: {{group: asg:train-ondemand, wait_minutes: 5}}
+  prices:
+    on_demand: {{g5.12xlarge: 5.672}}
+    spot: {{g5.12xlarge: 2.10}}
 guard:
   memory: {{window_minutes: 10}}
   health: {{replace_unhealthy: true, max_replacements_per_hour: 1, min_healthy_percent: 50, lookback_minutes: 10}}
@@ -158,6 +171,11 @@ class Rehearsal:
         self.nodes: dict[str, Node] = {}
         self.publishers: dict[str, Publisher] = {}
         self.xid_node: str | None = None
+        self.spot_delivered: set[str] = set()
+        self.spot_event_sent = False
+        self.pending_launch_events: list[dict[str, Any]] = []
+        self.spot_failures: list[dict[str, Any]] = []
+        self.fallback_moves: list[tuple[int, int, int]] = []
         self.guard_results: list[tuple[int, dict[str, Any]]] = []
         self.node_minutes = 0
         self.put_metric_calls = 0
@@ -182,6 +200,7 @@ class Rehearsal:
         c = self.clients
         fleet.create_state_table(c.dynamodb, TABLE)
         fleet.create_asg(c, TRAIN.name, min_size=1, max_size=8, desired=2, tags=fleet.MANAGED_TAG)
+        fleet.create_asg(c, FALLBACK.name, min_size=0, max_size=4, desired=0, tags=fleet.MANAGED_TAG)
         self.backing_asg[TRAIN.key] = TRAIN.name
         self.backing_asg[INFER.key] = fleet.create_nodegroup(
             c, "ml", INFER.name, min_size=1, max_size=6, desired=2, tags=fleet.MANAGED_TAG
@@ -209,6 +228,7 @@ class Rehearsal:
         scaler, idempotency = build_scaler(self._logger("scaler"), self.emf, env=env)
         self.notifier = build_notifier(self._logger("notifier"), Metrics(service="notifier"), env=env)
         self.guard = build_guard(self._logger("oom_guard"), Metrics(service="oom_guard"), env=env)
+        self.spot_watch = build_spot_watch(self._logger("spot_watch"), Metrics(service="spot_watch"), env=env)
         idempotency.register_lambda_context(LocalLambdaContext("scaler", timeout_s=900))  # type: ignore[arg-type]
         self.say(
             0,
@@ -328,6 +348,86 @@ class Rehearsal:
                 self._check_victims(minute, d)
         return decisions
 
+    def emulate_spot_market(self, minute: int) -> None:
+        """[emulated EC2 spot market] during the outage, instances train-spot asks for are not delivered
+        (held out of service) and each minute's attempt is a failed launch activity; afterwards they arrive."""
+        asg = self.clients.autoscaling
+        if minute == SPOT_OUTAGE.start:
+            self.spot_delivered = set(self._instances(TRAIN.key))
+            self.say(
+                minute, "[emulated EC2] g5.12xlarge spot capacity exhausted in us-east-1: train-spot cannot launch"
+            )
+        if minute in SPOT_OUTAGE:
+            group = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[TRAIN.name])["AutoScalingGroups"][0]
+            new = [
+                i["InstanceId"]
+                for i in group["Instances"]
+                if i["LifecycleState"] == "InService" and i["InstanceId"] not in self.spot_delivered
+            ]
+            fleet.hold_out_of_service(asg, TRAIN.name, new)
+            held = sum(1 for i in group["Instances"] if i["LifecycleState"] == "Pending") + len(new)
+            if held:
+                at = START + timedelta(minutes=minute, seconds=5)
+                activity = fleet.inject_failed_launch(
+                    os.environ[defaults.ENV_ENDPOINT_URL],
+                    TRAIN.name,
+                    at,
+                    SPOT_FULL,
+                    az=("us-east-1a", "us-east-1b")[minute % 2],
+                )
+                if not self.spot_event_sent:  # EventBridge delivers this one too; the sweep sees it as well
+                    self.spot_event_sent = True
+                    self.pending_launch_events.append(self._launch_event(activity, at))
+        if minute == SPOT_OUTAGE.stop:
+            arrived = fleet.deliver_held(asg, TRAIN.name)
+            self.say(minute, f"[emulated EC2] spot capacity is back: {len(arrived)} held train-spot instance(s) launch")
+
+    def _launch_event(self, activity: str, at: datetime) -> dict[str, Any]:
+        return {
+            "version": "0",
+            "id": f"launch-{activity[:8]}",
+            "detail-type": "EC2 Instance Launch Unsuccessful",
+            "source": "aws.autoscaling",
+            "account": "123456789012",
+            "time": at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "region": "us-east-1",
+            "resources": [],
+            "detail": {
+                "StatusCode": "Failed",
+                "AutoScalingGroupName": TRAIN.name,
+                "ActivityId": activity,
+                "StatusMessage": SPOT_FULL,
+                "StartTime": at.isoformat(),
+                "Details": {"Availability Zone": "us-east-1a"},
+            },
+        }
+
+    def run_spot_watch(self, minute: int) -> None:
+        now = START + timedelta(minutes=minute, seconds=45)
+        results = []
+        while self.pending_launch_events:
+            results += self.spot_watch.handle(self.pending_launch_events.pop(0), now)["results"]
+        results += self.spot_watch.handle(
+            {
+                "gpufleet": "reconcile",
+                "execution_id": f"spot-{minute}",
+                "scheduled_time": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            },
+            now,
+        )["results"]
+        self.emf.clear_metrics()
+        for group in (g for r in results for g in r.get("groups", [])):
+            for f in group["new_failures"]:
+                self.spot_failures.append(f)
+                self.say(minute, f"  spot_watch: {group['group']} launch failed: {f['class']} {f['offering']}")
+            action = group.get("fallback_action")
+            if action and action["outcome"] in ("applied", "dry-run"):
+                self.fallback_moves.append((minute, action["current"], action["desired"]))
+                self.say(
+                    minute,
+                    f"  spot_watch: {action['group']} {action['current']} -> {action['desired']}: {action['reason']}",
+                )
+
     def run_guard(self, minute: int) -> None:
         """The OOM guard on the reconcile tick; then [emulated EC2 Auto Scaling] replaces Unhealthy instances."""
         now = START + timedelta(minutes=minute, seconds=40)
@@ -361,6 +461,7 @@ class Rehearsal:
             self.minute = minute
             for note in fleet.sync_nodegroup_asgs(self.clients):
                 self.say(minute, note)
+            self.emulate_spot_market(minute)
             averages = self.publish(minute)
             now = START + timedelta(minutes=minute, seconds=15)
             for event in self.alarms.tick(now):
@@ -380,6 +481,7 @@ class Rehearsal:
             self.invoke(scaler, tick, minute)
             if minute % GUARD_EVERY_MIN == 0:
                 self.run_guard(minute)
+            self.run_spot_watch(minute)
             if minute == 20:
                 self.receiver.script.append("429:1")  # Slack rate-limits one post; slack-sdk waits and retries
             self.notify(minute)
@@ -398,6 +500,7 @@ class Rehearsal:
         self.verify()
         self.verify_publisher()
         self.verify_guard()
+        self.verify_spot()
         self.verify_notifications()
         return self.result
 
@@ -480,6 +583,25 @@ class Rehearsal:
             if not any(needle in t for t in kinds):
                 r.failures.append(f"no Slack message with {needle!r}")
 
+    def verify_spot(self) -> None:
+        r = self.result
+        up = [m for m in self.fallback_moves if m[2] > m[1]]
+        down = [m for m in self.fallback_moves if m[2] < m[1]]
+        ends_at_zero = bool(self.fallback_moves) and self.fallback_moves[-1][2] == 0
+        first_failure = SPOT_OUTAGE.start
+        if up and up[0][0] - first_failure >= 5 and down and ends_at_zero and down[0][0] >= SPOT_OUTAGE.stop:
+            r.checks.append(
+                f"spot outage: {len(self.spot_failures)} failed launches classified spot-capacity (event + sweep "
+                f"counted once); fallback raised at minute {up[0][0]} after the 5 min wait, handed back from minute "
+                f"{down[0][0]} as spot instances came into service"
+            )
+        else:
+            r.failures.append(f"spot fallback cycle incomplete: moves {self.fallback_moves}")
+        texts = [p["text"] for p in r.slack]
+        for needle in ("launch(es) failed: spot-capacity", "fell back to on-demand", "launches recovered"):
+            if not any(needle in t for t in texts):
+                r.failures.append(f"no Slack message with {needle!r}")
+
     def verify_publisher(self) -> None:
         r = self.result
         calls = self.put_metric_calls + sum(p.sender.calls for p in self.publishers.values())
@@ -508,9 +630,7 @@ class Rehearsal:
         if any(b - a < interval_min for minutes in by_incident.values() for a, b in itertools.pairwise(minutes)):
             r.failures.append(f"an incident was posted more often than every {interval_min} min: {by_incident}")
         else:
-            r.checks.append(
-                f"{len(by_incident)} incidents (one thread per group), updates at most every {interval_min} min"
-            )
+            r.checks.append(f"{len(by_incident)} incidents (one thread each), updates at most every {interval_min} min")
         if any(p["answered"] is False for p in posts) or len(set(map(json.dumps, posts))) != len(posts):
             r.failures.append("a Slack post was repeated")
         sns = fleet.drain(self.clients_sqs, self.stack.sns_inbox_url)

@@ -80,7 +80,7 @@ def test_runtime_is_python313_arm64_and_layers_build_for_arm64(template: dict[st
             assert res["Metadata"] == {"BuildMethod": "python3.13", "BuildArchitecture": "arm64"}, name
 
 
-@pytest.mark.parametrize("function", ["ScalerFunction", "OomGuardFunction"])
+@pytest.mark.parametrize("function", ["ScalerFunction", "OomGuardFunction", "SpotWatchFunction"])
 def test_scaling_calls_are_limited_to_tagged_resources(template: dict[str, Any], function: str) -> None:
     policies = template["Resources"][function]["Properties"]["Policies"]
     statements = [s for p in policies if isinstance(p, dict) and "Statement" in p for s in p["Statement"]]

@@ -38,6 +38,8 @@ def test_rehearsal_meets_its_expected_outcomes(tmp_path: Path) -> None:
         "(one call per node-minute)",
         "WARNING at minute",
         "health incident, instance replaced once",
+        "spot outage:",
+        "after the 5 min wait, handed back",
     ):
         assert expected in out
     assert "FAIL" not in out

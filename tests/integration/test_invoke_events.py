@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EVENT_FILES = sorted(p for p in (ROOT / "events" / "scaler").iterdir() if p.is_file())
 NOTIFIER_EVENTS = sorted(p for p in (ROOT / "events" / "notifier").iterdir() if p.is_file())
 GUARD_EVENTS = sorted(p for p in (ROOT / "events" / "oom_guard").iterdir() if p.is_file())
+SPOT_EVENTS = sorted(p for p in (ROOT / "events" / "spot_watch").iterdir() if p.is_file())
 
 
 def test_every_events_directory_belongs_to_a_function_and_is_tested() -> None:
@@ -46,9 +47,13 @@ def gpufleet(*args: str, extra_env: dict[str, str] | None = None) -> subprocess.
 
 
 def invoke_scaler(fleet: Fleet, event: Path) -> subprocess.CompletedProcess[str]:
+    return invoke_function("scaler", fleet, event)
+
+
+def invoke_function(function: str, fleet: Fleet, event: Path) -> subprocess.CompletedProcess[str]:
     return gpufleet(
         "invoke",
-        "scaler",
+        function,
         "--event",
         str(event),
         "--endpoint",
@@ -140,18 +145,7 @@ def test_invoke_every_notifier_sample_event(aws: str, tmp_path: Path, path: Path
 
 @pytest.mark.parametrize("path", GUARD_EVENTS, ids=lambda p: p.name)
 def test_invoke_every_oom_guard_sample_event(gpu_fleet: Fleet, path: Path) -> None:
-    proc = gpufleet(
-        "invoke",
-        "oom_guard",
-        "--event",
-        str(path),
-        "--endpoint",
-        gpu_fleet.endpoint,
-        "--policy",
-        str(gpu_fleet.policy_path),
-        "--table",
-        TABLE,
-    )
+    proc = invoke_function("oom_guard", gpu_fleet, path)
     if path.name.startswith("bad-"):
         assert proc.returncode != 0 and "error:" in proc.stderr
         return
@@ -159,3 +153,25 @@ def test_invoke_every_oom_guard_sample_event(gpu_fleet: Fleet, path: Path) -> No
     result = json.loads(proc.stdout[proc.stdout.index('{\n  "results"') :])
     [run] = result["results"]
     assert run["gpus"] == 0 and run["at_risk"] == {}  # no publisher data in this fleet: nothing judged
+
+
+@pytest.mark.parametrize("path", SPOT_EVENTS, ids=lambda p: p.name)
+def test_invoke_every_spot_watch_sample_event(gpu_fleet: Fleet, path: Path) -> None:
+    proc = invoke_function("spot_watch", gpu_fleet, path)
+    if path.name.startswith("bad-"):
+        assert proc.returncode != 0 and "error:" in proc.stderr
+        return
+    assert proc.returncode == 0, proc.stderr
+    [run] = json.loads(proc.stdout[proc.stdout.index('{\n  "results"') :])["results"]
+    if path.name.startswith("launch-unsuccessful"):
+        [group] = run["groups"]
+        expected = {
+            "spot-capacity": "spot-capacity",
+            "insufficient-capacity": "spot-capacity",
+            "vcpu-quota": "quota",
+            "subnet-full": "subnet-ip-exhaustion",
+        }[path.stem.removeprefix("launch-unsuccessful-")]
+        assert [f["class"] for f in group["new_failures"]] == [expected]
+    else:
+        # Both managed groups have their capacity in service: nothing to read, nothing found.
+        assert run["groups_managed"] == 2 and run["groups"] == []

@@ -54,7 +54,7 @@ def effective_bounds(obs: GroupObservation, settings: GroupSettings, now: dateti
     return Bounds(min=lo, max=hi, floor=floor, window=window_name)
 
 
-def _cooldown_left(direction: Direction, state: GroupState, settings: GroupSettings, now: datetime) -> timedelta:
+def cooldown_left(direction: Direction, state: GroupState, settings: GroupSettings, now: datetime) -> timedelta:
     """Scale-out waits for the last scale-out; scale-in waits for any last change."""
     if direction is Direction.OUT:
         marks = [(state.last_scale_out_at, settings.scale_out_cooldown_s)]
@@ -157,7 +157,7 @@ class _Ctx:
         """Move one step in `direction`, honouring bounds, cooldowns and (for scale-in) victims."""
         obs, b, s = self.obs, self.bounds, self.settings
         current = obs.desired
-        left = _cooldown_left(direction, self.state, s, self.now)
+        left = cooldown_left(direction, self.state, s, self.now)
         if left > timedelta(0):
             return self.decision(
                 Action.HOLD,

@@ -20,6 +20,7 @@ from gpufleet import defaults
 from gpufleet.models import Direction, GroupKind, GroupRef
 from gpufleet.notifications import NotificationPolicy
 from gpufleet.oom import GuardPolicy
+from gpufleet.spot import SpotPolicy
 
 
 class PolicyError(ValueError):
@@ -225,6 +226,7 @@ class FleetPolicy(Strict):
     alarms: tuple[AlarmMapping, ...] = ()
     notifications: NotificationPolicy = NotificationPolicy()
     guard: GuardPolicy = GuardPolicy()  # the OOM guard and GPU health checks
+    spot: SpotPolicy = SpotPolicy()  # failed launches: backoff, fallback groups, prices
 
     def settings_for(self, ref: GroupRef, tags: dict[str, str]) -> GroupSettings | None:
         """The first matching rule over the defaults; None if the group is not selected at all."""

@@ -18,7 +18,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from gpufleet.aws.fleet import FleetActuator, FleetReader
 from gpufleet.aws.metrics import GpuMetricsReader, SeriesQuery
-from gpufleet.aws.outbox import NotificationQueue
+from gpufleet.aws.outbox import NotificationQueue, enqueue_or_log
 from gpufleet.aws.state import StateStore
 from gpufleet.fleet_policy import FleetPolicy
 from gpufleet.models import Direction, GuardState
@@ -373,15 +373,7 @@ class OomGuard:
         )
 
     def _send(self, notes: list[Notification]) -> None:
-        if not notes or self.outbox is None:
-            return
-        try:
-            self.outbox.send(notes)
-        except Exception:
-            self.logger.exception(
-                "notifications not queued", extra={"notifications": [n.model_dump(mode="json") for n in notes]}
-            )
-            self.emf.add_metric(name="NotificationsNotQueued", unit=MetricUnit.Count, value=len(notes))
+        enqueue_or_log(self.outbox, notes, self.logger, self.emf)
 
     def _report(self, forecasts: list[Forecast], findings: list[HealthFinding], replaced: list[Replacement]) -> None:
         for f in forecasts:

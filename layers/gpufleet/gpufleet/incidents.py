@@ -15,18 +15,15 @@ import hashlib
 from datetime import datetime, timedelta
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from gpufleet.models import Frozen
 from gpufleet.notifications import FlapDamping, Grouping, IncidentState, Link, Notification, Severity
 
 MAX_PENDING_UPDATES = 20
 MAX_SEEN_IDS = 200
 
 Occasion = Literal["new", "update", "repeat", "resolved", "flapping"]
-
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class Update(Frozen):

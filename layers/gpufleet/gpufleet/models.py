@@ -107,6 +107,7 @@ class InstanceObservation(Frozen):
     instance_id: str
     lifecycle_state: str = "InService"
     protected_from_scale_in: bool = False
+    instance_type: str | None = None
     gpu_utilization: float | None = None  # busiest GPU on the instance, percent
     gpu_memory_percent: float | None = None  # fullest GPU on the instance, percent
 

@@ -12,13 +12,10 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from gpufleet.models import Frozen
 from gpufleet_node import schema
-
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class Risk(StrEnum):

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from gpufleet.guard import OomGuard
     from gpufleet.notifier import Notifier
     from gpufleet.slack import SlackPoster
+    from gpufleet.spot_watch import SpotWatch
 
 
 def _truthy(value: str | None) -> bool:
@@ -180,18 +181,43 @@ def build_guard(
     """The OOM guard shares the scaler's clients, state and decision path (for memory-pressure scale-outs)."""
     from gpufleet.guard import OomGuard
 
-    env = os.environ if env is None else env
-    scaler, _ = build_scaler(logger, emf, env, session)
-    return OomGuard(
-        fleet=scaler.fleet,
-        actuator=scaler.actuator,
-        metrics=scaler.metrics,
-        state=scaler.state,
-        scaler=scaler,
-        load_policy=scaler.load_policy,
-        logger=logger,
-        emf=emf,
-        outbox=scaler.outbox,
-        region=scaler.region,
-        global_dry_run=scaler.global_dry_run,
+    scaler = _shared_scaler(logger, emf, env, session)
+    return OomGuard(actuator=scaler.actuator, metrics=scaler.metrics, **_controller_parts(scaler))
+
+
+def build_spot_watch(
+    logger: Logger,
+    emf: Metrics,
+    env: Mapping[str, str] | None = None,
+    session: boto3.session.Session | None = None,
+) -> SpotWatch:
+    """spot_watch shares the scaler's clients, state and execution path (for the fallback group)."""
+    from gpufleet.aws.activities import LaunchActivityReader
+    from gpufleet.spot_watch import SpotWatch
+
+    scaler = _shared_scaler(logger, emf, env, session)
+    return SpotWatch(
+        activities=LaunchActivityReader(scaler.fleet.autoscaling, scaler.fleet.eks), **_controller_parts(scaler)
     )
+
+
+def _shared_scaler(
+    logger: Logger, emf: Metrics, env: Mapping[str, str] | None, session: boto3.session.Session | None
+) -> Scaler:
+    scaler, _ = build_scaler(logger, emf, os.environ if env is None else env, session)
+    return scaler
+
+
+def _controller_parts(scaler: Scaler) -> dict[str, Any]:
+    """What the OOM guard and spot_watch share with the scaler: clients, state, decision path, settings."""
+    return {
+        "fleet": scaler.fleet,
+        "state": scaler.state,
+        "scaler": scaler,
+        "load_policy": scaler.load_policy,
+        "logger": scaler.logger,
+        "emf": scaler.emf,
+        "outbox": scaler.outbox,
+        "region": scaler.region,
+        "global_dry_run": scaler.global_dry_run,
+    }

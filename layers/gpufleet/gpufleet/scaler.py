@@ -20,7 +20,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from gpufleet.aws.alarms import AlarmReader
 from gpufleet.aws.fleet import FleetActuator, FleetReader
 from gpufleet.aws.metrics import GpuMetricsReader
-from gpufleet.aws.outbox import NotificationQueue
+from gpufleet.aws.outbox import NotificationQueue, enqueue_or_log
 from gpufleet.aws.state import StateStore
 from gpufleet.decide import decide_alarm, decide_reconcile, decide_request
 from gpufleet.fleet_policy import FleetPolicy, GroupSettings
@@ -190,6 +190,15 @@ class Scaler:
         self._notify(ReconcileTick(event_id=event_id, source="manual", at=now), [decision], policy)
         return decision
 
+    def apply_external(self, decision: Decision, obs: GroupObservation, policy: FleetPolicy) -> Decision:
+        """A change decided by another controller (spot_watch's fallback) executed like the scaler's own:
+        the group's lease and version, dry-run, audit, logs and metrics. It tells on-call itself."""
+        state = self.state.load([obs.ref.key])[obs.ref.key]
+        done = self._execute(decision, obs, state)
+        self.state.record([done], policy.audit_ttl_days)
+        self._report([done])
+        return done
+
     # ---- reconcile path ----
 
     def reconcile(self, tick: ReconcileTick, policy: FleetPolicy, now: datetime) -> list[Decision]:
@@ -302,15 +311,7 @@ class Scaler:
                 for d in decisions
                 if d.group != UNRESOLVED_GROUP and d.bounds is not None
             ]
-        if not out:
-            return
-        try:
-            self.outbox.send(out)
-        except Exception:
-            self.logger.exception(
-                "notifications not queued", extra={"notifications": [n.model_dump(mode="json") for n in out]}
-            )
-            self.emf.add_metric(name="NotificationsNotQueued", unit=MetricUnit.Count, value=len(out))
+        enqueue_or_log(self.outbox, out, self.logger, self.emf)
 
     def _report(self, decisions: list[Decision]) -> None:
         """One log line per decision; EMF counts once per invocation (not one datum per group)."""

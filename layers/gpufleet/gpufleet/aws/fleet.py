@@ -26,6 +26,7 @@ def _instances(asg: dict[str, Any]) -> tuple[InstanceObservation, ...]:
             instance_id=i["InstanceId"],
             lifecycle_state=i.get("LifecycleState", "InService"),
             protected_from_scale_in=bool(i.get("ProtectedFromScaleIn", False)),
+            instance_type=i.get("InstanceType"),
         )
         for i in asg.get("Instances", [])
     )

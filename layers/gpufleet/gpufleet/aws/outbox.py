@@ -18,6 +18,22 @@ class EnqueueFailed(RuntimeError):
     pass
 
 
+def enqueue_or_log(outbox: NotificationQueue | None, notes: Sequence[Notification], logger: Any, emf: Any) -> None:
+    """Producers never let a queue outage undo or block what they decided: the notifications are logged
+    in full and counted (metric NotificationsNotQueued, alarmed in the template)."""
+    from aws_lambda_powertools.metrics import MetricUnit
+
+    if not notes or outbox is None:
+        return
+    try:
+        outbox.send(notes)
+    except Exception:
+        logger.exception(
+            "notifications not queued", extra={"notifications": [n.model_dump(mode="json") for n in notes]}
+        )
+        emf.add_metric(name="NotificationsNotQueued", unit=MetricUnit.Count, value=len(notes))
+
+
 @dataclass
 class NotificationQueue:
     sqs: Any

@@ -4,6 +4,7 @@ One table, keys pk/sk, TTL attribute `expiration` (shared with Powertools Idempo
   GROUP#<key> / STATE                 version, last_scale_out_at, last_scale_in_at, lease
   GROUP#<key> / DECISION#<iso>#<id>   one decision, acted or not (TTL)
   GROUP#<key> / GUARD                 the OOM guard's open risks and health findings, replacement times
+  GROUP#<key> / SPOT                  spot_watch: seen activities, backoff, unavailable offerings, fallback owed
   IDEMPOTENCY#<function> / <hash>     Powertools Idempotency
 """
 
@@ -13,14 +14,16 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError
+from pydantic import BaseModel
 
 from gpufleet import defaults
 from gpufleet.aws.fleet import chunks
 from gpufleet.models import Action, Decision, GroupState, GuardState
 
+Doc = TypeVar("Doc", bound=BaseModel)
 STATE_SK = "STATE"
 GUARD_SK = "GUARD"
 DECISION_SK_PREFIX = "DECISION#"
@@ -154,20 +157,39 @@ class StateStore:
         )
         return [Decision.model_validate(json.loads(i["decision"]["S"])) for i in resp.get("Items", [])]
 
-    # ---- the OOM guard's memory of a group ----
+    # ---- what other controllers remember about a group (one document per controller) ----
 
-    def load_guard(self, group_key: str) -> GuardState:
+    def load_doc(self, group_key: str, sk: str, model: type[Doc]) -> Doc:
         item = self.dynamodb.get_item(
-            TableName=self.table, Key={"pk": {"S": group_pk(group_key)}, "sk": {"S": GUARD_SK}}, ConsistentRead=True
+            TableName=self.table, Key={"pk": {"S": group_pk(group_key)}, "sk": {"S": sk}}, ConsistentRead=True
         ).get("Item")
         if not item:
-            return GuardState()
-        return GuardState.model_validate_json(item["doc"]["S"]).model_copy(
-            update={"version": int(item["version"]["N"])}
-        )
+            return model()
+        return model.model_validate_json(item["doc"]["S"]).model_copy(update={"version": int(item["version"]["N"])})
 
-    def save_guard(self, group_key: str, state: GuardState, expected_version: int) -> bool:
-        """Conditional on the version read: two overlapping guard runs never both replace instances."""
+    def load_docs(self, group_keys: Iterable[str], sk: str, model: type[Doc]) -> dict[str, Doc]:
+        """Many groups' documents with BatchGetItem (100 keys per call); a missing one is a fresh model."""
+        keys = sorted(set(group_keys))
+        docs = {k: model() for k in keys}
+        for batch in chunks(keys, 100):
+            request: dict[str, Any] = {
+                self.table: {
+                    "Keys": [{"pk": {"S": group_pk(k)}, "sk": {"S": sk}} for k in batch],
+                    "ConsistentRead": True,
+                }
+            }
+            while request:
+                resp = self.dynamodb.batch_get_item(RequestItems=request)
+                for item in resp.get("Responses", {}).get(self.table, []):
+                    key = item["pk"]["S"].removeprefix("GROUP#")
+                    docs[key] = model.model_validate_json(item["doc"]["S"]).model_copy(
+                        update={"version": int(item["version"]["N"])}
+                    )
+                request = resp.get("UnprocessedKeys") or {}
+        return docs
+
+    def save_doc(self, group_key: str, sk: str, doc: BaseModel, expected_version: int) -> bool:
+        """Conditional on the version read: two overlapping runs never both act on the same memory."""
         condition = "attribute_not_exists(pk)" if expected_version == 0 else "version = :v"
         values = {} if expected_version == 0 else {":v": {"N": str(expected_version)}}
         try:
@@ -175,9 +197,9 @@ class StateStore:
                 TableName=self.table,
                 Item={
                     "pk": {"S": group_pk(group_key)},
-                    "sk": {"S": GUARD_SK},
+                    "sk": {"S": sk},
                     "version": {"N": str(expected_version + 1)},
-                    "doc": {"S": state.model_dump_json(exclude={"version"})},
+                    "doc": {"S": doc.model_dump_json(exclude={"version"})},
                 },
                 ConditionExpression=condition,
                 **({"ExpressionAttributeValues": values} if values else {}),
@@ -187,3 +209,9 @@ class StateStore:
                 return False
             raise
         return True
+
+    def load_guard(self, group_key: str) -> GuardState:
+        return self.load_doc(group_key, GUARD_SK, GuardState)
+
+    def save_guard(self, group_key: str, state: GuardState, expected_version: int) -> bool:
+        return self.save_doc(group_key, GUARD_SK, state, expected_version)

@@ -1,0 +1,109 @@
+"""moto server plus one EMULATION: injectable Auto Scaling scaling activities.
+
+moto never fails a launch and its DescribeScalingActivities always answers an empty list. The test
+harness and the rehearsal inject failed launch activities here (clearly emulated), and the code under
+test reads them back through the normal DescribeScalingActivities API over HTTP:
+
+    POST /_gpufleet/emulation/scaling-activities   JSON list of activities (botocore shape, times ISO 8601)
+    DELETE /_gpufleet/emulation/scaling-activities
+    POST /_gpufleet/emulation/lifecycle            {"group", "instance_ids", "state"}: e.g. "Pending" for
+                                                   instances EC2 could not deliver (moto has them InService)
+
+Run as `python -m rehearsal.moto_ext -H 127.0.0.1 -p PORT` (same arguments as moto.server).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from datetime import datetime
+from typing import Any
+
+from moto.autoscaling.responses import AutoScalingResponse
+from moto.core.responses import ActionResult
+
+INJECT_PATH = "/_gpufleet/emulation/scaling-activities"
+LIFECYCLE_PATH = "/_gpufleet/emulation/lifecycle"
+_activities: list[dict[str, Any]] = []
+_lock = threading.Lock()
+
+
+def _describe_scaling_activities(self: AutoScalingResponse) -> ActionResult:
+    group = self._get_param("AutoScalingGroupName")
+    ids = self._get_param("ActivityIds", [])
+    max_records = int(self._get_param("MaxRecords", 100))
+    start = int(self._get_param("NextToken", 0) or 0)
+    with _lock:
+        matching = [
+            a
+            for a in _activities
+            if (not group or a["AutoScalingGroupName"] == group) and (not ids or a["ActivityId"] in ids)
+        ]
+    matching.sort(key=lambda a: a["StartTime"], reverse=True)  # newest first, as AWS answers
+    page = [
+        {**a, "StartTime": datetime.fromisoformat(a["StartTime"]), "EndTime": datetime.fromisoformat(a["EndTime"])}
+        for a in matching[start : start + max_records]
+    ]
+    result: dict[str, Any] = {"Activities": page}
+    if start + max_records < len(matching):
+        result["NextToken"] = str(start + max_records)
+    return ActionResult(result)
+
+
+def _set_lifecycle(group: str, instance_ids: list[str], state: str) -> int:
+    from moto.autoscaling.models import autoscaling_backends
+
+    changed = 0
+    for _, _, backend in autoscaling_backends.iter_backends():
+        asg = backend.autoscaling_groups.get(group)  # type: ignore[attr-defined]
+        for instance_state in asg.instance_states if asg else []:
+            if instance_state.instance.id in instance_ids:
+                instance_state.lifecycle_state = state
+                changed += 1
+    return changed
+
+
+def _with_injection(app: Any) -> Any:
+    def wsgi(environ: dict[str, Any], start_response: Any) -> Any:
+        if environ.get("PATH_INFO") == LIFECYCLE_PATH and environ.get("REQUEST_METHOD") == "POST":
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+            body = json.loads(environ["wsgi.input"].read(length) or b"{}")
+            changed = _set_lifecycle(body["group"], body["instance_ids"], body["state"])
+            start_response("200 OK", [("Content-Type", "application/json")])
+            return [json.dumps({"changed": changed}).encode()]
+        if environ.get("PATH_INFO") == INJECT_PATH:
+            method = environ.get("REQUEST_METHOD")
+            with _lock:
+                if method == "POST":
+                    length = int(environ.get("CONTENT_LENGTH") or 0)
+                    _activities.extend(json.loads(environ["wsgi.input"].read(length) or b"[]"))
+                elif method == "DELETE":
+                    _activities.clear()
+                count = len(_activities)
+            start_response("200 OK", [("Content-Type", "application/json")])
+            return [json.dumps({"activities": count}).encode()]
+        if environ.get("PATH_INFO") == "/moto-api/reset":
+            with _lock:
+                _activities.clear()
+        return app(environ, start_response)
+
+    return wsgi
+
+
+def main(argv: list[str] | None = None) -> None:
+    import moto.server
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+
+    AutoScalingResponse.describe_scaling_activities = _describe_scaling_activities  # type: ignore[method-assign]
+    original = DomainDispatcherApplication.__call__
+
+    def dispatch(self: DomainDispatcherApplication, environ: dict[str, Any], start_response: Any) -> Any:
+        return _with_injection(lambda e, s: original(self, e, s))(environ, start_response)
+
+    DomainDispatcherApplication.__call__ = dispatch  # type: ignore[method-assign]
+    moto.server.main(argv)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
