@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import os
 import platform
@@ -275,6 +276,7 @@ def bench_guard(gpus: int = 10_000, per_instance: int = 8, repeat: int = 5) -> l
     ]
     s = OomSettings()
     times = []
+    gc.collect()  # start from a collected heap: earlier benchmarks in this process leave a large one
     for _ in range(repeat):
         started = time.perf_counter()
         for x in series:

@@ -12,6 +12,19 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 
+def peak_rss_mb() -> float:
+    """This process's own high-water mark (VmHWM). getrusage's ru_maxrss survives fork+exec on Linux, so
+    it would report the benchmark parent's size instead."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def track(client: Any) -> dict[str, Any]:
     stats: dict[str, Any] = {"requests": 0, "bytes": 0, "datums": 0, "series": set()}
 
@@ -99,5 +112,5 @@ if __name__ == "__main__":
     else:
         result = ours(endpoint, minutes, detail="essential" if side == "ours-essential" else "full")
     result["series"] = len(result["series"])
-    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["peak_rss_mb"] = peak_rss_mb()
     print(json.dumps(result))

@@ -158,13 +158,18 @@ def forecast_gpu(series: MemorySeries, now: datetime, s: OomSettings) -> Forecas
         "used_percent": pct,
         "top_process_mib": series.top_process_mib,
     }
+    # Points are at least a minute apart, so no trend over them rises faster than (max - min) per minute.
+    # If even that cannot fill the GPU within the warning horizon and the level is below warning, the
+    # GPU is OK without looking for jumps or fitting a trend (most GPUs, most of the time).
+    values = [v for _, v in recent]
+    if pct < s.warning_percent and (max(values) - min(values)) * s.warning_minutes < total - used:
+        reason = (
+            f"{pct:.1f}% of {total / 1024:.0f} GiB used; no rise that could fill it within {s.warning_minutes:g} min"
+        )
+        return Forecast(**base, risk=Risk.OK, points_used=len(recent), reason=reason)
     trend = since_last_jump(recent, total, s.jump_percent)
     slope = minutes = None
-    # No pairwise slope can exceed (max - min) per minute; if even that cannot fill the GPU within the
-    # warning horizon, the trend cannot raise the level, and the O(n^2) estimate is skipped (most GPUs).
-    values = [v for _, v in trend]
-    possible = bool(values) and (max(values) - min(values)) * s.warning_minutes >= total - used
-    if len(trend) >= s.min_points and possible:
+    if len(trend) >= s.min_points:
         t0 = trend[0][0]
         slope, consistent = resistant_slope([((t - t0).total_seconds() / 60, v) for t, v in trend])
         if slope > 0 and consistent:
