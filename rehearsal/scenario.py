@@ -78,6 +78,9 @@ metric_lookback_s: 180
 defaults:
   idle: {{gpu_utilization: {IDLE_UTIL:g}, memory_percent: {IDLE_MEM:g}}}
 groups:
+  - name: train-ondemand  # moved only by spot_watch (fallback) and bounds, not by target tracking
+    kind: asg
+    target: {{enabled: false}}
   - name: train-*
     kind: asg
     max: 6
@@ -136,6 +139,7 @@ class Node:
     util: float = 0.0
     mem: float = 0.0
     long_job: bool = False
+    fallback: bool = False  # an on-demand node of train-ondemand: takes training work only spot cannot
 
 
 @dataclass
@@ -202,6 +206,7 @@ class Rehearsal:
         fleet.create_asg(c, TRAIN.name, min_size=1, max_size=8, desired=2, tags=fleet.MANAGED_TAG)
         fleet.create_asg(c, FALLBACK.name, min_size=0, max_size=4, desired=0, tags=fleet.MANAGED_TAG)
         self.backing_asg[TRAIN.key] = TRAIN.name
+        self.backing_asg[FALLBACK.key] = FALLBACK.name
         self.backing_asg[INFER.key] = fleet.create_nodegroup(
             c, "ml", INFER.name, min_size=1, max_size=6, desired=2, tags=fleet.MANAGED_TAG
         )
@@ -279,10 +284,13 @@ class Rehearsal:
         averages = {}
         for ref in (TRAIN, INFER):
             alive = self._instances(ref.key)
+            fallback = self._instances(FALLBACK.key) if ref is TRAIN else []
+            alive = alive + fallback
             for iid in alive:
                 if iid not in self.nodes:
-                    self.nodes[iid] = Node(iid, ref.key, minute, long_job=iid == self.long_job)
-                    self.publishers[iid] = self._publisher(iid, ref)
+                    on_demand = iid in fallback
+                    self.nodes[iid] = Node(iid, ref.key, minute, long_job=iid == self.long_job, fallback=on_demand)
+                    self.publishers[iid] = self._publisher(iid, FALLBACK if on_demand else ref)
             for iid in list(self.nodes):
                 if self.nodes[iid].group == ref.key and iid not in alive:
                     del self.nodes[iid]
@@ -291,7 +299,8 @@ class Rehearsal:
                     self.put_metric_calls += gone.sender.calls
             demand = _ramp(minute, DEMAND[ref.key])
             ordered = sorted(
-                (self.nodes[i] for i in alive), key=lambda n: (not n.long_job, n.first_seen, n.instance_id)
+                (self.nodes[i] for i in alive),
+                key=lambda n: (not n.long_job, n.fallback, n.first_seen, n.instance_id),
             )
             pool = [n for n in ordered if not n.long_job]
             for n in ordered:

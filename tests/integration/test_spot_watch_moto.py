@@ -89,11 +89,25 @@ def test_fallback_after_the_wait_then_capacity_returns_to_spot(gpu_fleet: Fleet)
     assert _desired(gpu_fleet, "train-ondemand") == 3  # unfulfilled 3, within its max 3
     fallback_note = next(n for n in queued(stack.queue_url) if "fell back" in n.title)
     assert fallback_note.facts["cost"] == "+$10.72/h vs spot (g5.12xlarge)"
-    # Spot recovers: held instances come into service; the fallback is handed back.
+    # Spot recovers: held instances come into service; the fallback is handed back, idle nodes only.
     fleet.deliver_held(gpu_fleet.clients.autoscaling, "train-spot")
     recovered_at = later + timedelta(minutes=2)
+    busy, *idle = gpu_fleet.instances("train-ondemand")
+    for minute in (1, 2, 3):
+        at = recovered_at - timedelta(minutes=minute)
+        gpu_fleet.put_instance_gpu(busy, 90, 70, at)
+        for iid in idle:
+            gpu_fleet.put_instance_gpu(iid, 0, 1, at)
     spot = next(g for g in w.sweep(recovered_at, "tick-3")["groups"] if g["group"] == "asg:train-spot")
     assert "hand back 3 of 3" in spot["fallback"]["reason"], (spot["fallback"], spot["fallback_action"])
+    assert sorted(spot["fallback_action"]["victims"]) == sorted(idle)  # the busy node stays for now
+    assert _desired(gpu_fleet, "train-ondemand") == 1
+    for minute in (1, 2, 3):  # its job finishes
+        gpu_fleet.put_instance_gpu(busy, 0, 1, recovered_at + timedelta(minutes=5 - minute))
+    spot = next(
+        g for g in w.sweep(recovered_at + timedelta(minutes=5), "tick-4")["groups"] if g["group"] == "asg:train-spot"
+    )
+    assert spot["fallback_action"]["victims"] == [busy]
     assert _desired(gpu_fleet, "train-ondemand") == 0, (
         spot["fallback_action"]["outcome"] + spot["fallback_action"]["detail"]
     )

@@ -193,6 +193,29 @@ def test_a_failure_in_an_activity_thread_makes_it_an_incident_that_resolves() ->
     assert occasion == "resolved"
 
 
+def test_a_resolution_closes_only_what_its_own_kind_opened() -> None:
+    """The capacity thread: spot_watch's failure is open; the scaler's 'alarm OK' must not close it."""
+    spot = note(1).model_copy(update={"kind": "spot"})
+    inc, _ = post(fold(None, spot, T0), at(30))
+    alarm_ok = note(2, state=IncidentState.RESOLVED, severity=Severity.INFO)  # kind "scaling"
+    inc = fold(inc, alarm_ok, at(400))
+    assert inc.state is IncidentState.FIRING and inc.severity is Severity.WARNING
+    inc, occasion = post(inc, at(400))
+    assert occasion == "update"
+    recovered = note(3, state=IncidentState.RESOLVED, severity=Severity.INFO).model_copy(update={"kind": "spot"})
+    inc = fold(inc, recovered, at(800))
+    # Scaling activity right after, before the resolution was posted, joins the resolving post.
+    inc = fold(inc, note(4, severity=Severity.INFO), at(810))
+    plan = plan_delivery(inc, at(800 + GROUPING.group_interval_s), GROUPING, FLAP)
+    assert plan.delivery is not None and plan.delivery.occasion == "resolved"
+    assert [u.notification_id for u in plan.delivery.updates][-2:] == ["n3", "n4"]
+    inc, _ = post(inc, at(800 + GROUPING.group_interval_s))
+    later = fold(inc, note(5, severity=Severity.INFO), at(2000))  # after it: a quiet log, no flap
+    assert (
+        later.state is IncidentState.FIRING and later.severity is Severity.INFO and len(later.flips) == len(inc.flips)
+    )
+
+
 @pytest.mark.parametrize(
     ("silence", "covered"),
     [

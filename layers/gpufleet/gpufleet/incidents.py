@@ -82,6 +82,7 @@ class Incident(Story):
     thread_ts: str | None = None
     in_flight: Delivery | None = None
     channels_done: tuple[str, ...] = ()  # of the in-flight delivery, so a retry skips them
+    open_kinds: dict[str, Severity] = Field(default_factory=dict)  # kinds with a warning+ still firing
     wake_scheduled_at: datetime | None = None
     version: int = 0  # set by the store: the conditional-write token
 
@@ -136,6 +137,7 @@ def _fresh(n: Notification, now: datetime) -> Incident:
         updated_at=now,
         pending=(_update_of(n),) if n.state is IncidentState.FIRING else (),
         seen_ids=(n.notification_id,),
+        open_kinds={n.kind: n.severity} if n.state is IncidentState.FIRING and n.severity is not Severity.INFO else {},
     )
 
 
@@ -168,6 +170,55 @@ def merge_notification(incident: Incident | None, n: Notification, now: datetime
             return incident.model_copy(update={"state": n.state, "seen_ids": seen, "updated_at": now})
         if incident.state is IncidentState.RESOLVED:
             incident = incident.model_copy(update={"state": IncidentState.FIRING})
+    # Several producers share an incident (the capacity thread: scaler, spot_watch). A resolution closes
+    # only what its own kind opened; while another kind's warning is still open, it is just an update.
+    open_kinds = dict(incident.open_kinds)
+    if n.state is IncidentState.FIRING and n.severity is not Severity.INFO:
+        prior = open_kinds.get(n.kind, Severity.INFO)
+        open_kinds[n.kind] = max(prior, n.severity, key=lambda s: s.rank)
+    elif n.state is IncidentState.RESOLVED:
+        open_kinds.pop(n.kind, None)
+        if open_kinds and incident.state is IncidentState.FIRING:
+            pending = (*incident.pending, _update_of(n))
+            return incident.model_copy(
+                update={
+                    "severity": max(open_kinds.values(), key=lambda s: s.rank),
+                    "title": n.title,
+                    "reason": n.reason or incident.reason,
+                    "updated_at": now,
+                    "pending": pending[-MAX_PENDING_UPDATES:],
+                    "dropped_updates": incident.dropped_updates + max(0, len(pending) - MAX_PENDING_UPDATES),
+                    "seen_ids": seen,
+                    "open_kinds": open_kinds,
+                }
+            )
+    if (
+        n.state is IncidentState.FIRING
+        and n.severity is Severity.INFO
+        and incident.state is resolved
+        and not open_kinds
+    ):
+        pending = (*incident.pending, _update_of(n))
+        if incident.last_sent_state is not resolved:
+            # Activity after the resolution, before it was posted: it joins the resolving post.
+            return incident.model_copy(
+                update={"updated_at": now, "pending": pending[-MAX_PENDING_UPDATES:], "seen_ids": seen}
+            )
+        # The resolution was posted: the activity log continues quietly (info: no repeats, not a flap).
+        return incident.model_copy(
+            update={
+                "severity": Severity.INFO,
+                "state": IncidentState.FIRING,
+                "title": n.title,
+                "reason": n.reason or incident.reason,
+                "facts": dict(n.facts),
+                "links": n.links or incident.links,
+                "updated_at": now,
+                "pending": pending[-MAX_PENDING_UPDATES:],
+                "seen_ids": seen,
+                "open_kinds": open_kinds,
+            }
+        )
     flipped = n.state is not incident.state
     window_start = now - timedelta(seconds=flap.window_s)
     flips = tuple(t for t in incident.flips if t > window_start) + ((now,) if flipped else ())
@@ -190,6 +241,7 @@ def merge_notification(incident: Incident | None, n: Notification, now: datetime
             "dropped_updates": dropped,
             "seen_ids": seen,
             "flips": flips,
+            "open_kinds": open_kinds,
         }
     )
 

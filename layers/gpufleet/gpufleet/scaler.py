@@ -134,7 +134,7 @@ class Scaler:
             )
         state = self.state.load([obs.ref.key])[obs.ref.key]
         if trigger.state is AlarmState.ALARM and target.direction is Direction.IN:
-            obs = self._with_instance_metrics([obs], now, policy)[0]
+            obs = self.with_instance_metrics([obs], now, policy)[0]
         decision = decide_alarm(
             obs,
             settings,
@@ -230,7 +230,7 @@ class Scaler:
         first = [decide(obs, s) for obs, s in pairs]
         want = [i for i, d in enumerate(first) if d.needs_instance_metrics]
         if want:
-            enriched = self._with_instance_metrics([pairs[i][0] for i in want], now, policy)
+            enriched = self.with_instance_metrics([pairs[i][0] for i in want], now, policy)
             for i, obs in zip(want, enriched, strict=True):
                 pairs[i] = (obs, pairs[i][1])
                 first[i] = decide(obs, pairs[i][1])
@@ -253,7 +253,7 @@ class Scaler:
     def _dry(self, policy: FleetPolicy) -> bool:
         return self.global_dry_run or policy.dry_run
 
-    def _with_instance_metrics(
+    def with_instance_metrics(
         self, observations: list[GroupObservation], now: datetime, policy: FleetPolicy
     ) -> list[GroupObservation]:
         ids = [i.instance_id for obs in observations for i in obs.instances]

@@ -18,7 +18,7 @@ from gpufleet.aws.activities import LaunchActivityReader, activity_az, activity_
 from gpufleet.aws.fleet import FleetReader
 from gpufleet.aws.outbox import NotificationQueue, enqueue_or_log
 from gpufleet.aws.state import StateStore
-from gpufleet.decide import cooldown_left
+from gpufleet.decide import choose_scale_in_victims, cooldown_left
 from gpufleet.fleet_policy import FleetPolicy, describe_validation_error
 from gpufleet.models import Action, Bounds, Decision, Direction, GroupKind, GroupObservation, GroupRef
 from gpufleet.notifications import (
@@ -202,7 +202,8 @@ class SpotWatch:
             ):
                 acted = self._resize_fallback(fb_obs, decision, now, event_id, policy)
                 if acted.outcome.value in ("applied", "dry-run"):
-                    after = after.model_copy(update={"fallback_added": decision.added_after})
+                    owed = max(0, before.fallback_added + acted.desired - acted.current)  # what was really done
+                    after = after.model_copy(update={"fallback_added": owed})
         if streak_over and after.fallback_added == 0:
             after = after.model_copy(update={"streak_started_at": None, "notified_classes": ()})
         notes = self._notes(obs, before, after, new, decision, acted, now, event_id, policy, streak_over)
@@ -269,10 +270,30 @@ class SpotWatch:
                 fb,
                 policy,
             )
-        # Handing back sets the desired capacity and lets the ASG's termination policy pick instances
-        # (on-demand fallback nodes carry no protected long jobs by design; protect them if yours do).
-        action = Action.SCALE_OUT if direction is Direction.OUT else Action.SET_DESIRED
-        return self.scaler.apply_external(Decision(**base, action=action, desired=desired, reason=d.reason), fb, policy)
+        if direction is Direction.OUT:
+            return self.scaler.apply_external(
+                Decision(**base, action=Action.SCALE_OUT, desired=desired, reason=d.reason), fb, policy
+            )
+        # Handing back removes idle fallback nodes only, chosen like the scaler's own scale-in: never a
+        # node with busy GPUs, GPU memory in use, no metrics, or scale-in protection.
+        measured = self.scaler.with_instance_metrics([fb], now, policy)[0]
+        victims, note = choose_scale_in_victims(measured.instances, fb.desired - desired, settings.idle)
+        if not victims:
+            decision = Decision(
+                **base,
+                action=Action.HOLD,
+                desired=fb.desired,
+                reason=f"{d.reason}, but no fallback node is idle: {note}",
+            )
+        else:
+            decision = Decision(
+                **base,
+                action=Action.SCALE_IN,
+                desired=fb.desired - len(victims),
+                victims=tuple(victims),
+                reason=f"{d.reason}: terminating idle {', '.join(victims)} ({note})",
+            )
+        return self.scaler.apply_external(decision, measured, policy)
 
     def _group_of_asg(self, asg_name: str, policy: FleetPolicy) -> GroupObservation | None:
         for obs in self.fleet.observe(policy.discovery, policy.explicit_groups()):
