@@ -7,19 +7,16 @@ blast radius, and ask the scaler for capacity under group-wide memory pressure. 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
-from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
-from gpufleet.aws.fleet import FleetActuator, FleetReader
+from gpufleet.aws.fleet import FleetActuator
 from gpufleet.aws.metrics import GpuMetricsReader, SeriesQuery
-from gpufleet.aws.outbox import NotificationQueue, enqueue_or_log
-from gpufleet.aws.state import StateStore
+from gpufleet.controller import Controller
 from gpufleet.fleet_policy import FleetPolicy
 from gpufleet.models import Direction, GuardState
 from gpufleet.notifications import IncidentState, Link, Notification, Severity, console_links, notification_id
@@ -36,7 +33,6 @@ from gpufleet.oom import (
     group_pressure,
     health_findings,
 )
-from gpufleet.scaler import Scaler
 from gpufleet.triggers import parse_trigger_events
 from gpufleet_node import schema
 
@@ -63,19 +59,10 @@ def metric_link(region: str, gpu: GpuRef) -> Link:
     return Link(title="GPU memory graph", url=url)
 
 
-@dataclass
-class OomGuard:
-    fleet: FleetReader
+@dataclass(kw_only=True)
+class OomGuard(Controller):
     actuator: FleetActuator
     metrics: GpuMetricsReader
-    state: StateStore
-    scaler: Scaler
-    load_policy: Callable[[], FleetPolicy]
-    logger: Logger
-    emf: Metrics
-    outbox: NotificationQueue | None = None
-    region: str = "us-east-1"
-    global_dry_run: bool = False
     _gpu_inventory: tuple[datetime, list[tuple[str, int]]] | None = field(default=None, init=False)
     _no_gpu_data: set[str] = field(default_factory=set, init=False)
 
@@ -371,9 +358,6 @@ class OomGuard:
             at=now,
             source="oom_guard",
         )
-
-    def _send(self, notes: list[Notification]) -> None:
-        enqueue_or_log(self.outbox, notes, self.logger, self.emf)
 
     def _report(self, forecasts: list[Forecast], findings: list[HealthFinding], replaced: list[Replacement]) -> None:
         for f in forecasts:

@@ -182,7 +182,9 @@ def build_guard(
     from gpufleet.guard import OomGuard
 
     scaler = _shared_scaler(logger, emf, env, session)
-    return OomGuard(actuator=scaler.actuator, metrics=scaler.metrics, **_controller_parts(scaler))
+    guard = OomGuard.sharing(scaler, actuator=scaler.actuator, metrics=scaler.metrics)
+    assert isinstance(guard, OomGuard)
+    return guard
 
 
 def build_spot_watch(
@@ -196,9 +198,9 @@ def build_spot_watch(
     from gpufleet.spot_watch import SpotWatch
 
     scaler = _shared_scaler(logger, emf, env, session)
-    return SpotWatch(
-        activities=LaunchActivityReader(scaler.fleet.autoscaling, scaler.fleet.eks), **_controller_parts(scaler)
-    )
+    watch = SpotWatch.sharing(scaler, activities=LaunchActivityReader(scaler.fleet.autoscaling, scaler.fleet.eks))
+    assert isinstance(watch, SpotWatch)
+    return watch
 
 
 def _shared_scaler(
@@ -206,18 +208,3 @@ def _shared_scaler(
 ) -> Scaler:
     scaler, _ = build_scaler(logger, emf, os.environ if env is None else env, session)
     return scaler
-
-
-def _controller_parts(scaler: Scaler) -> dict[str, Any]:
-    """What the OOM guard and spot_watch share with the scaler: clients, state, decision path, settings."""
-    return {
-        "fleet": scaler.fleet,
-        "state": scaler.state,
-        "scaler": scaler,
-        "load_policy": scaler.load_policy,
-        "logger": scaler.logger,
-        "emf": scaler.emf,
-        "outbox": scaler.outbox,
-        "region": scaler.region,
-        "global_dry_run": scaler.global_dry_run,
-    }

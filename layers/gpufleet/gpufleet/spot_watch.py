@@ -5,19 +5,15 @@ group's capacity incident. Rules live in `gpufleet.spot`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gpufleet.aws.activities import LaunchActivityReader, activity_az, activity_message
-from gpufleet.aws.fleet import FleetReader
-from gpufleet.aws.outbox import NotificationQueue, enqueue_or_log
-from gpufleet.aws.state import StateStore
+from gpufleet.controller import Controller
 from gpufleet.decide import choose_scale_in_victims, cooldown_left
 from gpufleet.fleet_policy import FleetPolicy, describe_validation_error
 from gpufleet.models import Action, Bounds, Decision, Direction, GroupKind, GroupObservation, GroupRef
@@ -29,7 +25,6 @@ from gpufleet.notifications import (
     notification_id,
     scaling_incident_key,
 )
-from gpufleet.scaler import Scaler
 from gpufleet.spot import (
     FailureClass,
     FallbackDecision,
@@ -82,18 +77,9 @@ def capacity_type(obs: GroupObservation) -> str:
     return {"spot": "spot", "on_demand": "on-demand", "on-demand": "on-demand"}.get(value.lower(), "unknown")
 
 
-@dataclass
-class SpotWatch:
-    fleet: FleetReader
+@dataclass(kw_only=True)
+class SpotWatch(Controller):
     activities: LaunchActivityReader
-    state: StateStore
-    scaler: Scaler
-    load_policy: Callable[[], FleetPolicy]
-    logger: Logger
-    emf: Metrics
-    outbox: NotificationQueue | None = None
-    region: str = "us-east-1"
-    global_dry_run: bool = False
 
     def handle(self, event: Any, now: datetime) -> dict[str, Any]:
         launch = parse_launch_event(event)
@@ -413,6 +399,3 @@ class SpotWatch:
             at=now,
             source="spot_watch",
         )
-
-    def _send(self, notes: list[Notification]) -> None:
-        enqueue_or_log(self.outbox, notes, self.logger, self.emf)
