@@ -16,6 +16,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from gpufleet.aws.fleet import FleetActuator
 from gpufleet.aws.metrics import GpuMetricsReader, SeriesQuery
+from gpufleet.aws.state import GUARD_SK
 from gpufleet.controller import Controller
 from gpufleet.fleet_policy import FleetPolicy
 from gpufleet.models import Direction, GuardState
@@ -110,9 +111,10 @@ class OomGuard(Controller):
             by_group_f[f.gpu.group].append(f)
         for h in findings:
             by_group_h[h.gpu.group].append(h)
+        memory = self.state.load_docs([obs.ref.key for obs in managed], GUARD_SK, GuardState)
         for obs in managed:
             key = obs.ref.key
-            before = self.state.load_guard(key)
+            before = memory[key]
             risks = {f.gpu.key: str(f.risk) for f in by_group_f[key] if f.risk is not Risk.OK}
             unhealthy = {h.gpu.key: h.reason for h in by_group_h[key]}
             choices = choose_replacements(
@@ -131,7 +133,7 @@ class OomGuard(Controller):
                 + tuple(now for _ in acting),
             )
             changed = after.model_dump(exclude={"version"}) != before.model_dump(exclude={"version"})
-            if changed and not self.state.save_guard(key, after, before.version):
+            if changed and not self.state.save_doc(key, GUARD_SK, after, before.version):
                 self.logger.warning("guard state changed concurrently; acting next run", extra={"group": key})
                 continue
             notes += self._risk_notes(key, before, by_group_f[key], now, event_id)

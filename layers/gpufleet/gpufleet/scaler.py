@@ -190,10 +190,12 @@ class Scaler:
         self._notify(ReconcileTick(event_id=event_id, source="manual", at=now), [decision], policy)
         return decision
 
-    def apply_external(self, decision: Decision, obs: GroupObservation, policy: FleetPolicy) -> Decision:
+    def apply_external(
+        self, decision: Decision, obs: GroupObservation, policy: FleetPolicy, state: GroupState
+    ) -> Decision:
         """A change decided by another controller (spot_watch's fallback) executed like the scaler's own:
-        the group's lease and version, dry-run, audit, logs and metrics. It tells on-call itself."""
-        state = self.state.load([obs.ref.key])[obs.ref.key]
+        the group's lease and version, dry-run, audit, logs and metrics. It tells on-call itself. `state`
+        is the one the decision was made on, so the lease checks the same version the cooldown saw."""
         done = self._execute(decision, obs, state)
         self.state.record([done], policy.audit_ttl_days)
         self._report([done])

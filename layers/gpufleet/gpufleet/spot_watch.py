@@ -255,10 +255,11 @@ class SpotWatch(Controller):
                 ),
                 fb,
                 policy,
+                state,
             )
         if direction is Direction.OUT:
             return self.scaler.apply_external(
-                Decision(**base, action=Action.SCALE_OUT, desired=desired, reason=d.reason), fb, policy
+                Decision(**base, action=Action.SCALE_OUT, desired=desired, reason=d.reason), fb, policy, state
             )
         # Handing back removes idle fallback nodes only, chosen like the scaler's own scale-in: never a
         # node with busy GPUs, GPU memory in use, no metrics, or scale-in protection.
@@ -279,7 +280,7 @@ class SpotWatch(Controller):
                 victims=tuple(victims),
                 reason=f"{d.reason}: terminating idle {', '.join(victims)} ({note})",
             )
-        return self.scaler.apply_external(decision, measured, policy)
+        return self.scaler.apply_external(decision, measured, policy, state)
 
     def _group_of_asg(self, asg_name: str, policy: FleetPolicy) -> GroupObservation | None:
         for obs in self.fleet.observe(policy.discovery, policy.explicit_groups()):

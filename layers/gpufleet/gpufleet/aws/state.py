@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from gpufleet import defaults
 from gpufleet.aws.fleet import chunks
-from gpufleet.models import Action, Decision, GroupState, GuardState
+from gpufleet.models import Action, Decision, GroupState
 
 Doc = TypeVar("Doc", bound=BaseModel)
 STATE_SK = "STATE"
@@ -209,9 +209,3 @@ class StateStore:
                 return False
             raise
         return True
-
-    def load_guard(self, group_key: str) -> GuardState:
-        return self.load_doc(group_key, GUARD_SK, GuardState)
-
-    def save_guard(self, group_key: str, state: GuardState, expected_version: int) -> bool:
-        return self.save_doc(group_key, GUARD_SK, state, expected_version)
