@@ -21,6 +21,7 @@ PY39 := $(call find_python,3.9)
 help:
 	@echo "make demo    local rehearsal of the whole system on moto (no AWS account)"
 	@echo "make test    everything CI checks"
+	@echo "make unit    the pure cores' tests only (seconds)"
 	@echo "make bench   benchmarks (results go to bench/README.md by hand)"
 
 $(BIN)/.installed: pyproject.toml layers/gpufleet/requirements.txt
@@ -74,9 +75,16 @@ sam-build: $(SAM_VENV)/bin/.installed
 	@test -n "$(PY313)" || { echo "error: no python3.13 interpreter found; sam build needs it for the Lambda runtime python3.13 (install one, e.g. 'pyenv install 3.13')"; exit 1; }
 	SAM_CLI_TELEMETRY=0 PATH="$(dir $(PY313)):$$PATH" $(SAM_VENV)/bin/sam build
 
+.PHONY: unit
+unit: venv
+	$(BIN)/pytest -q -p no:cacheprovider tests/unit
+
+# Coverage of the shipped packages over the whole suite; the figure is quoted in the README.
 .PHONY: pytest
 pytest: venv
-	GPUFLEET_REQUIRE_SAM_BUILD=1 $(BIN)/pytest tests
+	GPUFLEET_REQUIRE_SAM_BUILD=1 $(BIN)/pytest tests --cov=gpufleet --cov=gpufleet_node --cov-report=term:skip-covered \
+	  --cov-report=json:.coverage.json
+	@$(BIN)/python -c 'import json; print("coverage of gpufleet + gpufleet_node: %.1f%%" % json.load(open(".coverage.json"))["totals"]["percent_covered"])'
 
 .PHONY: test-node
 test-node: $(PY39_VENV)/bin/.installed $(PY313_VENV)/bin/.installed

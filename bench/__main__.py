@@ -21,9 +21,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gpufleet.decide import decide_reconcile
-from gpufleet.fleet_policy import GroupSettings
-from gpufleet.models import GroupKind, GroupObservation, GroupRef, GroupState, InstanceObservation
+from gpufleet.domain.models import GroupKind, GroupObservation, GroupRef, GroupState, InstanceObservation
+from gpufleet.domain.policy import GroupSettings
+from gpufleet.scaling.core import decide_reconcile
 
 ROOT = Path(__file__).resolve().parents[1]
 NOW = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
@@ -43,7 +43,7 @@ def bench_reconcile(groups: int, gpus: int) -> str:
         policy.write_text("discovery: {eks: false}\n")
         scaler = Fleet(clients, policy, server.url, "").scaler()
         calls = count_calls(
-            scaler.fleet.autoscaling, scaler.metrics.cloudwatch, scaler.state.dynamodb, scaler.fleet.eks
+            scaler.ctx.fleet.autoscaling, scaler.metrics.cloudwatch, scaler.ctx.state.dynamodb, scaler.ctx.fleet.eks
         )
         tick = {"gpufleet": "reconcile", "execution_id": "bench", "scheduled_time": "2026-11-23T08:00:00Z"}
         started = time.perf_counter()
@@ -64,7 +64,7 @@ def bench_notifications(total: int = 1000, groups: int = 20) -> list[str]:
     """A burst of notifications across groups through the real notifier (moto server + local Slack)."""
     from aws_lambda_powertools import Logger, Metrics
 
-    from gpufleet.notifications import Notification, Severity, scaling_incident_key
+    from gpufleet.notify.model import Notification, Severity, scaling_incident_key
     from gpufleet.runtime import build_notifier
     from rehearsal import fleet
     from rehearsal.moto import moto_server
@@ -252,7 +252,7 @@ class SyntheticCloudWatch:
 def bench_guard(gpus: int = 10_000, per_instance: int = 8, repeat: int = 5) -> list[str]:
     """The OOM guard over 10,000 GPUs: GetMetricData calls (fake CloudWatch), forecast time (pure)."""
     from gpufleet.aws.metrics import GpuMetricsReader
-    from gpufleet.oom import GpuRef, MemorySeries, OomSettings, forecast_gpu
+    from gpufleet.guard.core import GpuRef, MemorySeries, OomSettings, forecast_gpu
 
     instances = gpus // per_instance
     fake = SyntheticCloudWatch(instances, per_instance, NOW)
@@ -261,8 +261,8 @@ def bench_guard(gpus: int = 10_000, per_instance: int = 8, repeat: int = 5) -> l
     refs = [GpuRef(group=f"asg:g{i // 8}", instance_id=iid, gpu_index=g) for i, (iid, g) in enumerate(inventory)]
     from aws_lambda_powertools import Logger, Metrics
 
-    from gpufleet.fleet_policy import FleetPolicy
-    from gpufleet.guard import OomGuard
+    from gpufleet.domain.policy import FleetPolicy
+    from gpufleet.guard.service import OomGuard
 
     # Only `_assess` is exercised: the parts it does not touch are left empty.
     guard = OomGuard(
@@ -318,7 +318,7 @@ def bench_spot_sweep(groups: int = 500) -> str:
     """spot_watch's sweep over N managed ASGs against moto server: API calls and wall time."""
     from aws_lambda_powertools import Logger, Metrics
 
-    from gpufleet import defaults
+    from gpufleet.domain import defaults
     from gpufleet.runtime import build_spot_watch
     from rehearsal import fleet
     from rehearsal.moto import moto_server
@@ -343,7 +343,7 @@ def bench_spot_sweep(groups: int = 500) -> str:
         policy.write_text("discovery: {eks: false}\n")
         env = {defaults.ENV_STATE_TABLE: TABLE, defaults.ENV_POLICY_FILE: str(policy)}
         watch = build_spot_watch(Logger(service="bench", level="ERROR"), Metrics(service="bench"), env=env)
-        calls = count_calls(watch.fleet.autoscaling, watch.fleet.eks, watch.state.dynamodb)
+        calls = count_calls(watch.ctx.fleet.autoscaling, watch.ctx.fleet.eks, watch.ctx.state.dynamodb)
         started = time.perf_counter()
         result = watch.sweep(NOW, "bench")
         wall = time.perf_counter() - started

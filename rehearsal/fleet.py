@@ -13,7 +13,7 @@ from typing import Any
 
 import boto3
 
-from gpufleet import defaults
+from gpufleet.domain import defaults
 from gpufleet_node import schema
 
 INSTANCE_TYPE = "g5.12xlarge"

@@ -26,12 +26,12 @@ from typing import Any
 import boto3
 from aws_lambda_powertools import Logger, Metrics
 
-from gpufleet import defaults
 from gpufleet.aws.metrics import group_dimensions
 from gpufleet.cli import LocalLambdaContext
-from gpufleet.models import GroupKind, GroupRef
+from gpufleet.domain import defaults
+from gpufleet.domain.errors import InvalidEvent
+from gpufleet.domain.models import GroupKind, GroupRef
 from gpufleet.runtime import build_guard, build_notifier, build_scaler, build_spot_watch
-from gpufleet.triggers import InvalidEvent
 from gpufleet_node.identity import Identity
 from gpufleet_node.nvml import SimulatedBackend
 from gpufleet_node.publisher import Publisher, simulate

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpufleet import defaults
+from gpufleet.domain import defaults
 from gpufleet_node import schema
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,6 +8,7 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from gpufleet.domain.errors import InvalidEvent
 from gpufleet.runtime import build_notifier
 
 logger = Logger(service="notifier")
@@ -28,10 +29,14 @@ def record_handler(record: SQSRecord) -> str:
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    if event.get("gpufleet") == "sweep":  # EventBridge Scheduler input
-        return {"sweep": notifier.sweep(now=datetime.now(UTC))}
-    response = process_partial_response(
-        event=event, record_handler=record_handler, processor=processor, context=context
-    )
-    logger.info("batch done", extra={"outcomes": notifier.report()})
-    return response
+    try:
+        return notifier.handle(
+            event,
+            now=datetime.now(UTC),
+            process_batch=lambda: process_partial_response(
+                event=event, record_handler=record_handler, processor=processor, context=context
+            ),
+        )
+    except InvalidEvent as exc:
+        logger.error("rejected event", extra={"error": str(exc)})
+        raise

@@ -6,9 +6,8 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from gpufleet.fleet_policy import PolicyError
+from gpufleet.domain.errors import InvalidEvent, PolicyError
 from gpufleet.runtime import build_spot_watch
-from gpufleet.triggers import InvalidEvent
 
 logger = Logger(service="spot_watch")
 tracer = Tracer(service="spot_watch")

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from aws_lambda_powertools import Logger, Metrics
 
-from gpufleet import defaults
 from gpufleet.cli import LocalLambdaContext
+from gpufleet.domain import defaults
 from gpufleet.runtime import build_scaler
-from gpufleet.scaler import Scaler
+from gpufleet.scaling.service import Scaler
 from gpufleet_node import schema
 from rehearsal import fleet
 

@@ -175,3 +175,13 @@ def test_invoke_every_spot_watch_sample_event(gpu_fleet: Fleet, path: Path) -> N
     else:
         # Both managed groups have their capacity in service: nothing to read, nothing found.
         assert run["groups_managed"] == 2 and run["groups"] == []
+
+
+def test_a_function_given_a_kind_it_does_not_handle_rejects_it_in_one_line(gpu_fleet: Fleet) -> None:
+    before = (gpu_fleet.desired(), gpu_fleet.nodegroup_desired())
+    proc = invoke_function("spot_watch", gpu_fleet, ROOT / "events" / "spot_watch" / "bad-an-alarm-event.json")
+    assert proc.returncode == 1
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    reason = "spot_watch does not handle alarm events (it takes: launch-unsuccessful, schedule)"
+    assert errors == [f"error: spot_watch failed: UnsupportedEvent: {reason}"]
+    assert (gpu_fleet.desired(), gpu_fleet.nodegroup_desired()) == before

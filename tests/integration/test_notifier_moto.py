@@ -18,11 +18,11 @@ from typing import Any
 import boto3
 import pytest
 
-from gpufleet import defaults
-from gpufleet.aws.outbox import NotificationQueue
+from gpufleet.aws.queue import NotificationQueue
 from gpufleet.cli import LocalLambdaContext
 from gpufleet.cli import main as cli_main
-from gpufleet.notifications import Notification, Severity
+from gpufleet.domain import defaults
+from gpufleet.notify.model import Notification, Severity
 from rehearsal import fleet
 from rehearsal.slack import SlackReceiver, slack_receiver
 from tests.conftest import ROOT

@@ -9,9 +9,9 @@ from typing import Any
 import boto3
 from aws_lambda_powertools import Logger, Metrics
 
-from gpufleet import defaults
-from gpufleet.guard import OomGuard
-from gpufleet.notifications import IncidentState, Notification
+from gpufleet.domain import defaults
+from gpufleet.guard.service import OomGuard
+from gpufleet.notify.model import IncidentState, Notification
 from gpufleet.runtime import build_guard
 from gpufleet_node.identity import Identity
 from gpufleet_node.nvml import SimulatedBackend
@@ -73,7 +73,7 @@ def test_leak_and_lost_gpu_become_incidents_and_the_instance_is_replaced(gpu_fle
     publish(healthy_node, 15, leaking)
     publish(sick_node, 15, lambda m, g: 20, lost_at=12)
     g = guard(gpu_fleet, stack.queue_url)
-    calls = count_calls(g.metrics.cloudwatch, g.fleet.autoscaling)
+    calls = count_calls(g.metrics.cloudwatch, g.ctx.fleet.autoscaling)
     result = g.evaluate(NOW, "tick-1")
     assert calls["cloudwatch:ListMetrics"] == 1
     assert calls["cloudwatch:GetMetricData"] == 2  # screening (4 GPU + 8 instance series), then detail

@@ -13,9 +13,9 @@ import boto3
 import pytest
 
 from gpufleet.aws.state import StateStore
-from gpufleet.fleet_policy import PolicyError
-from gpufleet.models import Action, Outcome
-from gpufleet.notifications import IncidentState, Notification
+from gpufleet.domain.models import Action, Outcome
+from gpufleet.domain.policy import PolicyError
+from gpufleet.notify.model import IncidentState, Notification
 from rehearsal import fleet
 from tests.integration.conftest import TABLE, Fleet, count_calls
 
@@ -198,7 +198,9 @@ def test_reconcile_batches_its_reads(aws: str, tmp_path: Path, groups: int) -> N
     policy = tmp_path / "p.yaml"
     policy.write_text("discovery: {eks: false}")
     scaler = Fleet(clients, policy, aws, "").scaler()
-    calls = count_calls(scaler.fleet.autoscaling, scaler.metrics.cloudwatch, scaler.state.dynamodb, scaler.fleet.eks)
+    calls = count_calls(
+        scaler.ctx.fleet.autoscaling, scaler.metrics.cloudwatch, scaler.ctx.state.dynamodb, scaler.ctx.fleet.eks
+    )
     result = scaler.handle(
         {"gpufleet": "reconcile", "execution_id": f"b{groups}", "scheduled_time": "2026-11-23T08:12:00Z"}, NOW
     )

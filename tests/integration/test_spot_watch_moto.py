@@ -11,10 +11,10 @@ from pathlib import Path
 import boto3
 from aws_lambda_powertools import Logger, Metrics
 
-from gpufleet import defaults
-from gpufleet.notifications import IncidentState, Notification
+from gpufleet.capacity.service import SpotWatch
+from gpufleet.domain import defaults
+from gpufleet.notify.model import IncidentState, Notification
 from gpufleet.runtime import build_spot_watch
-from gpufleet.spot_watch import SpotWatch
 from rehearsal import fleet
 from tests.integration.conftest import TABLE, Fleet, count_calls
 
@@ -134,7 +134,7 @@ def test_quota_errors_never_fall_back_and_say_how_to_fix(gpu_fleet: Fleet) -> No
 def test_sweep_reads_only_groups_short_of_capacity_and_only_new_activities(gpu_fleet: Fleet) -> None:
     stack = fleet.create_notification_stack(slack_secret=None)
     w = watch(gpu_fleet, stack.queue_url)
-    calls = count_calls(w.activities.autoscaling, w.state.dynamodb)
+    calls = count_calls(w.activities.autoscaling, w.ctx.state.dynamodb)
     w.sweep(NOW, "tick-1")
     assert calls["autoscaling:DescribeScalingActivities"] == 0  # every group has its capacity in service
     assert calls["dynamodb:BatchGetItem"] == 1 and calls["dynamodb:PutItem"] == 0

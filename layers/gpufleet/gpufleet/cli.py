@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from gpufleet import defaults
-from gpufleet.fleet_policy import PolicyError, parse_policy
+from gpufleet.domain import defaults
+from gpufleet.domain.policy import PolicyError, parse_policy
 
 DEFAULT_TABLE = "gpufleet-state"
 
@@ -160,8 +160,8 @@ def parse_duration(text: str) -> timedelta:
 
 def _cmd_silence(args: argparse.Namespace) -> int:
     from gpufleet.aws.incidents import IncidentStore
-    from gpufleet.incidents import Silence
-    from gpufleet.notifications import Severity
+    from gpufleet.notify.incidents import Silence
+    from gpufleet.notify.model import Severity
 
     store = IncidentStore(*_dynamodb(args))
     now = datetime.now(UTC)
@@ -209,7 +209,7 @@ def _cmd_silences(args: argparse.Namespace) -> int:
 
 def _cmd_explain(args: argparse.Namespace) -> int:
     from gpufleet.aws.state import StateStore
-    from gpufleet.models import GroupRef
+    from gpufleet.domain.models import GroupRef
 
     key = args.group if args.group == "unresolved" else GroupRef.parse_key(args.group).key
     decisions = StateStore(*_dynamodb(args)).recent_decisions(key, args.limit)
@@ -218,7 +218,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         return 0
     for d in decisions:
         change = f"{d.current} -> {d.desired}" if d.desired != d.current or d.victims else f"{d.current}"
-        print(f"{d.at:%Y-%m-%d %H:%M:%S}Z  {d.action:<11} {d.outcome:<13} {change:<8} {d.trigger}")
+        print(f"{d.at:%Y-%m-%d %H:%M:%S}Z  {d.action:<11} {d.outcome:<13} {change:<8} {d.trigger!s}")
         print(f"    {d.reason}")
         if d.detail:
             print(f"    -> {d.detail}")

@@ -1,4 +1,5 @@
-"""Composition root: the one place that reads the environment and builds the scaler's parts."""
+"""Composition root: the one place that reads the environment (into `Settings`) and builds each
+function's parts from boto3 clients, the policy loader and Powertools."""
 
 from __future__ import annotations
 
@@ -11,31 +12,26 @@ from typing import TYPE_CHECKING, Any
 import boto3
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities import parameters
-from aws_lambda_powertools.utilities.idempotency import (
-    DynamoDBPersistenceLayer,
-    IdempotencyConfig,
-    idempotent_function,
-)
+from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer, IdempotencyConfig, idempotent_function
 
-from gpufleet import defaults
 from gpufleet.aws.alarms import AlarmReader
 from gpufleet.aws.clients import AwsClients, client
 from gpufleet.aws.fleet import FleetActuator, FleetReader
 from gpufleet.aws.metrics import GpuMetricsReader
-from gpufleet.aws.outbox import NotificationQueue
+from gpufleet.aws.queue import NotificationQueue
 from gpufleet.aws.state import StateStore
-from gpufleet.fleet_policy import FleetPolicy, PolicyError, parse_policy
-from gpufleet.scaler import Scaler
+from gpufleet.domain import defaults
+from gpufleet.domain.errors import PolicyError
+from gpufleet.domain.policy import FleetPolicy, parse_policy
+from gpufleet.scaling.execution import ControlContext, Executor
+from gpufleet.scaling.service import Process, Scaler
+from gpufleet.settings import Settings
 
 if TYPE_CHECKING:
-    from gpufleet.guard import OomGuard
-    from gpufleet.notifier import Notifier
-    from gpufleet.slack import SlackPoster
-    from gpufleet.spot_watch import SpotWatch
-
-
-def _truthy(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+    from gpufleet.capacity.service import SpotWatch
+    from gpufleet.guard.service import OomGuard
+    from gpufleet.notify.service import Notifier
+    from gpufleet.notify.slack import SlackPoster
 
 
 @lru_cache(maxsize=8)
@@ -43,10 +39,9 @@ def _parse_cached(text: str, source: str) -> FleetPolicy:
     return parse_policy(text, source)
 
 
-def policy_loader(env: Mapping[str, str]) -> Callable[[], FleetPolicy]:
+def policy_loader(settings: Settings) -> Callable[[], FleetPolicy]:
     """A local file (CLI, demo) wins over the SSM parameter (deployed stack, cached by Powertools)."""
-    path = env.get(defaults.ENV_POLICY_FILE)
-    name = env.get(defaults.ENV_POLICY_PARAMETER)
+    path, name = settings.policy_file, settings.policy_parameter
     if path:
         return lambda: _parse_cached(Path(path).read_text(), path)
     if name:
@@ -66,71 +61,60 @@ def policy_loader(env: Mapping[str, str]) -> Callable[[], FleetPolicy]:
 
 
 def idempotency_for(
-    function_name: str, table: str, client: Any
-) -> tuple[IdempotencyConfig, Callable[[Callable[..., dict[str, Any]]], Callable[..., dict[str, Any]]]]:
+    function_name: str, table: str, dynamodb: Any
+) -> tuple[IdempotencyConfig, Callable[[Process], Process]]:
     config = IdempotencyConfig(event_key_jmespath="event_id", expires_after_seconds=defaults.IDEMPOTENCY_TTL_S)
     store = DynamoDBPersistenceLayer(
         table_name=table,
         key_attr="pk",
         sort_key_attr="sk",
         static_pk_value=f"IDEMPOTENCY#{function_name}",
-        boto3_client=client,
+        boto3_client=dynamodb,
     )
 
-    def wrap(fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
-        return idempotent_function(  # type: ignore[no-any-return]
-            data_keyword_argument="trigger", persistence_store=store, config=config
-        )(fn)
+    def wrap(fn: Process) -> Process:
+        return idempotent_function(data_keyword_argument="trigger", persistence_store=store, config=config)(fn)  # type: ignore[no-any-return]
 
     return config, wrap
-
-
-def build_scaler(
-    logger: Logger,
-    emf: Metrics,
-    env: Mapping[str, str] | None = None,
-    session: boto3.session.Session | None = None,
-) -> tuple[Scaler, IdempotencyConfig]:
-    env = os.environ if env is None else env
-    table = _required(env, defaults.ENV_STATE_TABLE, "the scaler needs its state table")
-    clients = AwsClients.create(session)
-    queue_url = env.get(defaults.ENV_NOTIFY_QUEUE_URL)
-    config, wrap = idempotency_for("scaler", table, clients.dynamodb)
-    scaler = Scaler(
-        fleet=FleetReader(clients.autoscaling, clients.eks),
-        actuator=FleetActuator(clients.autoscaling, clients.eks),
-        metrics=GpuMetricsReader(clients.cloudwatch),
-        alarms=AlarmReader(clients.cloudwatch),
-        state=StateStore(clients.dynamodb, table),
-        load_policy=policy_loader(env),
-        logger=logger,
-        emf=emf,
-        global_dry_run=_truthy(env.get(defaults.ENV_DRY_RUN)),
-        idempotent=wrap,
-        outbox=NotificationQueue(client("sqs", session), queue_url) if queue_url else None,
-        region=_region(session),
-    )
-    return scaler, config
-
-
-def _required(env: Mapping[str, str], name: str, why: str) -> str:
-    value = env.get(name)
-    if not value:
-        raise RuntimeError(f"{name} is not set: {why}")
-    return value
 
 
 def _region(session: boto3.session.Session | None) -> str:
     return (session or boto3.session.Session()).region_name or "us-east-1"
 
 
-def slack_loader(env: Mapping[str, str]) -> Callable[[], SlackPoster | None]:
-    """The Slack secret is read through Powertools Parameters (cached); its value stays in memory only."""
-    from gpufleet.slack import SlackConfig, SlackPoster
+def _settings(env: Mapping[str, str] | None) -> Settings:
+    return Settings.from_env(os.environ if env is None else env)
 
-    arn = env.get(defaults.ENV_SLACK_SECRET)
-    api_url = env.get(defaults.ENV_SLACK_API_URL)
-    timeout_s = int(env.get(defaults.ENV_SLACK_TIMEOUT_S) or defaults.SLACK_TIMEOUT_S)
+
+def build_scaler(
+    logger: Logger, emf: Metrics, env: Mapping[str, str] | None = None, session: boto3.session.Session | None = None
+) -> tuple[Scaler, IdempotencyConfig]:
+    settings = _settings(env)
+    table = settings.require(settings.state_table, defaults.ENV_STATE_TABLE, "the scaler needs its state table")
+    clients = AwsClients.create(session)
+    state = StateStore(clients.dynamodb, table)
+    queue = settings.notify_queue_url
+    ctx = ControlContext(
+        fleet=FleetReader(clients.autoscaling, clients.eks),
+        state=state,
+        executor=Executor(FleetActuator(clients.autoscaling, clients.eks), state, logger, emf),
+        load_policy=policy_loader(settings),
+        logger=logger,
+        emf=emf,
+        outbox=NotificationQueue(client("sqs", session), queue) if queue else None,
+        region=_region(session),
+        global_dry_run=settings.dry_run,
+    )
+    config, wrap = idempotency_for("scaler", table, clients.dynamodb)
+    scaler = Scaler(ctx, GpuMetricsReader(clients.cloudwatch), AlarmReader(clients.cloudwatch), idempotent=wrap)
+    return scaler, config
+
+
+def slack_loader(settings: Settings) -> Callable[[], SlackPoster | None]:
+    """The Slack secret is read through Powertools Parameters (cached); its value stays in memory only."""
+    from gpufleet.notify.slack import SlackConfig, SlackPoster
+
+    arn, api_url, timeout_s = settings.slack_secret_arn, settings.slack_api_url, settings.slack_timeout_s
     built: dict[str, SlackPoster] = {}
 
     def load() -> SlackPoster | None:
@@ -146,65 +130,49 @@ def slack_loader(env: Mapping[str, str]) -> Callable[[], SlackPoster | None]:
 
 
 def build_notifier(
-    logger: Logger,
-    emf: Metrics,
-    env: Mapping[str, str] | None = None,
-    session: boto3.session.Session | None = None,
+    logger: Logger, emf: Metrics, env: Mapping[str, str] | None = None, session: boto3.session.Session | None = None
 ) -> Notifier:
     # Imported here so the scaler's cold start does not pay for slack-sdk and the notifier's modules.
     from gpufleet.aws.incidents import IncidentStore
-    from gpufleet.aws.outbox import SnsPublisher
-    from gpufleet.notifier import Notifier
+    from gpufleet.aws.queue import SnsPublisher
+    from gpufleet.notify.service import Notifier
 
-    env = os.environ if env is None else env
-    table = _required(env, defaults.ENV_STATE_TABLE, "the notifier keeps incidents in the state table")
-    queue_url = _required(env, defaults.ENV_NOTIFY_QUEUE_URL, "the notifier schedules its own flushes")
-    topic = env.get(defaults.ENV_NOTIFY_TOPIC_ARN)
-    sqs = client("sqs", session)
+    settings = _settings(env)
+    table = settings.require(
+        settings.state_table, defaults.ENV_STATE_TABLE, "the notifier keeps incidents in the state table"
+    )
+    queue_url = settings.require(
+        settings.notify_queue_url, defaults.ENV_NOTIFY_QUEUE_URL, "the notifier schedules its own flushes"
+    )
+    topic = settings.notify_topic_arn
     return Notifier(
         store=IncidentStore(client("dynamodb", session), table),
-        queue=NotificationQueue(sqs, queue_url, env.get(defaults.ENV_NOTIFY_DLQ_URL)),
+        queue=NotificationQueue(client("sqs", session), queue_url, settings.notify_dlq_url),
         sns=SnsPublisher(client("sns", session), topic) if topic else None,
-        slack=slack_loader(env),
-        load_policy=policy_loader(env),
+        slack=slack_loader(settings),
+        load_policy=policy_loader(settings),
         logger=logger,
         emf=emf,
     )
 
 
 def build_guard(
-    logger: Logger,
-    emf: Metrics,
-    env: Mapping[str, str] | None = None,
-    session: boto3.session.Session | None = None,
+    logger: Logger, emf: Metrics, env: Mapping[str, str] | None = None, session: boto3.session.Session | None = None
 ) -> OomGuard:
     """The OOM guard shares the scaler's clients, state and decision path (for memory-pressure scale-outs)."""
-    from gpufleet.guard import OomGuard
+    from gpufleet.guard.service import OomGuard
 
-    scaler = _shared_scaler(logger, emf, env, session)
-    guard = OomGuard.sharing(scaler, actuator=scaler.actuator, metrics=scaler.metrics)
-    assert isinstance(guard, OomGuard)
-    return guard
+    scaler, _ = build_scaler(logger, emf, env, session)
+    return OomGuard(scaler.ctx, scaler, scaler.ctx.executor.actuator, scaler.metrics)
 
 
 def build_spot_watch(
-    logger: Logger,
-    emf: Metrics,
-    env: Mapping[str, str] | None = None,
-    session: boto3.session.Session | None = None,
+    logger: Logger, emf: Metrics, env: Mapping[str, str] | None = None, session: boto3.session.Session | None = None
 ) -> SpotWatch:
     """spot_watch shares the scaler's clients, state and execution path (for the fallback group)."""
     from gpufleet.aws.activities import LaunchActivityReader
-    from gpufleet.spot_watch import SpotWatch
+    from gpufleet.capacity.service import SpotWatch
 
-    scaler = _shared_scaler(logger, emf, env, session)
-    watch = SpotWatch.sharing(scaler, activities=LaunchActivityReader(scaler.fleet.autoscaling, scaler.fleet.eks))
-    assert isinstance(watch, SpotWatch)
-    return watch
-
-
-def _shared_scaler(
-    logger: Logger, emf: Metrics, env: Mapping[str, str] | None, session: boto3.session.Session | None
-) -> Scaler:
-    scaler, _ = build_scaler(logger, emf, os.environ if env is None else env, session)
-    return scaler
+    scaler, _ = build_scaler(logger, emf, env, session)
+    fleet = scaler.ctx.fleet
+    return SpotWatch(scaler.ctx, scaler, LaunchActivityReader(fleet.autoscaling, fleet.eks))

@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from datetime import datetime, timedelta, timezone
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from gpufleet_node import schema
 from gpufleet_node.aggregate import GpuCounters, Scopes, Window, add_sample
@@ -160,7 +160,7 @@ class Publisher:
 
     # ---- the service loop ----
 
-    def run(self, sample_interval_s: float = 1.0, clock=utcnow, sleep=time.sleep) -> None:  # type: ignore[no-untyped-def]
+    def run(self, sample_interval_s: float = 1.0, clock: Callable[[], datetime] = utcnow) -> None:
         """Sample on a fixed cadence (no drift: the next round is scheduled from the monotonic clock)."""
         next_round = time.monotonic()
         while not self._stop.is_set():

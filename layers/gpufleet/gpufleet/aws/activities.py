@@ -6,19 +6,25 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mypy_boto3_autoscaling import AutoScalingClient
+    from mypy_boto3_autoscaling.type_defs import ActivityTypeDef
+    from mypy_boto3_eks import EKSClient
+    from mypy_boto3_eks.type_defs import IssueTypeDef
 
 FAILED_STATUSES = ("Failed", "Cancelled")
 
 
 @dataclass
 class LaunchActivityReader:
-    autoscaling: Any
-    eks: Any
+    autoscaling: AutoScalingClient
+    eks: EKSClient
 
-    def failed_since(self, asg_name: str, since: datetime) -> list[dict[str, Any]]:
+    def failed_since(self, asg_name: str, since: datetime) -> list[ActivityTypeDef]:
         """Failed/cancelled activities of one ASG that started after `since` (stops paging at older ones)."""
-        out: list[dict[str, Any]] = []
+        out: list[ActivityTypeDef] = []
         kwargs: dict[str, Any] = {"AutoScalingGroupName": asg_name, "MaxRecords": 100}
         while True:
             page = self.autoscaling.describe_scaling_activities(**kwargs)
@@ -32,13 +38,12 @@ class LaunchActivityReader:
                 return out
             kwargs["NextToken"] = token
 
-    def nodegroup_issues(self, cluster: str, nodegroup: str) -> list[dict[str, Any]]:
+    def nodegroup_issues(self, cluster: str, nodegroup: str) -> list[IssueTypeDef]:
         resp = self.eks.describe_nodegroup(clusterName=cluster, nodegroupName=nodegroup)
-        issues: list[dict[str, Any]] = resp["nodegroup"].get("health", {}).get("issues", [])
-        return issues
+        return list(resp["nodegroup"].get("health", {}).get("issues", []))
 
 
-def activity_az(activity: dict[str, Any]) -> str | None:
+def activity_az(activity: ActivityTypeDef) -> str | None:
     try:
         details = json.loads(activity.get("Details") or "{}")
     except json.JSONDecodeError:
@@ -47,5 +52,5 @@ def activity_az(activity: dict[str, Any]) -> str | None:
     return str(az) if az else None
 
 
-def activity_message(activity: dict[str, Any]) -> str:
+def activity_message(activity: ActivityTypeDef) -> str:
     return str(activity.get("StatusMessage") or activity.get("Description") or "")

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
+
+if TYPE_CHECKING:
+    from mypy_boto3_cloudwatch import CloudWatchClient
 
 
 @dataclass
 class AlarmReader:
-    cloudwatch: Any
+    cloudwatch: CloudWatchClient
 
     def tags(self, alarm_arn: str | None) -> dict[str, str]:
         """Tags of the alarm; {} when it has none, is gone, or has no ARN in the event."""

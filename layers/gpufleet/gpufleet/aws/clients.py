@@ -4,10 +4,16 @@ honoured by boto3 itself), so the same code talks to AWS, moto server or `gpufle
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config
+
+if TYPE_CHECKING:
+    from mypy_boto3_autoscaling import AutoScalingClient
+    from mypy_boto3_cloudwatch import CloudWatchClient
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_eks import EKSClient
 
 RETRY_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=20)
 
@@ -18,10 +24,10 @@ def client(name: str, session: boto3.session.Session | None = None) -> Any:
 
 @dataclass(frozen=True)
 class AwsClients:
-    autoscaling: Any
-    eks: Any
-    cloudwatch: Any
-    dynamodb: Any
+    autoscaling: AutoScalingClient
+    eks: EKSClient
+    cloudwatch: CloudWatchClient
+    dynamodb: DynamoDBClient
 
     @classmethod
     def create(cls, session: boto3.session.Session | None = None) -> AwsClients:

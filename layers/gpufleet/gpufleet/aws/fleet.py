@@ -4,13 +4,25 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from botocore.exceptions import ClientError
 
-from gpufleet import defaults
-from gpufleet.fleet_policy import Discovery
-from gpufleet.models import Action, Decision, GroupKind, GroupObservation, GroupRef, InstanceObservation
+from gpufleet.domain import defaults
+from gpufleet.domain.models import (
+    Action,
+    CapacityType,
+    Decision,
+    GroupKind,
+    GroupObservation,
+    GroupRef,
+    InstanceObservation,
+)
+from gpufleet.domain.policy import Discovery
+
+if TYPE_CHECKING:
+    from mypy_boto3_autoscaling import AutoScalingClient
+    from mypy_boto3_eks import EKSClient
 
 T = TypeVar("T")
 
@@ -32,7 +44,44 @@ def _instances(asg: dict[str, Any]) -> tuple[InstanceObservation, ...]:
     )
 
 
+TAG_CAPACITY_TYPE = "gpufleet:capacity-type"  # spot | on-demand | capacity-block: overrides what is derived
+_CAPACITY_WORDS = {
+    "spot": CapacityType.SPOT,
+    "on-demand": CapacityType.ON_DEMAND,
+    "on_demand": CapacityType.ON_DEMAND,
+    "capacity-block": CapacityType.CAPACITY_BLOCK,
+    "capacity_block": CapacityType.CAPACITY_BLOCK,
+}
+
+
+def capacity_type_from_word(word: str | None) -> CapacityType:
+    return _CAPACITY_WORDS.get((word or "").strip().lower(), CapacityType.UNKNOWN)
+
+
+def _mixed_instances_market(asg: dict[str, Any]) -> CapacityType:
+    """A mixed instances policy's distribution: all on-demand, all spot, or both (unknown per launch)."""
+    dist = asg.get("MixedInstancesPolicy", {}).get("InstancesDistribution")
+    if dist is None:
+        return CapacityType.UNKNOWN
+    base = int(dist.get("OnDemandBaseCapacity", 0))
+    above = int(dist.get("OnDemandPercentageAboveBaseCapacity", 100))
+    if above == 100:
+        return CapacityType.ON_DEMAND
+    if above == 0 and base == 0:
+        return CapacityType.SPOT
+    return CapacityType.UNKNOWN
+
+
+def _instance_types(asg: dict[str, Any]) -> tuple[str, ...]:
+    overrides = asg.get("MixedInstancesPolicy", {}).get("LaunchTemplate", {}).get("Overrides", [])
+    found = [o["InstanceType"] for o in overrides if o.get("InstanceType")]
+    found += [i["InstanceType"] for i in asg.get("Instances", []) if i.get("InstanceType")]
+    return tuple(dict.fromkeys(found))
+
+
 def _asg_observation(asg: dict[str, Any]) -> GroupObservation:
+    tags = {t["Key"]: t.get("Value", "") for t in asg.get("Tags", [])}
+    tagged = capacity_type_from_word(tags.get(TAG_CAPACITY_TYPE))
     return GroupObservation(
         ref=GroupRef(kind=GroupKind.ASG, name=asg["AutoScalingGroupName"]),
         min_size=asg["MinSize"],
@@ -40,7 +89,9 @@ def _asg_observation(asg: dict[str, Any]) -> GroupObservation:
         desired=asg["DesiredCapacity"],
         asg_name=asg["AutoScalingGroupName"],
         instances=_instances(asg),
-        tags={t["Key"]: t.get("Value", "") for t in asg.get("Tags", [])},
+        tags=tags,
+        capacity_type=tagged if tagged is not CapacityType.UNKNOWN else _mixed_instances_market(asg),
+        instance_types=_instance_types(asg),
     )
 
 
@@ -48,8 +99,8 @@ def _asg_observation(asg: dict[str, Any]) -> GroupObservation:
 class FleetReader:
     """Finds managed groups and describes them in as few calls as the APIs allow."""
 
-    autoscaling: Any
-    eks: Any
+    autoscaling: AutoScalingClient
+    eks: EKSClient
 
     def _describe_asgs(self, **kwargs: Any) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -59,7 +110,7 @@ class FleetReader:
             if token:
                 args["NextToken"] = token
             page = self.autoscaling.describe_auto_scaling_groups(**args)
-            out.extend(page.get("AutoScalingGroups", []))
+            out.extend(dict(g) for g in page.get("AutoScalingGroups", []))
             token = page.get("NextToken")
             if not token:
                 return out
@@ -145,6 +196,8 @@ class FleetReader:
                     asg_name=asg_name,
                     instances=_instances(backing.get(asg_name or "", {})),
                     tags=dict(ng.get("tags", {})),
+                    capacity_type=capacity_type_from_word(ng.get("capacityType")),
+                    instance_types=tuple(ng.get("instanceTypes") or ()),
                 )
             )
         return out
@@ -154,8 +207,8 @@ class FleetReader:
 class FleetActuator:
     """Applies one decision. Idempotent per decision: EKS updates carry a client request token."""
 
-    autoscaling: Any
-    eks: Any
+    autoscaling: AutoScalingClient
+    eks: EKSClient
 
     def apply(self, decision: Decision, obs: GroupObservation, token: str) -> str:
         """Returns a short account of what was done; raises on failure."""
@@ -182,7 +235,7 @@ class FleetActuator:
 
     def _update_nodegroup(self, ref: GroupRef, desired: int, token: str) -> str:
         self.eks.update_nodegroup_config(
-            clusterName=ref.cluster,
+            clusterName=ref.cluster or "",
             nodegroupName=ref.name,
             scalingConfig={"desiredSize": desired},
             clientRequestToken=token,

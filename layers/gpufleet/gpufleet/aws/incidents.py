@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from gpufleet.incidents import Incident, Silence
-from gpufleet.notifications import IncidentState
+from gpufleet.notify.incidents import Incident, Silence
+from gpufleet.notify.model import IncidentState
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 INCIDENT_PK = "INCIDENT"
 SILENCE_PK = "SILENCE"
@@ -23,7 +26,7 @@ CLOSED_TTL = timedelta(days=1)
 
 @dataclass
 class IncidentStore:
-    dynamodb: Any
+    dynamodb: DynamoDBClient
     table: str
 
     def get(self, key: str) -> Incident | None:

@@ -6,12 +6,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from statistics import fmean
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpufleet import defaults
 from gpufleet.aws.fleet import chunks
-from gpufleet.models import GroupKind, GroupRef
+from gpufleet.domain import defaults
+from gpufleet.domain.models import GroupKind, GroupRef
 from gpufleet_node import schema
+
+if TYPE_CHECKING:
+    from mypy_boto3_cloudwatch import CloudWatchClient
 
 
 @dataclass(frozen=True)
@@ -32,7 +35,7 @@ def group_dimensions(ref: GroupRef) -> dict[str, str]:
 
 @dataclass
 class GpuMetricsReader:
-    cloudwatch: Any
+    cloudwatch: CloudWatchClient
     period_s: int = 60
 
     def fetch(self, queries: list[SeriesQuery], start: datetime, end: datetime) -> dict[str, list[float]]:

@@ -14,14 +14,17 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from botocore.exceptions import ClientError
 from pydantic import BaseModel
 
-from gpufleet import defaults
 from gpufleet.aws.fleet import chunks
-from gpufleet.models import Action, Decision, GroupState
+from gpufleet.domain import defaults
+from gpufleet.domain.models import Decision, GroupState
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 Doc = TypeVar("Doc", bound=BaseModel)
 STATE_SK = "STATE"
@@ -41,7 +44,7 @@ def _dt(item: dict[str, Any], name: str) -> datetime | None:
 
 @dataclass
 class StateStore:
-    dynamodb: Any
+    dynamodb: DynamoDBClient
     table: str
 
     def load(self, group_keys: Iterable[str]) -> dict[str, GroupState]:
@@ -98,7 +101,7 @@ class StateStore:
         """Record the change's cooldown mark, bump the version and free the lease, in one write."""
         sets = ["version = if_not_exists(version, :zero) + :one"]
         values: dict[str, Any] = {":zero": {"N": "0"}, ":one": {"N": "1"}, ":o": {"S": owner}}
-        if decision.action in (Action.SCALE_OUT, Action.SET_DESIRED) and decision.desired > decision.current:
+        if decision.raises_capacity:
             sets.append("last_scale_out_at = :at")
         else:
             sets.append("last_scale_in_at = :at")
@@ -128,7 +131,7 @@ class StateStore:
         """Audit items for every decision; holds expire after a day, changes after the policy TTL."""
         items = []
         for d in decisions:
-            ttl = HOLD_TTL if d.action is Action.HOLD else timedelta(days=audit_ttl_days)
+            ttl = HOLD_TTL if not d.changes_capacity else timedelta(days=audit_ttl_days)
             items.append(
                 {
                     "PutRequest": {
@@ -188,10 +191,21 @@ class StateStore:
                 request = resp.get("UnprocessedKeys") or {}
         return docs
 
+    def save_changes(self, group_key: str, sk: str, before: BaseModel, after: BaseModel) -> bool:
+        """Store `after` if it differs from `before` (conditional on before's version). False only when
+        someone else wrote the document since it was read."""
+        if after.model_dump(exclude={"version"}) == before.model_dump(exclude={"version"}):
+            return True
+        return self.save_doc(group_key, sk, after, int(getattr(before, "version", 0)))
+
     def save_doc(self, group_key: str, sk: str, doc: BaseModel, expected_version: int) -> bool:
         """Conditional on the version read: two overlapping runs never both act on the same memory."""
-        condition = "attribute_not_exists(pk)" if expected_version == 0 else "version = :v"
-        values = {} if expected_version == 0 else {":v": {"N": str(expected_version)}}
+        condition: dict[str, Any] = {"ConditionExpression": "attribute_not_exists(pk)"}
+        if expected_version:
+            condition = {
+                "ConditionExpression": "version = :v",
+                "ExpressionAttributeValues": {":v": {"N": str(expected_version)}},
+            }
         try:
             self.dynamodb.put_item(
                 TableName=self.table,
@@ -201,8 +215,7 @@ class StateStore:
                     "version": {"N": str(expected_version + 1)},
                     "doc": {"S": doc.model_dump_json(exclude={"version"})},
                 },
-                ConditionExpression=condition,
-                **({"ExpressionAttributeValues": values} if values else {}),
+                **condition,
             )
         except ClientError as exc:
             if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":

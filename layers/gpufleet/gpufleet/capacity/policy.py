@@ -1,0 +1,36 @@
+"""The capacity section of the fleet policy (YAML key `spot`): fallback groups, backoff, prices."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from gpufleet.domain.models import Frozen
+
+
+class Fallback(Frozen):
+    group: str  # "asg:NAME" or "eks:CLUSTER/NODEGROUP": the on-demand group to raise
+    wait_minutes: int = Field(default=5, ge=0, le=120)  # spot failures for this long before falling back
+
+
+class SpotSettings(Frozen):
+    group: str  # the spot group this applies to
+    fallback: Fallback | None = None
+
+
+class PriceTable(Frozen):
+    """$ per instance-hour, for the cost estimate in notifications (your prices; not fetched)."""
+
+    on_demand: dict[str, float] = Field(default_factory=dict)
+    spot: dict[str, float] = Field(default_factory=dict)
+
+
+class SpotPolicy(Frozen):
+    groups: tuple[SpotSettings, ...] = ()
+    prices: PriceTable = PriceTable()
+    backoff_initial_s: int = Field(default=300, ge=10)
+    backoff_max_s: int = Field(default=1800, ge=10)
+    backoff_reset_s: int = Field(default=3 * 3600, ge=60)
+    unavailable_ttl_s: int = Field(default=180, ge=10)  # Karpenter keeps insufficient-capacity offerings 3 min
+
+    def settings_for(self, group: str) -> SpotSettings | None:
+        return next((g for g in self.groups if g.group == group), None)

@@ -1,0 +1,208 @@
+"""spot_watch's glue: failed launches (EventBridge event or describe sweep) -> classify -> backoff and
+unavailable offerings -> fallback plan -> the fallback group's change through the scaler's execution ->
+tell the group's capacity incident. Rules live in `capacity.classify`, `capacity.core`, `capacity.notes`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+
+from gpufleet.aws.activities import LaunchActivityReader, activity_az, activity_message
+from gpufleet.capacity.classify import FailureSource, LaunchFailure, describe_failure
+from gpufleet.capacity.core import FallbackPlan, SpotState, fallback_change, fold_failures, owed_after, plan_fallback
+from gpufleet.capacity.notes import spot_notes
+from gpufleet.domain.models import Decision, GroupKind, GroupObservation, GroupRef
+from gpufleet.domain.policy import FleetPolicy
+from gpufleet.events import EventKind, parse_for
+from gpufleet.events.model import LaunchUnsuccessful
+from gpufleet.scaling.execution import ControlContext
+from gpufleet.scaling.service import Scaler
+
+SPOT_SK = "SPOT"
+SWEEP_LOOKBACK = timedelta(minutes=15)
+ACCEPTS = (EventKind.LAUNCH_UNSUCCESSFUL, EventKind.SCHEDULE)
+
+
+def _failure(
+    obs: GroupObservation, activity_id: str, asg: str, at: datetime, message: str, az: str | None, source: FailureSource
+) -> LaunchFailure:
+    itype = obs.instance_types[0] if len(obs.instance_types) == 1 else None
+    return describe_failure(activity_id, obs.ref.key, asg, at, message, az, source, obs.capacity_type, itype)
+
+
+def eks_issue_id(message: str, now: datetime) -> str:
+    """A node group health issue has no activity id: the same message within the hour is one failure,
+    the same across processes and cold starts (a stable digest, not Python's salted hash())."""
+    return f"eks-health:{hashlib.sha256(message.encode()).hexdigest()[:16]}:{now:%Y%m%d%H}"
+
+
+@dataclass
+class SpotWatch:
+    ctx: ControlContext
+    scaler: Scaler
+    activities: LaunchActivityReader
+
+    def handle(self, event: Any, now: datetime) -> dict[str, Any]:
+        """Raises InvalidEvent (UnsupportedEvent for an alarm, say) before anything is read or changed."""
+        events = parse_for(event, "spot_watch", ACCEPTS)
+        results = []
+        for e in events:
+            if isinstance(e, LaunchUnsuccessful):
+                results.append(self.on_launch_event(e, now))
+            else:
+                results.append(self.sweep(now, e.event_id))
+        return {"results": results}
+
+    # ---- sources ----
+
+    def on_launch_event(self, launch: LaunchUnsuccessful, now: datetime) -> dict[str, Any]:
+        policy = self.ctx.load_policy()
+        obs = next((o for o, _ in self.ctx.managed(policy) if (o.asg_name or o.ref.name) == launch.asg_name), None)
+        if obs is None:
+            return {"event_id": launch.event_id, "ignored": f"{launch.asg_name} is not a managed group"}
+        failure = _failure(
+            obs,
+            launch.activity_id,
+            launch.asg_name,
+            launch.at,
+            launch.message,
+            launch.availability_zone,
+            FailureSource.EVENT,
+        )
+        return {"event_id": launch.event_id, "groups": [self.process(obs, [failure], now, launch.event_id, policy)]}
+
+    def sweep(self, now: datetime, event_id: str) -> dict[str, Any]:
+        """Managed groups (ASGs and the ASGs behind EKS node groups) that are short of capacity or still owe a
+        fallback: their failed activities of the last SWEEP_LOOKBACK (seen ids dedup against the event path).
+        A group whose desired capacity is all in service has nothing pending to fail, so it is not read."""
+        policy = self.ctx.load_policy()
+        managed = [obs for obs, _ in self.ctx.managed(policy)]
+        states = self.ctx.state.load_docs([o.ref.key for o in managed], SPOT_SK, SpotState)
+        results = []
+        for obs in managed:
+            state = states[obs.ref.key]
+            if obs.desired > obs.in_service or state.streak_started_at or state.fallback_added:
+                results.append(self.process(obs, self._failures(obs, now), now, event_id, policy, state=state))
+        self.ctx.emf.add_metric(name="SpotGroupsSwept", unit=MetricUnit.Count, value=len(results))
+        return {"event_id": event_id, "groups": results, "groups_managed": len(managed)}
+
+    def _failures(self, obs: GroupObservation, now: datetime) -> list[LaunchFailure]:
+        asg = obs.asg_name or obs.ref.name
+        found = [
+            _failure(
+                obs,
+                a["ActivityId"],
+                a["AutoScalingGroupName"],
+                a["StartTime"],
+                activity_message(a),
+                activity_az(a),
+                FailureSource.SWEEP,
+            )
+            for a in self.activities.failed_since(asg, now - SWEEP_LOOKBACK)
+        ]
+        if obs.ref.kind is GroupKind.EKS_NODEGROUP and obs.ref.cluster and not found:
+            for issue in self.activities.nodegroup_issues(obs.ref.cluster, obs.ref.name):
+                if issue.get("code") == "AsgInstanceLaunchFailures":
+                    message = str(issue.get("message", ""))
+                    found.append(
+                        _failure(obs, eks_issue_id(message, now), asg, now, message, None, FailureSource.EKS_HEALTH)
+                    )
+        return found
+
+    # ---- one group ----
+
+    def process(
+        self,
+        obs: GroupObservation,
+        failures: list[LaunchFailure],
+        now: datetime,
+        event_id: str,
+        policy: FleetPolicy,
+        state: SpotState | None = None,
+    ) -> dict[str, Any]:
+        before = state or self.ctx.state.load_doc(obs.ref.key, SPOT_SK, SpotState)
+        after, new = fold_failures(before, failures, now, policy.spot)
+        plan, acted = self._fallback(obs, after, new, now, event_id, policy)
+        after = after.model_copy(update={"fallback_added": owed_after(before.fallback_added, acted)})
+        fallback = (acted, plan.reason) if plan is not None and acted is not None else None
+        streak_over = after.streak_started_at is not None and not new and obs.desired <= obs.in_service
+        if streak_over and after.fallback_added == 0:
+            after = after.model_copy(update={"streak_started_at": None, "notified_classes": ()})
+        notes = spot_notes(
+            obs,
+            before,
+            after,
+            new,
+            fallback,
+            streak_over,
+            policy.spot.prices,
+            now=now,
+            event_id=event_id,
+            region=self.ctx.region,
+        )
+        if new:
+            told = tuple(sorted({*after.notified_classes, *(f.failure_class for f in new)}))
+            after = after.model_copy(update={"notified_classes": told})
+        if not self.ctx.state.save_changes(obs.ref.key, SPOT_SK, before, after):
+            self.ctx.logger.warning("spot state changed concurrently; retried next sweep", extra={"group": obs.ref.key})
+        self.ctx.send(notes)
+        self._report(obs, new)
+        return {
+            "group": obs.ref.key,
+            "new_failures": [
+                {"activity": f.activity_id, "class": str(f.failure_class), "offering": f.offering} for f in new
+            ],
+            "backoff_until": after.backoff_until.isoformat() if after.backoff_until else None,
+            "unavailable": sorted(after.unavailable),
+            "fallback_owed": after.fallback_added,
+            "fallback": plan.model_dump(mode="json") if plan else None,
+            "fallback_action": acted.model_dump(mode="json", exclude={"bounds", "needs_instance_metrics", "skipped"})
+            if acted
+            else None,
+        }
+
+    def _fallback(
+        self,
+        obs: GroupObservation,
+        after: SpotState,
+        new: list[LaunchFailure],
+        now: datetime,
+        event_id: str,
+        policy: FleetPolicy,
+    ) -> tuple[FallbackPlan | None, Decision | None]:
+        """The fallback group's change for this spot group, executed like the scaler's own (lease, bounds,
+        cooldowns, idle-only hand-back, dry-run, audit), with the plan's reason."""
+        settings = policy.spot.settings_for(obs.ref.key)
+        if settings is None or settings.fallback is None:
+            return None, None
+        fb = self.ctx.fleet.observe_one(GroupRef.parse_key(settings.fallback.group))
+        fb_settings = policy.settings_for(fb.ref, fb.tags) if fb is not None else None
+        if fb is None or fb_settings is None:
+            self.ctx.logger.warning(
+                "fallback group missing or not managed", extra={"fallback": settings.fallback.group}
+            )
+            return None, None
+        plan = plan_fallback(obs, fb, settings, after, new, now)
+        fb_state = self.ctx.state.load([fb.ref.key])[fb.ref.key]
+        dry = self.ctx.dry(policy)
+        decision = fallback_change(plan, fb, fb_settings, fb_state, now, event_id=event_id, global_dry_run=dry)
+        if decision is not None and decision.needs_instance_metrics:
+            fb = self.scaler.with_instance_metrics([fb], now, policy)[0]
+            decision = fallback_change(plan, fb, fb_settings, fb_state, now, event_id=event_id, global_dry_run=dry)
+        if decision is None:
+            return plan, None
+        return plan, self.scaler.execute(decision, fb, fb_state, policy)
+
+    def _report(self, obs: GroupObservation, new: list[LaunchFailure]) -> None:
+        for f in new:
+            self.ctx.logger.warning(
+                f"{obs.ref.key}: launch failed ({f.failure_class}) {f.offering}",
+                extra={"failure": f.model_dump(mode="json"), "hint": f.hint},
+            )
+        if new:
+            self.ctx.emf.add_metric(name="LaunchFailures", unit=MetricUnit.Count, value=len(new))

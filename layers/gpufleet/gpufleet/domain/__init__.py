@@ -1,0 +1,1 @@
+"""The shared vocabulary: typed models, the fleet policy, errors, defaults. Pure: no AWS, no clock."""

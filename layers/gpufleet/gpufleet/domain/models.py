@@ -1,0 +1,229 @@
+"""Typed observations and decisions shared by the pure cores and the adapters.
+
+Every capability speaks in these: a group is a `GroupRef`, what was read about it a `GroupObservation`,
+what the controller remembers a `GroupState`, and what it decided a `Decision` with a typed `Trigger`,
+an `Action`, an `Outcome` and a reason a person can read.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
+
+
+class Frozen(BaseModel):
+    """The one base of every internal model: immutable, unknown fields rejected."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class GroupKind(StrEnum):
+    ASG = "asg"
+    EKS_NODEGROUP = "eks-nodegroup"
+
+
+class Direction(StrEnum):
+    OUT = "out"
+    IN = "in"
+
+
+class AlarmState(StrEnum):
+    OK = "OK"
+    ALARM = "ALARM"
+    INSUFFICIENT_DATA = "INSUFFICIENT_DATA"
+
+
+class CapacityType(StrEnum):
+    """How a group buys its instances (decides, e.g., whether an on-demand fallback can help)."""
+
+    SPOT = "spot"
+    ON_DEMAND = "on-demand"
+    CAPACITY_BLOCK = "capacity-block"
+    UNKNOWN = "unknown"
+
+
+class GroupRef(Frozen):
+    """An ASG (name) or an EKS managed node group (cluster + name)."""
+
+    kind: GroupKind
+    name: str
+    cluster: str | None = None
+
+    @property
+    def key(self) -> str:
+        if self.kind is GroupKind.EKS_NODEGROUP:
+            return f"eks:{self.cluster}/{self.name}"
+        return f"asg:{self.name}"
+
+    @classmethod
+    def parse_key(cls, key: str) -> GroupRef:
+        """Inverse of `key`; also accepts a bare name as an ASG."""
+        kind, sep, rest = key.partition(":")
+        if not sep:
+            return cls(kind=GroupKind.ASG, name=key)
+        if kind == "asg" and rest:
+            return cls(kind=GroupKind.ASG, name=rest)
+        cluster, slash, name = rest.partition("/")
+        if kind == "eks" and slash and cluster and name:
+            return cls(kind=GroupKind.EKS_NODEGROUP, cluster=cluster, name=name)
+        raise ValueError(f"not a group key: {key!r} (expected 'asg:NAME' or 'eks:CLUSTER/NODEGROUP')")
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class MetricRef(Frozen):
+    """One metric an alarm reads (math-expression children included)."""
+
+    namespace: str | None = None
+    name: str | None = None
+    dimensions: dict[str, str] = Field(default_factory=dict)
+
+
+# ---- what caused a decision ----
+
+
+class TriggerKind(StrEnum):
+    ALARM = "alarm"
+    TARGET_TRACKING = "target-tracking"
+    SCHEDULE = "schedule"
+    BOUNDS = "bounds"
+    OOM_GUARD = "oom-guard"
+    SPOT_FALLBACK = "spot-fallback"
+    REQUEST = "request"
+
+
+class Trigger(Frozen):
+    """What a decision answered: an alarm (by name), a schedule window, target tracking, another
+    controller's request... Rendered `kind:name` for people and the audit trail."""
+
+    kind: TriggerKind
+    name: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, value: Any) -> Any:
+        """Audit records written before triggers were typed hold 'alarm:NAME' strings."""
+        if isinstance(value, str):
+            kind, _, name = value.partition(":")
+            return {"kind": kind, "name": name}
+        return value
+
+    @model_serializer
+    def _as_text(self) -> str:
+        """Serialized as 'kind:name' (logs, the audit trail, JSON results), parsed back by `_from_text`."""
+        return str(self)
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.name}" if self.name else str(self.kind)
+
+
+# ---- observations (read from AWS by adapters, passed into the pure cores) ----
+
+
+class InstanceObservation(Frozen):
+    instance_id: str
+    lifecycle_state: str = "InService"
+    protected_from_scale_in: bool = False
+    instance_type: str | None = None
+    gpu_utilization: float | None = None  # busiest GPU on the instance, percent
+    gpu_memory_percent: float | None = None  # fullest GPU on the instance, percent
+
+    @property
+    def in_service(self) -> bool:
+        return self.lifecycle_state == "InService"
+
+
+class GroupObservation(Frozen):
+    ref: GroupRef
+    min_size: int
+    max_size: int
+    desired: int
+    asg_name: str | None = None  # the ASG that holds the instances (the node group's own ASG for EKS)
+    instances: tuple[InstanceObservation, ...] = ()
+    instance_metrics_loaded: bool = False
+    gpu_utilization: float | None = None  # group average over the lookback window
+    tags: dict[str, str] = Field(default_factory=dict)
+    capacity_type: CapacityType = CapacityType.UNKNOWN
+    instance_types: tuple[str, ...] = ()  # what the group may launch, when its configuration says
+
+    @property
+    def in_service(self) -> int:
+        return sum(1 for i in self.instances if i.in_service)
+
+
+class GroupState(Frozen):
+    """What the controller remembers about a group between invocations (DynamoDB)."""
+
+    version: int = 0
+    last_scale_out_at: datetime | None = None
+    last_scale_in_at: datetime | None = None
+
+
+# ---- decisions ----
+
+
+class Action(StrEnum):
+    SCALE_OUT = "scale-out"
+    SCALE_IN = "scale-in"
+    SET_DESIRED = "set-desired"  # bring desired back inside bounds (e.g. a schedule window)
+    HOLD = "hold"
+
+
+class Outcome(StrEnum):
+    DECIDED = "decided"
+    APPLIED = "applied"
+    DRY_RUN = "dry-run"
+    NOT_NEEDED = "not-needed"
+    SKIPPED_LEASE = "skipped-lease"
+    FAILED = "failed"
+
+    @property
+    def acted(self) -> bool:
+        """The change happened, or would have (dry-run): what on-call is told as done."""
+        return self in (Outcome.APPLIED, Outcome.DRY_RUN)
+
+
+class SkipReason(StrEnum):
+    """Why an instance was passed over for scale-in (counted per reason in the EMF metrics)."""
+
+    BUSY = "busy"
+    PROTECTED = "scale-in protected"
+    NO_METRICS = "without GPU metrics"
+    NOT_IN_SERVICE = "not InService"
+
+
+class Bounds(Frozen):
+    min: int
+    max: int
+    floor: int | None = None  # a scheduled window's desired: never below this while it is open
+    window: str | None = None
+
+
+class Decision(Frozen):
+    group: str
+    action: Action
+    current: int
+    desired: int
+    victims: tuple[str, ...] = ()
+    needs_instance_metrics: bool = False
+    reason: str
+    trigger: Trigger
+    event_id: str
+    at: datetime
+    bounds: Bounds | None = None
+    dry_run: bool = False
+    outcome: Outcome = Outcome.DECIDED
+    detail: str = ""
+    skipped: dict[SkipReason, int] = Field(default_factory=dict)  # scale-in candidates passed over
+
+    @property
+    def changes_capacity(self) -> bool:
+        return self.action is not Action.HOLD and (self.desired != self.current or bool(self.victims))
+
+    @property
+    def raises_capacity(self) -> bool:
+        return self.action in (Action.SCALE_OUT, Action.SET_DESIRED) and self.desired > self.current

@@ -1,0 +1,263 @@
+"""The fleet policy: which groups gpufleet manages and how (a YAML document validated here).
+
+Read from a local file (CLI, demo) or an SSM parameter (deployed stack). Validation errors name the
+field path and the bad value, so `gpufleet validate-policy` output can be acted on directly.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import re
+from typing import Annotated, Any, Self
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import yaml
+from croniter import croniter
+from pydantic import BeforeValidator, Field, ValidationError, model_validator
+
+from gpufleet.capacity.policy import SpotPolicy
+from gpufleet.domain import defaults
+from gpufleet.domain.errors import PolicyError, describe_validation_error
+from gpufleet.domain.models import Direction, Frozen, GroupKind, GroupRef
+from gpufleet.guard.policy import GuardPolicy
+from gpufleet.notify.policy import NotificationPolicy
+
+__all__ = ["FleetPolicy", "GroupSettings", "PolicyError", "parse_policy"]
+
+_STEP_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+
+
+class Step(Frozen):
+    """A scaling step: an absolute instance count or a percent of current capacity."""
+
+    value: float
+    percent: bool = False
+
+    def size(self, current: int) -> int:
+        """Instances to add or remove; a percent step always moves at least one instance."""
+        if self.percent:
+            return max(1, math.ceil(current * self.value / 100))
+        return int(self.value)
+
+    def __str__(self) -> str:
+        return f"{self.value:g}%" if self.percent else str(int(self.value))
+
+
+def _parse_step(raw: Any) -> Any:
+    if isinstance(raw, Step | dict):
+        return raw
+    if isinstance(raw, bool):
+        raise ValueError("expected an integer >= 1 or a percentage like '25%'")
+    if isinstance(raw, int):
+        if raw < 1:
+            raise ValueError("an absolute step must be >= 1")
+        return Step(value=raw)
+    if isinstance(raw, str):
+        m = _STEP_RE.match(raw)
+        if m and 0 < float(m.group(1)) <= 1000:
+            return Step(value=float(m.group(1)), percent=True)
+        if raw.strip().isdigit() and int(raw) >= 1:
+            return Step(value=int(raw))
+    raise ValueError("expected an integer >= 1 or a percentage like '25%'")
+
+
+StepField = Annotated[Step, BeforeValidator(_parse_step)]
+
+
+class TargetBand(Frozen):
+    """Reconcile keeps the group's average GPU utilization between low and high (percent)."""
+
+    low: float = Field(default=defaults.DEFAULT_TARGET_LOW, ge=0, le=100)
+    high: float = Field(default=defaults.DEFAULT_TARGET_HIGH, ge=0, le=100)
+    enabled: bool = True
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.low >= self.high:
+            raise ValueError(f"low ({self.low:g}) must be below high ({self.high:g})")
+        return self
+
+
+class IdleThreshold(Frozen):
+    """An instance is a scale-in candidate only when every GPU on it is below both numbers."""
+
+    gpu_utilization: float = Field(default=defaults.DEFAULT_IDLE_GPU_UTILIZATION, ge=0, le=100)
+    memory_percent: float = Field(default=defaults.DEFAULT_IDLE_GPU_MEMORY_PERCENT, ge=0, le=100)
+
+
+class ScheduleWindow(Frozen):
+    """From each cron firing (in `timezone`) for `duration_minutes`: these bounds apply."""
+
+    name: str = Field(min_length=1)
+    cron: str
+    timezone: str = "UTC"
+    duration_minutes: int = Field(ge=1, le=7 * 24 * 60)
+    min: int | None = Field(default=None, ge=0)
+    max: int | None = Field(default=None, ge=0)
+    desired: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if not croniter.is_valid(self.cron):
+            raise ValueError(f"cron {self.cron!r} is not a 5-field cron expression")
+        try:
+            ZoneInfo(self.timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"timezone {self.timezone!r} is not an IANA time zone") from None
+        if self.min is None and self.max is None and self.desired is None:
+            raise ValueError("a window sets at least one of min, max, desired")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"min ({self.min}) is above max ({self.max})")
+        if self.desired is not None:
+            if self.min is not None and self.desired < self.min:
+                raise ValueError(f"desired ({self.desired}) is below min ({self.min})")
+            if self.max is not None and self.desired > self.max:
+                raise ValueError(f"desired ({self.desired}) is above max ({self.max})")
+        return self
+
+
+class GroupSettings(Frozen):
+    """How one group is scaled. Unset min/max mean the group's own bounds."""
+
+    min: int | None = Field(default=None, ge=0)
+    max: int | None = Field(default=None, ge=0)
+    scale_out_step: StepField = Step(value=1)
+    scale_in_step: StepField = Step(value=1)
+    scale_out_cooldown_s: int = Field(default=defaults.DEFAULT_SCALE_OUT_COOLDOWN_S, ge=0)
+    scale_in_cooldown_s: int = Field(default=defaults.DEFAULT_SCALE_IN_COOLDOWN_S, ge=0)
+    target: TargetBand = TargetBand()
+    idle: IdleThreshold = IdleThreshold()
+    schedules: tuple[ScheduleWindow, ...] = ()
+    dry_run: bool = False
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Self:
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"min ({self.min}) is above max ({self.max})")
+        return self
+
+
+_SETTING_FIELDS = frozenset(GroupSettings.model_fields)
+
+
+class GroupRule(GroupSettings):
+    """Selects groups (exact name, glob, or tags) and overrides the defaults for them."""
+
+    name: str | None = None
+    cluster: str | None = None
+    kind: GroupKind | None = None
+    tags: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _selector(self) -> Self:
+        if self.name is None and not self.tags:
+            raise ValueError("a group rule selects by name or by tags (or both)")
+        if self.kind is GroupKind.EKS_NODEGROUP and self.name and not self.cluster:
+            raise ValueError("an eks-nodegroup rule with a name also needs its cluster")
+        return self
+
+    @property
+    def is_explicit(self) -> bool:
+        """Names one concrete group, which is then managed even if discovery doesn't find it."""
+        return bool(self.name and not _is_glob(self.name) and self.kind is not None)
+
+    def explicit_ref(self) -> GroupRef | None:
+        if not self.is_explicit or self.name is None or self.kind is None:
+            return None
+        return GroupRef(kind=self.kind, name=self.name, cluster=self.cluster)
+
+    def matches(self, ref: GroupRef, tags: dict[str, str]) -> bool:
+        if self.kind is not None and ref.kind is not self.kind:
+            return False
+        if self.cluster is not None and ref.cluster != self.cluster:
+            return False
+        if self.name is not None and not fnmatch.fnmatchcase(ref.name, self.name):
+            return False
+        return all(tags.get(k) == v for k, v in self.tags.items())
+
+
+class AlarmMapping(Frozen):
+    """For alarms that carry neither gpufleet tags nor group dimensions."""
+
+    alarm: str = Field(min_length=1, description="alarm name or glob")
+    group: str | None = None
+    direction: Direction | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.group is None and self.direction is None:
+            raise ValueError("an alarm mapping sets group, direction or both")
+        if self.group is not None:
+            GroupRef.parse_key(self.group)
+        return self
+
+    def group_ref(self) -> GroupRef | None:
+        return GroupRef.parse_key(self.group) if self.group else None
+
+
+class Discovery(Frozen):
+    enabled: bool = True
+    tag_key: str = defaults.TAG_MANAGED
+    tag_value: str = defaults.TAG_MANAGED_VALUE
+    asg: bool = True
+    eks: bool = True
+
+
+class FleetPolicy(Frozen):
+    version: int = Field(default=1, ge=1, le=1)
+    dry_run: bool = False
+    alarm_prefix: str = defaults.DEFAULT_ALARM_PREFIX
+    metric_lookback_s: int = Field(default=defaults.DEFAULT_METRIC_LOOKBACK_S, ge=60, le=3600)
+    audit_ttl_days: int = Field(default=defaults.DEFAULT_AUDIT_TTL_DAYS, ge=1, le=400)
+    discovery: Discovery = Discovery()
+    defaults: GroupSettings = GroupSettings()
+    groups: tuple[GroupRule, ...] = ()
+    alarms: tuple[AlarmMapping, ...] = ()
+    notifications: NotificationPolicy = NotificationPolicy()
+    guard: GuardPolicy = GuardPolicy()  # the OOM guard and GPU health checks
+    spot: SpotPolicy = SpotPolicy()  # failed launches: backoff, fallback groups, prices
+
+    def settings_for(self, ref: GroupRef, tags: dict[str, str]) -> GroupSettings | None:
+        """The first matching rule over the defaults; None if the group is not selected at all."""
+        for rule in self.groups:
+            if rule.matches(ref, tags):
+                # The rule's own validated objects (Step, TargetBand...) for the fields it sets.
+                overrides = {name: getattr(rule, name) for name in rule.model_fields_set & _SETTING_FIELDS}
+                return self.defaults.model_copy(update=overrides)
+        if self._discovered(tags):
+            return self.defaults
+        return None
+
+    def _discovered(self, tags: dict[str, str]) -> bool:
+        d = self.discovery
+        return d.enabled and tags.get(d.tag_key) == d.tag_value
+
+    def explicit_groups(self) -> list[GroupRef]:
+        return [ref for rule in self.groups if (ref := rule.explicit_ref()) is not None]
+
+    def alarm_mapping(self, alarm_name: str) -> AlarmMapping | None:
+        for mapping in self.alarms:
+            if fnmatch.fnmatchcase(alarm_name, mapping.alarm):
+                return mapping
+        return None
+
+
+def _is_glob(name: str) -> bool:
+    return any(ch in name for ch in "*?[")
+
+
+def parse_policy(text: str, source: str = "policy") -> FleetPolicy:
+    """Parse and validate a YAML (or JSON) fleet policy; raise PolicyError naming every problem."""
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise PolicyError([f"{source}: not valid YAML: {exc}"]) from None
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise PolicyError([f"(document): expected a mapping at the top level (got {doc!r:.80})"])
+    try:
+        return FleetPolicy.model_validate(doc)
+    except ValidationError as err:
+        raise PolicyError(describe_validation_error(err)) from None

@@ -1,0 +1,124 @@
+"""Every inbound shape becomes typed events here, before anything is decided (one parser per shape).
+
+`parse_event` recognises a raw Lambda event by what it is - an SQS or SNS batch (by its records'
+event source), a Lambda alarm action, a gpufleet schedule command, an EventBridge event (by source and
+detail-type) - and returns typed events. `parse_for` also checks them against the kinds a function
+handles, so a function given another kind rejects it in one line and changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from pydantic import Field
+
+from gpufleet.domain.errors import InvalidEvent, UnsupportedEvent
+from gpufleet.events import alarms, autoscaling, schedules
+from gpufleet.events.common import Lenient, Name, Timestamp, validate
+from gpufleet.events.model import EventKind, InboundEvent, QueueBatch
+
+__all__ = ["EventKind", "InboundEvent", "parse_event", "parse_for"]
+
+
+class _EventBridge(Lenient):
+    id: Name = Field(min_length=1, max_length=256)
+    detail_type: str = Field(alias="detail-type")
+    source: str
+    time: Timestamp
+    resources: list[str] = Field(default_factory=list)
+    detail: Any = None
+
+
+class _SnsBody(Lenient):
+    MessageId: Name = Field(min_length=1, max_length=256)
+    Message: str
+
+
+class _SnsRecord(Lenient):
+    Sns: _SnsBody
+
+
+class _SnsBatch(Lenient):
+    Records: list[_SnsRecord] = Field(min_length=1, max_length=100)
+
+
+class _SqsRecord(Lenient):
+    messageId: Name  # noqa: N815
+
+
+class _SqsBatch(Lenient):
+    Records: list[_SqsRecord] = Field(min_length=1, max_length=10_000)
+
+
+EventBridgeParser = Callable[[_EventBridge], InboundEvent]
+
+_EVENTBRIDGE: dict[tuple[str, str], EventBridgeParser] = {
+    ("aws.cloudwatch", "CloudWatch Alarm State Change"): lambda e: alarms.from_eventbridge_detail(
+        e.detail, event_id=e.id, arn=e.resources[0] if e.resources else None, at=e.time
+    ),
+    ("aws.events", "Scheduled Event"): lambda e: schedules.from_scheduled_event(e.id, e.time),
+    ("aws.autoscaling", autoscaling.LAUNCH_UNSUCCESSFUL): lambda e: autoscaling.from_launch_unsuccessful(
+        e.id, e.detail
+    ),
+}
+
+
+def _record_source(record: Any) -> str:
+    if not isinstance(record, dict):
+        return ""
+    return str(record.get("EventSource") or record.get("eventSource") or ("aws:sns" if "Sns" in record else ""))
+
+
+def _from_records(event: dict[str, Any]) -> list[InboundEvent]:
+    records = event["Records"]
+    if not isinstance(records, list) or not records:
+        raise InvalidEvent("Records must be a non-empty list")
+    sources = {_record_source(r) for r in records}
+    if sources == {"aws:sns"}:
+        batch = validate(_SnsBatch, event, "SNS")
+        return [alarms.from_sns_message(r.Sns.Message, r.Sns.MessageId) for r in batch.Records]
+    if sources == {"aws:sqs"}:
+        sqs = validate(_SqsBatch, event, "SQS")
+        return [QueueBatch(event_id=sqs.Records[0].messageId, records=len(sqs.Records))]
+    shown = ", ".join(sorted(s or "(none)" for s in sources))[:80]
+    raise InvalidEvent(f"Records from an unsupported event source ({shown}): expected aws:sns or aws:sqs")
+
+
+def _from_eventbridge(event: dict[str, Any]) -> InboundEvent:
+    envelope = validate(_EventBridge, event, "EventBridge")
+    parser = _EVENTBRIDGE.get((envelope.source, envelope.detail_type))
+    if parser is None:
+        shape = f"{envelope.detail_type[:80]!r} from {envelope.source[:60]!r}"
+        raise InvalidEvent(f"unsupported EventBridge event {shape}")
+    return parser(envelope)
+
+
+def parse_event(event: Any) -> list[InboundEvent]:
+    """All typed events in one raw Lambda event (an SNS batch may carry several alarms)."""
+    if not isinstance(event, dict):
+        raise InvalidEvent(f"expected a JSON object, got {type(event).__name__}")
+    if "Records" in event:
+        return _from_records(event)
+    if "alarmData" in event:
+        return [alarms.from_alarm_action(event)]
+    if schedules.COMMAND_KEY in event:
+        return [schedules.from_scheduler_input(event)]
+    if "detail-type" in event:
+        return [_from_eventbridge(event)]
+    keys = ", ".join(sorted(str(k)[:30] for k in event)[:8])
+    raise InvalidEvent(
+        "unrecognised event: expected an EventBridge event, an SNS or SQS batch, a CloudWatch alarm action "
+        f"or a gpufleet schedule (top-level keys: {keys})"
+    )
+
+
+def parse_for(event: Any, function: str, accepts: Iterable[EventKind]) -> list[InboundEvent]:
+    """`parse_event`, then reject kinds this function does not handle (before anything is read)."""
+    accepted = frozenset(accepts)
+    parsed = parse_event(event)
+    for e in parsed:
+        if e.kind not in accepted:
+            takes = ", ".join(sorted(accepted))
+            raise UnsupportedEvent(f"{function} does not handle {e.kind} events (it takes: {takes})")
+    return parsed

@@ -1,0 +1,91 @@
+"""The typed inbound events: every raw shape AWS (or gpufleet itself) sends becomes one of these before
+anything is decided. Each has a `kind`; each function declares the kinds it handles."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from gpufleet.domain.models import AlarmState, Frozen, MetricRef
+
+
+class EventKind(StrEnum):
+    ALARM = "alarm"  # CloudWatch alarm state change: EventBridge, Lambda alarm action or SNS
+    SCHEDULE = "schedule"  # a reconcile tick: EventBridge Scheduler input or a classic "Scheduled Event"
+    SWEEP = "sweep"  # the notifier's own schedule
+    LAUNCH_UNSUCCESSFUL = "launch-unsuccessful"  # EC2 Auto Scaling "EC2 Instance Launch Unsuccessful"
+    QUEUE_BATCH = "queue-batch"  # an SQS batch (the notification queue)
+
+
+class AlarmSource(StrEnum):
+    EVENTBRIDGE = "eventbridge"
+    ALARM_ACTION = "alarm-action"
+    SNS = "sns"
+    RECONCILE = "reconcile"  # found still in ALARM by DescribeAlarms at a reconcile tick
+
+
+class ScheduleSource(StrEnum):
+    SCHEDULER = "scheduler"
+    EVENTBRIDGE_SCHEDULE = "eventbridge-schedule"
+    MANUAL = "manual"
+
+
+class AlarmEvent(Frozen):
+    kind: Literal[EventKind.ALARM] = EventKind.ALARM
+    event_id: str
+    source: AlarmSource
+    alarm_name: str
+    alarm_arn: str | None = None
+    state: AlarmState
+    previous_state: AlarmState | None = None
+    state_reason: str = ""
+    at: datetime
+    metrics: tuple[MetricRef, ...] = ()
+    composite: bool = False
+    # CloudWatch would not run this alarm's actions: a composite alarm's actions suppressor
+    # (state.actionsSuppressedBy) or an alarm mute rule (muteDetail). gpufleet holds too.
+    actions_suppressed_by: str | None = None
+    muted_by: str | None = None
+
+
+class ScheduleTick(Frozen):
+    kind: Literal[EventKind.SCHEDULE] = EventKind.SCHEDULE
+    event_id: str
+    source: ScheduleSource
+    at: datetime
+
+
+class SweepTick(Frozen):
+    kind: Literal[EventKind.SWEEP] = EventKind.SWEEP
+    event_id: str = "sweep"
+
+
+class LaunchUnsuccessful(Frozen):
+    """One failed launch activity of an Auto Scaling group, as its EventBridge event reports it."""
+
+    kind: Literal[EventKind.LAUNCH_UNSUCCESSFUL] = EventKind.LAUNCH_UNSUCCESSFUL
+    event_id: str
+    asg_name: str
+    activity_id: str
+    status_code: str
+    message: str
+    at: datetime
+    availability_zone: str | None = None
+    subnet_id: str | None = None
+
+
+class QueueBatch(Frozen):
+    """An SQS batch; its records are parsed one by one (`events.queue.parse_message`) so one bad record
+    fails alone (partial batch response)."""
+
+    kind: Literal[EventKind.QUEUE_BATCH] = EventKind.QUEUE_BATCH
+    event_id: str
+    records: int
+
+
+InboundEvent = Annotated[
+    AlarmEvent | ScheduleTick | SweepTick | LaunchUnsuccessful | QueueBatch, Field(discriminator="kind")
+]

@@ -1,0 +1,287 @@
+"""GPU memory risk and GPU health: pure rules over metric series. No boto3, no clock, no environment.
+
+Forecasting: a robust trend (Tukey's resistant line: medians of the first and last thirds) over the points since the
+last jump (more than `jump_percent` of the GPU's memory within a minute: a process exiting or loading),
+trusted only with enough points and a consistent direction (the thirds' medians rising in order), so noise and
+gaps do not raise false alarms. Time to full = headroom / slope.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from pydantic import Field
+
+from gpufleet.domain.models import Frozen
+from gpufleet.guard.policy import HealthSettings, OomSettings
+
+
+class Risk(StrEnum):
+    OK = "ok"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+
+# ---- observations ----
+
+
+class GpuRef(Frozen):
+    group: str
+    instance_id: str
+    gpu_index: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.instance_id}/gpu{self.gpu_index}"
+
+    @classmethod
+    def parse_key(cls, group: str, key: str) -> GpuRef:
+        """Inverse of `key` (the guard state remembers GPUs by key)."""
+        instance, sep, index = key.rpartition("/gpu")
+        if not sep or not instance or not index.isdigit():
+            raise ValueError(f"not a GPU key: {key!r} (expected 'INSTANCE/gpuN')")
+        return cls(group=group, instance_id=instance, gpu_index=int(index))
+
+
+class MemorySeries(Frozen):
+    gpu: GpuRef
+    points: tuple[tuple[datetime, float], ...]  # (minute, MiB used), oldest first, gaps allowed
+    total_mib: float | None = None
+    top_process_mib: float | None = None
+
+
+class Forecast(Frozen):
+    gpu: GpuRef
+    risk: Risk
+    used_mib: float | None = None
+    total_mib: float | None = None
+    used_percent: float | None = None
+    slope_mib_per_min: float | None = None
+    minutes_to_full: float | None = None
+    top_process_mib: float | None = None
+    points_used: int = 0
+    reason: str
+
+
+def resistant_slope(points: Sequence[tuple[float, float]]) -> tuple[float, bool]:
+    """Tukey's resistant line: the slope between the medians of the first and last thirds of the points,
+    and whether the medians of the three thirds rise in order (a consistent trend, not one noisy end).
+    Medians make it robust to spikes and noise; it is O(n), so 10,000 GPUs fit the evaluation budget."""
+    n = len(points)
+    third = max(1, n // 3)
+    first, middle, last = points[:third], points[third : n - third], points[n - third :]
+    if not middle:
+        return 0.0, False
+    x1, y1 = _median([x for x, _ in first]), _median([y for _, y in first])
+    x3, y3 = _median([x for x, _ in last]), _median([y for _, y in last])
+    y2 = _median([y for _, y in middle])
+    if x3 == x1:
+        return 0.0, False
+    return (y3 - y1) / (x3 - x1), y1 < y2 < y3
+
+
+def _median(values: list[float]) -> float:
+    values = sorted(values)
+    n = len(values)
+    return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+
+
+def since_last_jump(
+    points: Sequence[tuple[datetime, float]], total: float, jump_percent: float
+) -> list[tuple[datetime, float]]:
+    """The points after the last jump bigger than jump_percent of total, either way: a drop is a process
+    exiting (a reset), a rise is a process loading its model. A leak is gradual; jumps are not trends."""
+    threshold = total * jump_percent / 100
+    start = 0
+    for i in range(1, len(points)):
+        if abs(points[i][1] - points[i - 1][1]) > threshold:
+            start = i
+    return list(points[start:])
+
+
+def forecast_gpu(series: MemorySeries, now: datetime, s: OomSettings) -> Forecast:
+    gpu = series.gpu
+    if not series.points or not series.total_mib:
+        return Forecast(gpu=gpu, risk=Risk.OK, reason="no memory data (insufficient data): not judged")
+    total = series.total_mib
+    since = now - timedelta(minutes=s.window_minutes)
+    recent = [p for p in series.points if p[0] >= since]
+    if not recent:
+        return Forecast(gpu=gpu, risk=Risk.OK, total_mib=total, reason="no recent memory data: not judged")
+    used = recent[-1][1]
+    pct = 100.0 * used / total
+    base = {
+        "gpu": gpu,
+        "used_mib": used,
+        "total_mib": total,
+        "used_percent": pct,
+        "top_process_mib": series.top_process_mib,
+    }
+    # Points are at least a minute apart, so no trend over them rises faster than (max - min) per minute.
+    # If even that cannot fill the GPU within the warning horizon and the level is below warning, the
+    # GPU is OK without looking for jumps or fitting a trend (most GPUs, most of the time).
+    values = [v for _, v in recent]
+    if pct < s.warning_percent and (max(values) - min(values)) * s.warning_minutes < total - used:
+        reason = (
+            f"{pct:.1f}% of {total / 1024:.0f} GiB used; no rise that could fill it within {s.warning_minutes:g} min"
+        )
+        return Forecast(**base, risk=Risk.OK, points_used=len(recent), reason=reason)
+    trend = since_last_jump(recent, total, s.jump_percent)
+    slope = minutes = None
+    if len(trend) >= s.min_points:
+        t0 = trend[0][0]
+        slope, consistent = resistant_slope([((t - t0).total_seconds() / 60, v) for t, v in trend])
+        if slope > 0 and consistent:
+            minutes = (total - used) / slope
+    base.update(slope_mib_per_min=slope, minutes_to_full=minutes, points_used=len(trend))
+    trend_text = (
+        f"rising {slope:.0f} MiB/min over {len(trend)} min, full in ~{minutes:.0f} min"
+        if minutes is not None and slope is not None
+        else (
+            f"no consistent rise over {len(trend)} min" if len(trend) >= s.min_points else "too few points for a trend"
+        )
+    )
+    level = Risk.OK
+    if pct >= s.critical_percent or (minutes is not None and minutes <= s.critical_minutes):
+        level = Risk.CRITICAL
+    elif pct >= s.warning_percent or (minutes is not None and minutes <= s.warning_minutes):
+        level = Risk.WARNING
+    reason = f"{pct:.1f}% of {total / 1024:.0f} GiB used; {trend_text}"
+    return Forecast(**base, risk=level, reason=reason)
+
+
+# ---- health ----
+
+
+class HealthCounts(Frozen):
+    """Sums over the lookback of the publisher's health counters for one GPU."""
+
+    gpu: GpuRef
+    xid_errors: float = 0
+    ecc_double_bit: float = 0
+    remapped_uncorrectable: float = 0
+    lost: float = 0
+
+
+class HealthFinding(Frozen):
+    gpu: GpuRef
+    problems: tuple[str, ...]
+    reason: str
+
+
+def health_findings(counts: Sequence[HealthCounts], s: HealthSettings) -> list[HealthFinding]:
+    out = []
+    for c in counts:
+        problems = []
+        if s.gpu_lost and c.lost > 0:
+            problems.append("GPU lost (fell off the bus)")
+        if s.xid and c.xid_errors > 0:
+            problems.append(f"{c.xid_errors:.0f} critical XID error(s)")
+        if s.ecc_double_bit and c.ecc_double_bit > 0:
+            problems.append(f"{c.ecc_double_bit:.0f} uncorrectable ECC error(s)")
+        if s.remapped_rows and c.remapped_uncorrectable > 0:
+            problems.append(f"{c.remapped_uncorrectable:.0f} row(s) remapped after uncorrectable errors")
+        if problems:
+            out.append(
+                HealthFinding(
+                    gpu=c.gpu,
+                    problems=tuple(problems),
+                    reason=f"{c.gpu.instance_id} GPU {c.gpu.gpu_index}: " + "; ".join(problems),
+                )
+            )
+    return out
+
+
+class Replacement(Frozen):
+    instance_id: str
+    group: str
+    act: bool
+    reason: str
+
+
+def _replacements_in_group(
+    group: str, instances: list[str], budget: int, serving: int, floor: int, s: HealthSettings
+) -> list[Replacement]:
+    out = []
+    healthy_after = serving
+    for iid in sorted(instances):
+        if not s.replace_unhealthy:
+            act, reason = False, "replacement is off in the policy"
+        elif budget <= 0:
+            act, reason = False, f"blast radius: {s.max_replacements_per_hour} replacement(s) per hour already used"
+        elif healthy_after - 1 < floor:
+            act, reason = False, f"blast radius: would leave {healthy_after - 1} healthy, below {floor}"
+        else:
+            budget, healthy_after = budget - 1, healthy_after - 1
+            act, reason = True, "unhealthy GPU: replace the instance"
+        out.append(Replacement(instance_id=iid, group=group, act=act, reason=reason))
+    return out
+
+
+def choose_replacements(
+    findings: Sequence[HealthFinding],
+    in_service: dict[str, int],
+    group_min: dict[str, int],
+    recent_replacements: dict[str, Sequence[datetime]],
+    now: datetime,
+    s: HealthSettings,
+) -> list[Replacement]:
+    """Which unhealthy instances to hand to their ASG for replacement, within the blast radius: at most
+    `max_replacements_per_hour` per group, and never fewer healthy in-service instances than
+    max(group min, min_healthy_percent of in-service)."""
+    by_group: dict[str, list[str]] = {}
+    for f in findings:
+        ids = by_group.setdefault(f.gpu.group, [])
+        if f.gpu.instance_id not in ids:
+            ids.append(f.gpu.instance_id)
+    out = []
+    hour_ago = now - timedelta(hours=1)
+    for group, instances in sorted(by_group.items()):
+        budget = s.max_replacements_per_hour - sum(1 for t in recent_replacements.get(group, ()) if t > hour_ago)
+        serving = in_service.get(group, 0)
+        floor = max(group_min.get(group, 0), int(-(-serving * s.min_healthy_percent // 100)))
+        out += _replacements_in_group(group, instances, budget, serving, floor, s)
+    return out
+
+
+def group_pressure(forecasts: Sequence[Forecast], gpus_per_group: dict[str, int], s: OomSettings) -> dict[str, str]:
+    """Groups where at least `pressure_share` of the GPUs are at WARNING or worse -> the reason."""
+    at_risk: dict[str, int] = {}
+    for f in forecasts:
+        if f.risk is not Risk.OK:
+            at_risk[f.gpu.group] = at_risk.get(f.gpu.group, 0) + 1
+    out = {}
+    for group, n in at_risk.items():
+        total = gpus_per_group.get(group, 0)
+        if total and n / total >= s.pressure_share:
+            out[group] = f"memory pressure: {n} of {total} GPUs at risk of running out of memory"
+    return out
+
+
+# ---- what the guard remembers about a group between runs ----
+
+
+class GuardState(Frozen):
+    """Open memory risks and health findings (so each is told once, and resolved once) and when the
+    group last had instances replaced (the blast-radius budget)."""
+
+    version: int = 0
+    risks: dict[str, Risk] = Field(default_factory=dict)  # GPU key -> risk level
+    unhealthy: dict[str, str] = Field(default_factory=dict)  # GPU key -> what is wrong
+    replacements: tuple[datetime, ...] = ()
+
+
+def next_guard_state(
+    before: GuardState, forecasts: Sequence[Forecast], findings: Sequence[HealthFinding], replaced: int, now: datetime
+) -> GuardState:
+    """The group's memory after this run: what is at risk or unhealthy now, and the replacements of the
+    last hour (`replaced` made by this run)."""
+    recent = tuple(t for t in before.replacements if t > now - timedelta(hours=1))
+    return GuardState(
+        risks={f.gpu.key: f.risk for f in forecasts if f.risk is not Risk.OK},
+        unhealthy={h.gpu.key: h.reason for h in findings},
+        replacements=recent + tuple(now for _ in range(replaced)),
+        version=before.version,
+    )

@@ -1,0 +1,267 @@
+"""The OOM guard's glue: read every managed GPU's memory and health counters (batched), forecast,
+compare with what the group's guard state remembers, replace failed GPUs within the blast radius, tell
+what changed, and ask the scaler for capacity under group-wide memory pressure. Rules live in
+`guard.core`, notes in `guard.notes`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+
+from gpufleet.aws.fleet import FleetActuator
+from gpufleet.aws.metrics import GpuMetricsReader, SeriesQuery
+from gpufleet.aws.state import GUARD_SK
+from gpufleet.domain.models import Direction, GroupObservation, Trigger, TriggerKind
+from gpufleet.domain.policy import FleetPolicy
+from gpufleet.events import EventKind, parse_for
+from gpufleet.guard.core import (
+    Forecast,
+    GpuRef,
+    GuardState,
+    HealthCounts,
+    HealthFinding,
+    MemorySeries,
+    Replacement,
+    Risk,
+    choose_replacements,
+    forecast_gpu,
+    group_pressure,
+    health_findings,
+    next_guard_state,
+)
+from gpufleet.guard.notes import GuardTeller, health_notes, risk_notes
+from gpufleet.notify.model import Notification
+from gpufleet.scaling.execution import ControlContext
+from gpufleet.scaling.service import Scaler
+from gpufleet_node import schema
+
+INVENTORY_MAX_AGE = timedelta(minutes=15)
+ACCEPTS = (EventKind.ALARM, EventKind.SCHEDULE)  # the memory alarms and the reconcile schedule
+_HEALTH_METRICS = (
+    ("xid_errors", schema.GPU_XID_ERRORS),
+    ("ecc_double_bit", schema.GPU_ECC_DOUBLE_BIT),
+    ("remapped_uncorrectable", schema.GPU_REMAPPED_ROWS_UNCORRECTABLE),
+    ("lost", schema.GPU_LOST),
+)
+
+
+def _gpu_dims(g: GpuRef) -> tuple[tuple[str, str], ...]:
+    return ((schema.DIM_INSTANCE_ID, g.instance_id), (schema.DIM_GPU_INDEX, str(g.gpu_index)))
+
+
+@dataclass
+class OomGuard:
+    ctx: ControlContext
+    scaler: Scaler
+    actuator: FleetActuator
+    metrics: GpuMetricsReader
+    _gpu_inventory: tuple[datetime, list[tuple[str, int]]] | None = field(default=None, init=False)
+    _no_gpu_data: set[str] = field(default_factory=set, init=False)
+
+    def handle(self, event: Any, now: datetime) -> dict[str, Any]:
+        """Any accepted event (schedule tick or memory alarm) runs one evaluation of the whole fleet."""
+        events = parse_for(event, "oom_guard", ACCEPTS)
+        return {"results": [self.evaluate(now, e.event_id) for e in events]}
+
+    def _inventory(self, managed_instances: set[str], now: datetime) -> list[tuple[str, int]]:
+        """The fleet's GPUs (ListMetrics), kept between runs of a warm function: listed again only when a
+        managed instance is unknown or the list is older than INVENTORY_MAX_AGE. A new node is not judged
+        before it has a few minutes of data anyway, so this costs no detection time."""
+        cached = self._gpu_inventory
+        if cached is not None:
+            listed_at, gpus = cached
+            known = {iid for iid, _ in gpus}
+            if now - listed_at < INVENTORY_MAX_AGE and managed_instances <= known | self._no_gpu_data:
+                return gpus
+        gpus = self.metrics.list_gpus()
+        self._gpu_inventory = (now, gpus)
+        self._no_gpu_data = managed_instances - {iid for iid, _ in gpus}
+        return gpus
+
+    def evaluate(self, now: datetime, event_id: str) -> dict[str, Any]:
+        policy = self.ctx.load_policy()
+        managed = [obs for obs, _ in self.ctx.managed(policy)]
+        group_of = {i.instance_id: obs.ref.key for obs in managed for i in obs.instances}
+        inventory = self._inventory(set(group_of), now)
+        gpus = [
+            GpuRef(group=group_of[iid], instance_id=iid, gpu_index=idx) for iid, idx in inventory if iid in group_of
+        ]
+        forecasts, findings = GpuScreen(self.metrics).assess(gpus, now, policy)
+        memory = self.ctx.state.load_docs([obs.ref.key for obs in managed], GUARD_SK, GuardState)
+        notes: list[Notification] = []
+        replaced: list[Replacement] = []
+        for obs in managed:
+            group_notes, group_replaced = self._group(
+                obs, memory[obs.ref.key], forecasts, findings, now, event_id, policy
+            )
+            notes += group_notes
+            replaced += group_replaced
+        pressured = self._pressure(gpus, forecasts, managed, now, event_id, policy)
+        self.ctx.send(notes)
+        self._report(forecasts, findings, replaced)
+        return {
+            "event_id": event_id,
+            "gpus": len(gpus),
+            "at_risk": {f.gpu.key: f"{f.risk}: {f.reason}" for f in forecasts if f.risk is not Risk.OK},
+            "unhealthy": {h.gpu.key: h.reason for h in findings},
+            "replacements": [r.model_dump(mode="json") for r in replaced],
+            "pressure": pressured,
+            "notifications": len(notes),
+        }
+
+    def _group(
+        self,
+        obs: GroupObservation,
+        before: GuardState,
+        forecasts: Sequence[Forecast],
+        findings: Sequence[HealthFinding],
+        now: datetime,
+        event_id: str,
+        policy: FleetPolicy,
+    ) -> tuple[list[Notification], list[Replacement]]:
+        """One group: choose replacements for new findings, save what it now knows, act, tell."""
+        key = obs.ref.key
+        mine_f = [f for f in forecasts if f.gpu.group == key]
+        mine_h = [h for h in findings if h.gpu.group == key]
+        new = [h for h in mine_h if h.gpu.key not in before.unhealthy]
+        choices = choose_replacements(
+            new, {key: obs.in_service}, {key: obs.min_size}, {key: before.replacements}, now, policy.guard.health
+        )
+        dry = self.ctx.dry(policy)
+        acting = [c for c in choices if c.act and not dry]
+        after = next_guard_state(before, mine_f, mine_h, len(acting), now)
+        if not self.ctx.state.save_changes(key, GUARD_SK, before, after):
+            self.ctx.logger.warning("guard state changed concurrently; acting next run", extra={"group": key})
+            return [], []
+        done = [self._replace(c, dry) for c in choices]
+        tell = GuardTeller(key, now, event_id, self.ctx.region)
+        return risk_notes(tell, before, mine_f) + health_notes(tell, before, mine_h, done), done
+
+    def _replace(self, choice: Replacement, dry: bool) -> Replacement:
+        if choice.act and dry:
+            return choice.model_copy(update={"act": False, "reason": f"dry-run: would {choice.reason}"})
+        if choice.act:
+            return choice.model_copy(
+                update={"reason": f"{choice.reason}: {self.actuator.mark_unhealthy(choice.instance_id)}"}
+            )
+        return choice
+
+    def _pressure(
+        self,
+        gpus: list[GpuRef],
+        forecasts: list[Forecast],
+        managed: list[GroupObservation],
+        now: datetime,
+        event_id: str,
+        policy: FleetPolicy,
+    ) -> dict[str, str]:
+        """Groups with `pressure_share` of their GPUs at risk ask the scaler for a step out."""
+        if not policy.guard.memory.scale_out_on_pressure:
+            return {}
+        per_group: dict[str, int] = defaultdict(int)
+        for g in gpus:
+            per_group[g.group] += 1
+        pressured = group_pressure(forecasts, dict(per_group), policy.guard.memory)
+        refs = {obs.ref.key: obs.ref for obs in managed}
+        for group_key, why in sorted(pressured.items()):
+            self.scaler.request(refs[group_key], Direction.OUT, Trigger(kind=TriggerKind.OOM_GUARD), why, now, event_id)
+        return pressured
+
+    def _report(self, forecasts: list[Forecast], findings: list[HealthFinding], replaced: list[Replacement]) -> None:
+        for f in forecasts:
+            if f.risk is not Risk.OK:
+                self.ctx.logger.warning(
+                    f"{f.gpu.key}: {f.risk} {f.reason}", extra={"forecast": f.model_dump(mode="json")}
+                )
+        for h in findings:
+            self.ctx.logger.error(h.reason, extra={"finding": h.model_dump(mode="json")})
+        emf = self.ctx.emf
+        emf.add_metric(name="GpusEvaluated", unit=MetricUnit.Count, value=len(forecasts))
+        emf.add_metric(
+            name="GpusAtMemoryRisk", unit=MetricUnit.Count, value=sum(f.risk is not Risk.OK for f in forecasts)
+        )
+        emf.add_metric(name="GpuHealthFindings", unit=MetricUnit.Count, value=len(findings))
+        emf.add_metric(name="InstancesReplaced", unit=MetricUnit.Count, value=sum(r.act for r in replaced))
+
+
+@dataclass
+class GpuScreen:
+    """Reads what the guard judges: two phases, because GetMetricData is billed per series requested."""
+
+    metrics: GpuMetricsReader
+
+    def assess(
+        self, gpus: list[GpuRef], now: datetime, policy: FleetPolicy
+    ) -> tuple[list[Forecast], list[HealthFinding]]:
+        """Two phases, because GetMetricData is billed per series requested: first one memory series per
+        GPU and four health counters per instance; then detail (MiB, top process, per-GPU counters) only
+        for the GPUs at risk and the instances with errors."""
+        guard = policy.guard
+        start = now - timedelta(minutes=max(guard.memory.window_minutes, guard.health.lookback_minutes))
+        health_since = now - timedelta(minutes=guard.health.lookback_minutes)
+        instances = sorted({g.instance_id for g in gpus})
+        first = [SeriesQuery(f"{g.key}|pct", schema.GPU_MEMORY_USED_PERCENT, _gpu_dims(g), "Maximum") for g in gpus]
+        first += [
+            SeriesQuery(f"{iid}|{name}", metric, ((schema.DIM_INSTANCE_ID, iid),), "Sum")
+            for iid in instances
+            for name, metric in _HEALTH_METRICS
+        ]
+        points = self.metrics.fetch_points(first, start, now) if first else {}
+
+        def total(key: str) -> float:
+            return sum(v for t, v in points[key] if t >= health_since)
+
+        percent = {g.key: sorted(points[f"{g.key}|pct"]) for g in gpus}
+        screened = {
+            g.key: forecast_gpu(MemorySeries(gpu=g, points=tuple(percent[g.key]), total_mib=100.0), now, guard.memory)
+            for g in gpus
+        }
+        at_risk = [g for g in gpus if screened[g.key].risk is not Risk.OK]
+        with_errors = {iid for iid in instances if any(total(f"{iid}|{name}") > 0 for name, _ in _HEALTH_METRICS)}
+        suspects = [g for g in gpus if g.instance_id in with_errors]
+        second = [
+            SeriesQuery(f"{g.key}|{n}", m, _gpu_dims(g), "Maximum")
+            for g in at_risk
+            for n, m in (("total", schema.GPU_MEMORY_TOTAL), ("top", schema.GPU_TOP_PROCESS_MEMORY))
+        ]
+        second += [
+            SeriesQuery(f"{g.key}|{name}", metric, _gpu_dims(g), "Sum")
+            for g in suspects
+            for name, metric in _HEALTH_METRICS
+        ]
+        if second:
+            points.update(self.metrics.fetch_points(second, start, now))
+        forecasts = [self._detailed(g, screened[g.key], percent[g.key], points, now, policy) for g in gpus]
+        counts = [
+            HealthCounts(gpu=g, **{name: total(f"{g.key}|{name}") for name, _ in _HEALTH_METRICS}) for g in suspects
+        ]
+        return forecasts, health_findings(counts, guard.health)
+
+    def _detailed(
+        self,
+        g: GpuRef,
+        screened: Forecast,
+        percent: list[tuple[datetime, float]],
+        points: dict[str, Any],
+        now: datetime,
+        policy: FleetPolicy,
+    ) -> Forecast:
+        """A GPU at risk forecast again in MiB with its top process; the others keep their screening."""
+        totals = points.get(f"{g.key}|total")
+        if screened.risk is Risk.OK or not totals:
+            return screened
+        mib = totals[0][1]
+        top = points[f"{g.key}|top"]
+        series = MemorySeries(
+            gpu=g,
+            points=tuple((t, v * mib / 100) for t, v in percent),
+            total_mib=mib,
+            top_process_mib=top[0][1] if top else None,
+        )
+        return forecast_gpu(series, now, policy.guard.memory)

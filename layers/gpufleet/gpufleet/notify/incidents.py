@@ -1,0 +1,336 @@
+"""Incidents: fold notifications into one story per incident key and decide what to post, and when.
+
+Pure: every function takes the incident, the notification or `now`, and the policy, and returns new
+values. The notifier stores incidents with conditional writes and posts the planned deliveries.
+
+Delivery is two-phase so nothing is lost: `begin_delivery` stores the planned post as `in_flight`
+before posting; `complete_delivery` clears it after. A crash or timeout in between re-posts the same
+delivery on the next attempt (at most one repeat per lost answer), never a different one.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from pydantic import Field
+
+from gpufleet.domain.models import Frozen
+from gpufleet.notify.model import IncidentState, Link, Notification, NotificationKind, Severity, worst
+from gpufleet.notify.policy import FlapDamping, Grouping
+
+MAX_PENDING_UPDATES = 20
+MAX_SEEN_IDS = 200
+
+
+class Occasion(StrEnum):
+    NEW = "new"
+    UPDATE = "update"
+    REPEAT = "repeat"
+    RESOLVED = "resolved"
+    FLAPPING = "flapping"
+
+
+class Update(Frozen):
+    """One notification as it appears in a post's 'since the last message' list."""
+
+    notification_id: str
+    at: datetime
+    severity: Severity
+    state: IncidentState
+    title: str
+    reason: str = ""
+
+
+class Story(Frozen):
+    """What an incident, and each post about it, says: shared by notifications, incidents, deliveries."""
+
+    group: str
+    kind: NotificationKind
+    severity: Severity
+    state: IncidentState
+    title: str
+    reason: str = ""
+    facts: dict[str, str] = Field(default_factory=dict)
+    links: tuple[Link, ...] = ()
+
+
+def _story(source: Story | Notification) -> dict[str, object]:
+    return {name: getattr(source, name) for name in Story.model_fields}
+
+
+class Delivery(Story):
+    delivery_id: str
+    occasion: Occasion
+    incident_key: str
+    updates: tuple[Update, ...]
+    dropped_updates: int = 0
+    flips: int = 0
+    opened_at: datetime
+    created_at: datetime
+    thread_ts: str | None = None  # Slack bot mode: the incident's thread
+    attempts: int = 0
+
+
+class Incident(Story):
+    key: str
+    opened_at: datetime
+    updated_at: datetime
+    last_sent_at: datetime | None = None
+    last_sent_state: IncidentState | None = None
+    last_flap_summary_at: datetime | None = None
+    sent_count: int = 0
+    pending: tuple[Update, ...] = ()
+    dropped_updates: int = 0
+    seen_ids: tuple[str, ...] = ()
+    flips: tuple[datetime, ...] = ()
+    thread_ts: str | None = None
+    in_flight: Delivery | None = None
+    channels_done: tuple[str, ...] = ()  # of the in-flight delivery, so a retry skips them
+    open_kinds: dict[NotificationKind, Severity] = Field(default_factory=dict)  # kinds with a warning+ still firing
+    wake_scheduled_at: datetime | None = None
+    version: int = 0  # set by the store: the conditional-write token
+
+    def flips_within(self, window_s: int, now: datetime) -> int:
+        since = now - timedelta(seconds=window_s)
+        return sum(1 for t in self.flips if t > since)
+
+
+class Plan(Frozen):
+    """What to post now (if anything) and when to look at the incident again (if ever)."""
+
+    delivery: Delivery | None = None
+    wake_at: datetime | None = None
+    why: str
+
+
+class Silence(Frozen):
+    silence_id: str
+    groups: tuple[str, ...] = ()  # globs over group keys; empty = any
+    kinds: tuple[NotificationKind, ...] = ()
+    severities: tuple[Severity, ...] = ()
+    reason: str
+    created_by: str = ""
+    starts_at: datetime
+    expires_at: datetime
+
+    def covers(self, n: Notification, now: datetime) -> bool:
+        return (
+            self.starts_at <= now < self.expires_at
+            and (not self.groups or any(fnmatch.fnmatchcase(n.group, g) for g in self.groups))
+            and (not self.kinds or n.kind in self.kinds)
+            and (not self.severities or n.severity in self.severities)
+        )
+
+
+def active_silence(n: Notification, silences: list[Silence], now: datetime) -> Silence | None:
+    return next((s for s in silences if s.covers(n, now)), None)
+
+
+def _update_of(n: Notification) -> Update:
+    return Update(
+        notification_id=n.notification_id, at=n.at, severity=n.severity, state=n.state, title=n.title, reason=n.reason
+    )
+
+
+def _fresh(n: Notification, now: datetime) -> Incident:
+    """A resolved notification for an incident nobody was told about opens nothing worth posting."""
+    return Incident(
+        **_story(n),
+        key=n.incident_key,
+        opened_at=now,
+        updated_at=now,
+        pending=(_update_of(n),) if n.state is IncidentState.FIRING else (),
+        seen_ids=(n.notification_id,),
+        open_kinds={n.kind: n.severity} if n.state is IncidentState.FIRING and n.severity is not Severity.INFO else {},
+    )
+
+
+def _with_update(incident: Incident, n: Notification) -> dict[str, object]:
+    """The pending list with `n` appended, the oldest dropped past MAX_PENDING_UPDATES and counted, so
+    the next post can say how many earlier updates it does not show."""
+    pending = (*incident.pending, _update_of(n))
+    dropped = max(0, len(pending) - MAX_PENDING_UPDATES)
+    return {"pending": pending[dropped:], "dropped_updates": incident.dropped_updates + dropped}
+
+
+def _headline(n: Notification, incident: Incident) -> dict[str, object]:
+    """The incident now reads like its latest notification (its kind included: a spot failure in the
+    capacity thread is shown as spot, not as scaling)."""
+    return {
+        "title": n.title,
+        "kind": n.kind,
+        "reason": n.reason or incident.reason,
+        "facts": dict(n.facts),  # the latest fact sheet; earlier ones are in the updates list
+        "links": n.links or incident.links,
+    }
+
+
+def _starts_over(incident: Incident, n: Notification, now: datetime, flap: FlapDamping) -> bool:
+    """An incident whose resolution was posted more than a flap window ago starts over (new thread)."""
+    return (
+        incident.state is IncidentState.RESOLVED
+        and incident.last_sent_state is IncidentState.RESOLVED
+        and incident.in_flight is None
+        and n.state is IncidentState.FIRING
+        and incident.last_sent_at is not None
+        and now - incident.last_sent_at > timedelta(seconds=flap.window_s)
+    )
+
+
+def _open_kinds(incident: Incident, n: Notification) -> dict[NotificationKind, Severity]:
+    """Kinds with a warning or worse still firing. Several producers share an incident (the capacity
+    thread: scaler, spot_watch): a resolution closes only what its own kind opened."""
+    kinds = dict(incident.open_kinds)
+    if n.state is IncidentState.FIRING and n.severity is not Severity.INFO:
+        kinds[n.kind] = worst(kinds.get(n.kind, Severity.INFO), n.severity)
+    elif n.state is IncidentState.RESOLVED:
+        kinds.pop(n.kind, None)
+    return kinds
+
+
+def _quiet_merge(incident: Incident, n: Notification, kinds: dict[NotificationKind, Severity]) -> Incident | None:
+    """The cases that are not news: said already, an activity log continuing, a partial resolution,
+    activity after a resolution. None when the notification is a real state change (see _fold)."""
+    resolved, firing = IncidentState.RESOLVED, IncidentState.FIRING
+    if n.state is resolved and incident.state is resolved and incident.last_sent_state is resolved:
+        return incident  # said already
+    if incident.severity is Severity.INFO and n.severity is Severity.INFO:
+        # An activity log (e.g. scaling steps): its alarm clearing or firing again is not news and not
+        # a flap; the next activity simply continues the same thread.
+        if n.state is resolved:
+            return incident.model_copy(update={"state": n.state})
+        return _fold_info(incident.model_copy(update={"state": firing}), n, kinds)
+    if n.state is resolved and kinds and incident.state is firing:
+        # Another kind's warning is still open: the resolution is just an update.
+        update = {**_with_update(incident, n), "severity": worst(*kinds.values()), "open_kinds": kinds}
+        return incident.model_copy(update={**update, "title": n.title, "reason": n.reason or incident.reason})
+    if n.state is firing and n.severity is Severity.INFO and incident.state is resolved and not kinds:
+        if incident.last_sent_state is not resolved:
+            return incident.model_copy(update=_with_update(incident, n))  # joins the resolving post
+        # The resolution was posted: the activity log continues quietly (info: no repeats, not a flap).
+        update = {**_with_update(incident, n), **_headline(n, incident), "open_kinds": kinds}
+        return incident.model_copy(update={**update, "severity": Severity.INFO, "state": firing})
+    return None
+
+
+def _fold_info(incident: Incident, n: Notification, kinds: dict[NotificationKind, Severity]) -> Incident:
+    update = {**_with_update(incident, n), **_headline(n, incident), "open_kinds": kinds}
+    return incident.model_copy(update=update)
+
+
+def _fold(
+    incident: Incident, n: Notification, now: datetime, flap: FlapDamping, kinds: dict[NotificationKind, Severity]
+) -> Incident:
+    """A firing/resolved change or an escalation: the incident takes the notification's state, its
+    worst severity while firing, and counts the flip for flap damping."""
+    flipped = n.state is not incident.state
+    window_start = now - timedelta(seconds=flap.window_s)
+    flips = tuple(t for t in incident.flips if t > window_start) + ((now,) if flipped else ())
+    if n.state is IncidentState.FIRING and incident.state is IncidentState.FIRING:
+        severity = worst(incident.severity, n.severity)
+    else:
+        severity = n.severity if n.state is IncidentState.FIRING else incident.severity
+    update = {**_with_update(incident, n), **_headline(n, incident), "severity": severity, "state": n.state}
+    return incident.model_copy(update={**update, "flips": flips, "open_kinds": kinds})
+
+
+def merge_notification(incident: Incident | None, n: Notification, now: datetime, flap: FlapDamping) -> Incident | None:
+    """The incident with `n` folded in; None when `n` was already folded in (a duplicate delivery).
+
+    A quick return to firing after a posted resolution is a flip of the same incident (flap damping
+    counts it); after more than a flap window it starts a new story."""
+    if incident is None:
+        return _fresh(n, now)
+    if n.notification_id in incident.seen_ids:
+        return None
+    if _starts_over(incident, n, now, flap):
+        return _fresh(n, now).model_copy(update={"version": incident.version})  # same item, new story
+    seen = (*incident.seen_ids, n.notification_id)[-MAX_SEEN_IDS:]
+    incident = incident.model_copy(update={"seen_ids": seen, "updated_at": now})
+    kinds = _open_kinds(incident, n)
+    return _quiet_merge(incident, n, kinds) or _fold(incident, n, now, flap, kinds)
+
+
+def _delivery(incident: Incident, occasion: Occasion, now: datetime) -> Delivery:
+    seq = incident.sent_count + 1
+    delivery_id = hashlib.sha256(f"{incident.key}|{incident.opened_at.isoformat()}|{seq}".encode()).hexdigest()[:24]
+    return Delivery(
+        **_story(incident),
+        delivery_id=delivery_id,
+        occasion=occasion,
+        incident_key=incident.key,
+        updates=incident.pending,
+        dropped_updates=incident.dropped_updates,
+        flips=len(incident.flips),
+        opened_at=incident.opened_at,
+        created_at=now,
+        thread_ts=incident.thread_ts,
+    )
+
+
+def plan_delivery(incident: Incident, now: datetime, grouping: Grouping, flap: FlapDamping) -> Plan:
+    """Grouping: the first post waits `group_wait_s` to collect what belongs together; later updates
+    come at most every `group_interval_s`; a firing warning/critical incident with nothing new is
+    repeated every `repeat_interval_s` (info activity is not); a flapping incident gets one summary
+    per flap window."""
+    if incident.in_flight is not None:
+        return Plan(delivery=incident.in_flight, why="re-post the delivery whose answer was not confirmed")
+    flapping = incident.flips_within(flap.window_s, now) > flap.max_flips
+    if incident.last_sent_at is None:
+        if not incident.pending:
+            return Plan(why="nothing to say")
+        due = incident.opened_at + timedelta(seconds=grouping.group_wait_s)
+        occasion = Occasion.RESOLVED if _resolution(incident) else Occasion.NEW
+        if now < due:
+            return Plan(wake_at=due, why=f"grouping: first post at {due:%H:%M:%S}")
+        return Plan(delivery=_delivery(incident, occasion, now), why="group wait over")
+    if incident.pending:
+        due = incident.last_sent_at + timedelta(seconds=grouping.group_interval_s)
+        if flapping:
+            occasion = Occasion.FLAPPING
+            if incident.last_flap_summary_at is not None:
+                due = max(due, incident.last_flap_summary_at + timedelta(seconds=flap.window_s))
+        elif _resolution(incident):
+            occasion = Occasion.RESOLVED
+        else:
+            occasion = Occasion.UPDATE
+        if now < due:
+            return Plan(wake_at=due, why=f"pacing: next post at {due:%H:%M:%S}")
+        return Plan(delivery=_delivery(incident, occasion, now), why=f"{occasion} due")
+    if incident.state is IncidentState.FIRING and incident.severity is not Severity.INFO:
+        due = incident.last_sent_at + timedelta(seconds=grouping.repeat_interval_s)
+        if now < due:
+            return Plan(wake_at=due, why=f"repeat at {due:%H:%M:%S} while firing")
+        return Plan(delivery=_delivery(incident, Occasion.REPEAT, now), why="still firing: repeat")
+    return Plan(why="resolved and posted")
+
+
+def _resolution(incident: Incident) -> bool:
+    return incident.state is IncidentState.RESOLVED and incident.severity is not Severity.INFO
+
+
+def begin_delivery(incident: Incident, delivery: Delivery) -> Incident:
+    attempt = delivery.model_copy(update={"attempts": delivery.attempts + 1})
+    retry = incident.in_flight is not None and incident.in_flight.delivery_id == delivery.delivery_id
+    return incident.model_copy(update={"in_flight": attempt, "channels_done": incident.channels_done if retry else ()})
+
+
+def complete_delivery(incident: Incident, delivery: Delivery, now: datetime, thread_ts: str | None) -> Incident:
+    """Drop the updates that were posted; updates merged while posting stay pending for the next post."""
+    posted = {u.notification_id for u in delivery.updates}
+    return incident.model_copy(
+        update={
+            "in_flight": None,
+            "channels_done": (),
+            "pending": tuple(u for u in incident.pending if u.notification_id not in posted),
+            "dropped_updates": 0 if delivery.dropped_updates else incident.dropped_updates,
+            "last_sent_at": now,
+            "last_sent_state": delivery.state,
+            "last_flap_summary_at": now if delivery.occasion is Occasion.FLAPPING else incident.last_flap_summary_at,
+            "sent_count": incident.sent_count + 1,
+            "thread_ts": incident.thread_ts or thread_ts,
+        }
+    )

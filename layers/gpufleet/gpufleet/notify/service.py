@@ -1,0 +1,219 @@
+"""The notifier's glue: queue message -> incident (conditional write) -> plan -> post -> complete.
+
+Messages on the notification queue are a `Notification` (JSON) or `{"flush": "<incident key>"}`, a
+delayed nudge the notifier sends itself when an incident's next post is due. A sweep on the schedule
+repeats firing incidents and picks up anything a lost nudge left behind.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+
+from gpufleet.aws.incidents import IncidentStore
+from gpufleet.aws.queue import SQS_DELAY_MAX_S, NotificationQueue, SnsPublisher
+from gpufleet.domain.policy import FleetPolicy
+from gpufleet.events import EventKind, parse_for
+from gpufleet.events.queue import Flush, InvalidMessage, parse_message
+from gpufleet.notify.incidents import (
+    Delivery,
+    Incident,
+    Plan,
+    Silence,
+    active_silence,
+    begin_delivery,
+    complete_delivery,
+    merge_notification,
+    plan_delivery,
+)
+from gpufleet.notify.model import Notification, Severity
+from gpufleet.notify.render import render_slack, render_sns
+from gpufleet.notify.slack import SlackFailed, SlackPoster
+
+MAX_WRITE_CONFLICTS = 8
+STALE_IN_FLIGHT = timedelta(minutes=5)
+SILENCE_CACHE = timedelta(seconds=30)
+
+
+class DeliveryFailed(RuntimeError):
+    """A post failed; the SQS record fails so the queue redelivers it (then the DLQ)."""
+
+
+class Contention(RuntimeError):
+    """Too many concurrent writers on one incident; the SQS record is retried."""
+
+
+ACCEPTS = (EventKind.QUEUE_BATCH, EventKind.SWEEP)
+
+
+@dataclass
+class Notifier:
+    store: IncidentStore
+    queue: NotificationQueue
+    sns: SnsPublisher | None
+    slack: Callable[[], SlackPoster | None]  # built lazily from the secret (cached by Powertools)
+    load_policy: Callable[[], FleetPolicy]
+    logger: Logger
+    emf: Metrics
+    counts: Counter[str] = field(default_factory=Counter)
+    _silences: tuple[datetime, list[Silence]] | None = None
+
+    # ---- entry points ----
+
+    def handle(self, event: Any, now: datetime, process_batch: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """The sweep schedule, or an SQS batch (each record through `handle_message`, by Powertools
+        Batch in `process_batch`, so one failing record fails alone). Other events are rejected."""
+        (first, *_) = parse_for(event, "notifier", ACCEPTS)
+        if first.kind is EventKind.SWEEP:
+            return {"sweep": self.sweep(now)}
+        response = process_batch()
+        self.logger.info("batch done", extra={"outcomes": self.report()})
+        return response
+
+    def handle_message(self, body: str, now: datetime) -> str:
+        """One SQS record. Malformed: rejected to the DLQ, not raised. Post failures raise."""
+        try:
+            message = parse_message(body)
+        except InvalidMessage as exc:
+            self.logger.error("rejected notification message", extra={"error": str(exc), "body_chars": len(body or "")})
+            self.queue.reject(body, str(exc))
+            return self._count("rejected")
+        policy = self.load_policy()
+        self.logger.append_keys(incident=message if isinstance(message, Flush) else message.incident_key)
+        if isinstance(message, Flush):
+            return self._count(self.advance(message, now, policy))
+        silence = active_silence(message, self._active_silences(now), now)
+        if silence is not None:
+            self.logger.info("silenced", extra={"silence": silence.silence_id, "title": message.title})
+            return self._count("silenced")
+        return self._count(self.advance(message.incident_key, now, policy, message))
+
+    def sweep(self, now: datetime) -> dict[str, int]:
+        """Repeat firing incidents, finish stale deliveries, send posts whose nudge was lost."""
+        policy = self.load_policy()
+        outcomes: Counter[str] = Counter()
+        for incident in self.store.all():
+            plan = self._plan(incident, now, policy)
+            stale = incident.in_flight is not None and now - incident.in_flight.created_at >= STALE_IN_FLIGHT
+            if (plan.delivery is not None and incident.in_flight is None) or stale:
+                try:
+                    outcomes[self.advance(incident.key, now, policy)] += 1
+                except (DeliveryFailed, Contention) as exc:
+                    self.logger.warning("sweep: delivery failed", extra={"incident": incident.key, "error": str(exc)})
+                    outcomes["failed"] += 1
+        self._flush_metrics()
+        return dict(outcomes)
+
+    def _active_silences(self, now: datetime) -> list[Silence]:
+        """Read at most every SILENCE_CACHE of `now`, not once per message of a batch."""
+        if self._silences is None or not (self._silences[0] <= now < self._silences[0] + SILENCE_CACHE):
+            self._silences = (now, self.store.silences(now))
+        return [s for s in self._silences[1] if s.expires_at > now]
+
+    # ---- the incident's state machine step ----
+
+    def advance(self, key: str, now: datetime, policy: FleetPolicy, notification: Notification | None = None) -> str:
+        np = policy.notifications
+        for _ in range(MAX_WRITE_CONFLICTS):
+            current = self.store.get(key)
+            incident = current
+            changed = False
+            if notification is not None:
+                merged = merge_notification(current, notification, now, np.flap)
+                # A duplicate still advances the incident: its first delivery may be the one to retry.
+                incident, changed = (merged, True) if merged is not None else (current, False)
+            if incident is None:
+                return "unknown-incident"
+            plan = self._plan(incident, now, policy)
+            wake = None
+            if plan.delivery is not None:
+                incident = begin_delivery(incident, plan.delivery)
+            elif plan.wake_at is not None and plan.wake_at != incident.wake_scheduled_at:
+                if plan.wake_at - now <= timedelta(seconds=SQS_DELAY_MAX_S):
+                    wake = plan.wake_at
+                    incident = incident.model_copy(update={"wake_scheduled_at": wake})
+            elif not changed:
+                return "duplicate" if notification is not None else "nothing-due"
+            stored = self.store.put(incident, current.version if current else None, now)
+            if stored is None:
+                continue
+            if wake is not None:
+                self.queue.schedule_flush(key, int((wake - now).total_seconds()) + 1)
+            if plan.delivery is None:
+                return "grouped" if changed else "scheduled"
+            assert stored.in_flight is not None
+            self._deliver(stored, stored.in_flight, now, policy)
+            return f"posted-{plan.delivery.occasion}"
+        raise Contention(f"incident {key}: {MAX_WRITE_CONFLICTS} write conflicts in a row")
+
+    def _plan(self, incident: Incident, now: datetime, policy: FleetPolicy) -> Plan:
+        np = policy.notifications
+        return plan_delivery(incident, now, np.grouping, np.flap)
+
+    def _deliver(self, incident: Incident, delivery: Delivery, now: datetime, policy: FleetPolicy) -> None:
+        route = policy.notifications.route_for(delivery.severity, delivery.group, delivery.kind)
+        slack = self.slack() if route.slack else None
+        done = set(incident.channels_done)
+        thread_ts = None
+        slack_error: str | None = None
+        if slack is not None and "slack" not in done:
+            try:
+                thread_ts = slack.post(
+                    render_slack(delivery), channel=route.slack_channel, thread_ts=delivery.thread_ts
+                )
+                done.add("slack")
+                self._count("slack-posts")
+            except SlackFailed as exc:
+                slack_error = str(exc)
+                self._count("slack-failures")
+        # Critical notifications reach SNS even when their route is Slack-only and Slack is down.
+        wants_sns = route.sns or (slack_error is not None and delivery.severity is Severity.CRITICAL)
+        if self.sns is not None and wants_sns and "sns" not in done:
+            self.sns.publish(*render_sns(delivery))
+            done.add("sns")
+            self._count("sns-publishes")
+        if slack_error is not None:
+            self._remember_channels(incident, done, now)
+            raise DeliveryFailed(f"{delivery.incident_key}: {slack_error}")
+        self._complete(incident, delivery, now, thread_ts)
+        self.logger.info(
+            "posted",
+            extra={"delivery": delivery.delivery_id, "occasion": delivery.occasion, "channels": sorted(done)},
+        )
+
+    def _remember_channels(self, incident: Incident, done: set[str], now: datetime) -> None:
+        if done != set(incident.channels_done):
+            self.store.put(incident.model_copy(update={"channels_done": tuple(sorted(done))}), incident.version, now)
+
+    def _complete(self, incident: Incident, delivery: Delivery, now: datetime, thread_ts: str | None) -> None:
+        """Merges may land while posting: on a conflict, reload and complete the same delivery."""
+        for _ in range(MAX_WRITE_CONFLICTS):
+            if self.store.put(complete_delivery(incident, delivery, now, thread_ts), incident.version, now):
+                return
+            reloaded = self.store.get(incident.key)
+            if reloaded is None or reloaded.in_flight is None or reloaded.in_flight.delivery_id != delivery.delivery_id:
+                return  # another invocation completed it
+            incident = reloaded
+        raise Contention(f"incident {incident.key}: could not record the post")
+
+    # ---- reporting ----
+
+    def _count(self, outcome: str) -> str:
+        self.counts[outcome] += 1
+        return outcome
+
+    def _flush_metrics(self) -> None:
+        for outcome, n in self.counts.items():
+            self.emf.add_metric(name=f"Notifications_{outcome}", unit=MetricUnit.Count, value=n)
+        self.counts.clear()
+
+    def report(self) -> dict[str, Any]:
+        summary = dict(self.counts)
+        self._flush_metrics()
+        return summary

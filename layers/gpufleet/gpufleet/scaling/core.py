@@ -1,0 +1,346 @@
+"""The pure decision core: observations + policy + `now` in, decisions with reasons out.
+
+Nothing here imports boto3, reads the clock or the environment (tests/unit/test_purity.py checks it);
+the services feed it and act on what it returns. Invariant (property-tested): a decision's desired
+capacity is always inside the effective [min, max], it only leaves the current capacity where a rule
+says so, and cooldowns hold for every controller's changes (the spot fallback's included).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from croniter import croniter
+from pydantic import Field
+
+from gpufleet.domain.models import (
+    Action,
+    AlarmState,
+    Bounds,
+    Decision,
+    Direction,
+    Frozen,
+    GroupObservation,
+    GroupState,
+    InstanceObservation,
+    SkipReason,
+    Trigger,
+    TriggerKind,
+)
+from gpufleet.domain.policy import GroupSettings, IdleThreshold, ScheduleWindow
+from gpufleet.events.model import AlarmEvent
+
+
+def window_is_open(window: ScheduleWindow, now: datetime) -> bool:
+    """True if the latest cron firing (in the window's time zone) plus its duration covers now."""
+    local_now = now.astimezone(ZoneInfo(window.timezone))
+    # croniter steps back from "now + 1 minute" so a firing at exactly `now` counts as open.
+    start = croniter(window.cron, local_now + timedelta(minutes=1)).get_prev(datetime)
+    return start <= local_now < start + timedelta(minutes=window.duration_minutes)
+
+
+def effective_bounds(obs: GroupObservation, settings: GroupSettings, now: datetime) -> Bounds:
+    """Policy bounds (or an open window's) clamped into the group's own min/max. Every controller's
+    change goes through this: the scaler's, the spot fallback's, the guard's requests."""
+    lo = settings.min if settings.min is not None else obs.min_size
+    hi = settings.max if settings.max is not None else obs.max_size
+    floor: int | None = None
+    window_name: str | None = None
+    for window in settings.schedules:
+        if window_is_open(window, now):
+            window_name = window.name
+            lo = window.min if window.min is not None else lo
+            hi = window.max if window.max is not None else hi
+            floor = window.desired
+            break
+    lo = min(max(lo, obs.min_size), obs.max_size)
+    hi = max(min(hi, obs.max_size), lo)
+    if floor is not None:
+        floor = min(max(floor, lo), hi)
+    return Bounds(min=lo, max=hi, floor=floor, window=window_name)
+
+
+def cooldown_left(direction: Direction, state: GroupState, settings: GroupSettings, now: datetime) -> timedelta:
+    """Scale-out waits for the last scale-out; scale-in waits for any last change."""
+    if direction is Direction.OUT:
+        marks = [(state.last_scale_out_at, settings.scale_out_cooldown_s)]
+    else:
+        marks = [
+            (state.last_scale_in_at, settings.scale_in_cooldown_s),
+            (state.last_scale_out_at, settings.scale_in_cooldown_s),
+        ]
+    left = timedelta(0)
+    for at, seconds in marks:
+        if at is not None:
+            left = max(left, at + timedelta(seconds=seconds) - now)
+    return left
+
+
+class VictimChoice(Frozen):
+    """Instances chosen for scale-in and the ones passed over, counted by reason."""
+
+    victims: tuple[str, ...]
+    eligible: int
+    skipped: dict[SkipReason, int] = Field(default_factory=dict)
+    idle: IdleThreshold
+
+    @property
+    def note(self) -> str:
+        text = f"{self.eligible} idle (<= {self.idle.gpu_utilization:g}% util, <= {self.idle.memory_percent:g}% mem)"
+        passed = [f"{n} {reason}" for reason, n in self.skipped.items() if n]
+        return text + ("; passed over " + ", ".join(passed) if passed else "")
+
+
+def skip_reason(inst: InstanceObservation, idle: IdleThreshold) -> SkipReason | None:
+    """Why an instance may not be removed, or None when every GPU on it is idle. Unknown is busy."""
+    if not inst.in_service:
+        return SkipReason.NOT_IN_SERVICE
+    if inst.protected_from_scale_in:
+        return SkipReason.PROTECTED
+    if inst.gpu_utilization is None or inst.gpu_memory_percent is None:
+        return SkipReason.NO_METRICS
+    if inst.gpu_utilization <= idle.gpu_utilization and inst.gpu_memory_percent <= idle.memory_percent:
+        return None
+    return SkipReason.BUSY
+
+
+def choose_scale_in_victims(instances: Iterable[InstanceObservation], count: int, idle: IdleThreshold) -> VictimChoice:
+    """Pick up to `count` instances whose GPUs are all idle, the idlest first. Never an instance with
+    busy GPUs, with scale-in protection, not InService, or without metrics."""
+    eligible: list[InstanceObservation] = []
+    skipped: Counter[SkipReason] = Counter()
+    for inst in instances:
+        reason = skip_reason(inst, idle)
+        if reason is None:
+            eligible.append(inst)
+        else:
+            skipped[reason] += 1
+    eligible.sort(key=lambda i: (i.gpu_utilization or 0.0, i.gpu_memory_percent or 0.0, i.instance_id))
+    victims = tuple(i.instance_id for i in eligible[: max(count, 0)])
+    ordered = {r: skipped[r] for r in SkipReason if skipped[r]}
+    return VictimChoice(victims=victims, eligible=len(eligible), skipped=ordered, idle=idle)
+
+
+class _Ctx:
+    """What every rule needs to build a decision for one group."""
+
+    def __init__(
+        self,
+        obs: GroupObservation,
+        settings: GroupSettings,
+        state: GroupState,
+        now: datetime,
+        event_id: str,
+        global_dry_run: bool,
+    ) -> None:
+        self.obs = obs
+        self.settings = settings
+        self.state = state
+        self.now = now
+        self.event_id = event_id
+        self.bounds = effective_bounds(obs, settings, now)
+        self.dry_run = global_dry_run or settings.dry_run
+
+    def decision(
+        self, action: Action, trigger: Trigger, reason: str, desired: int | None = None, **kw: object
+    ) -> Decision:
+        return Decision(
+            group=self.obs.ref.key,
+            action=action,
+            current=self.obs.desired,
+            desired=self.obs.desired if desired is None else desired,
+            reason=reason,
+            trigger=trigger,
+            event_id=self.event_id,
+            at=self.now,
+            bounds=self.bounds,
+            dry_run=self.dry_run,
+            **kw,
+        )
+
+    def cooling(self, direction: Direction, trigger: Trigger, why: str) -> Decision | None:
+        left = cooldown_left(direction, self.state, self.settings, self.now)
+        if left > timedelta(0):
+            return self.decision(
+                Action.HOLD, trigger, f"{why}, but scale-{direction} cooldown has {int(left.total_seconds())}s left"
+            )
+        return None
+
+    def scale_out_to(self, target: int, trigger: Trigger, why: str, step: str = "") -> Decision:
+        b, current = self.bounds, self.obs.desired
+        if current >= b.max:
+            return self.decision(Action.HOLD, trigger, f"{why}, but already at max {b.max}")
+        target = min(target, b.max)
+        capped = " (capped at max)" if target == b.max else ""
+        return self.decision(Action.SCALE_OUT, trigger, f"{why}: scale out {current} -> {target}{step}{capped}", target)
+
+    def scale_in_by(self, count: int, trigger: Trigger, why: str) -> Decision:
+        """Remove up to `count` idle instances, never below min or an open window's desired."""
+        b, current = self.bounds, self.obs.desired
+        low_water = max(b.min, b.floor or 0)
+        if current <= low_water:
+            what = f"schedule '{b.window}' desired {b.floor}" if b.floor and b.floor > b.min else f"min {b.min}"
+            return self.decision(Action.HOLD, trigger, f"{why}, but already at {what}")
+        room = min(count, current - low_water)
+        if not self.obs.instance_metrics_loaded:
+            reason = f"{why}: scale in up to {room}; choosing idle instances"
+            return self.decision(Action.SCALE_IN, trigger, reason, needs_instance_metrics=True)
+        choice = choose_scale_in_victims(self.obs.instances, room, self.settings.idle)
+        if not choice.victims:
+            reason = f"{why}, but no instance is idle: {choice.note}"
+            return self.decision(Action.HOLD, trigger, reason, skipped=choice.skipped)
+        target = current - len(choice.victims)
+        reason = f"{why}: scale in {current} -> {target}, terminating {', '.join(choice.victims)} ({choice.note})"
+        return self.decision(Action.SCALE_IN, trigger, reason, target, victims=choice.victims, skipped=choice.skipped)
+
+    def step(self, direction: Direction, trigger: Trigger, why: str) -> Decision:
+        """One policy step in `direction`, honouring bounds, cooldowns and (for scale-in) victims."""
+        held = self.cooling(direction, trigger, why)
+        if held is not None:
+            return held
+        s, current = self.settings, self.obs.desired
+        if direction is Direction.OUT:
+            size = s.scale_out_step.size(current)
+            return self.scale_out_to(current + size, trigger, why, f" (step {s.scale_out_step})")
+        return self.scale_in_by(s.scale_in_step.size(current), trigger, why)
+
+    def bounds_fix(self) -> Decision | None:
+        """Desired outside [min, max] or below an open window's desired: put it back inside."""
+        b, current = self.bounds, self.obs.desired
+        where = f"schedule '{b.window}'" if b.window else "policy bounds"
+        trigger = Trigger(kind=TriggerKind.BOUNDS, name=where)
+        if current < b.min:
+            target = max(b.min, b.floor or 0)
+            return self.decision(
+                Action.SET_DESIRED, trigger, f"desired {current} is below min {b.min} ({where})", target
+            )
+        if current > b.max:
+            return self.decision(
+                Action.SET_DESIRED, trigger, f"desired {current} is above max {b.max} ({where})", b.max
+            )
+        if b.floor is not None and current < b.floor:
+            reason = f"schedule '{b.window}' wants at least {b.floor} (now {current})"
+            return self.decision(
+                Action.SET_DESIRED, Trigger(kind=TriggerKind.SCHEDULE, name=b.window or ""), reason, b.floor
+            )
+        return None
+
+
+def alarm_hold_reason(alarm: AlarmEvent) -> str | None:
+    """Why an alarm must not act at all: not in ALARM, or CloudWatch suppressed or muted its actions
+    (then the alarm-action and SNS paths would be silent too, so the EventBridge path holds as well)."""
+    if alarm.state is not AlarmState.ALARM:
+        return f"alarm {alarm.alarm_name} is {alarm.state}: scaling alarms act only in ALARM"
+    if alarm.actions_suppressed_by:
+        return f"alarm {alarm.alarm_name} is in ALARM but its actions are suppressed ({alarm.actions_suppressed_by})"
+    if alarm.muted_by:
+        return f"alarm {alarm.alarm_name} is in ALARM but muted by {alarm.muted_by}"
+    return None
+
+
+def decide_alarm(
+    obs: GroupObservation,
+    settings: GroupSettings,
+    state: GroupState,
+    now: datetime,
+    *,
+    alarm: AlarmEvent,
+    direction: Direction,
+    global_dry_run: bool = False,
+) -> Decision:
+    """An alarm changed state (delivered by EventBridge, the alarm action or SNS)."""
+    ctx = _Ctx(obs, settings, state, now, alarm.event_id, global_dry_run)
+    trigger = Trigger(kind=TriggerKind.ALARM, name=alarm.alarm_name)
+    held = alarm_hold_reason(alarm)
+    if held is not None:
+        return ctx.decision(Action.HOLD, trigger, held)
+    return ctx.bounds_fix() or ctx.step(direction, trigger, f"alarm {alarm.alarm_name} in ALARM")
+
+
+def decide_request(
+    obs: GroupObservation,
+    settings: GroupSettings,
+    state: GroupState,
+    now: datetime,
+    *,
+    event_id: str,
+    direction: Direction,
+    trigger: Trigger,
+    why: str,
+    global_dry_run: bool = False,
+) -> Decision:
+    """Another controller (the OOM guard) asks for a step: the same bounds, windows and cooldowns apply."""
+    ctx = _Ctx(obs, settings, state, now, event_id, global_dry_run)
+    return ctx.bounds_fix() or ctx.step(direction, trigger, why)
+
+
+def decide_target(
+    obs: GroupObservation,
+    settings: GroupSettings,
+    state: GroupState,
+    now: datetime,
+    *,
+    event_id: str,
+    target: int,
+    trigger: Trigger,
+    why: str,
+    global_dry_run: bool = False,
+) -> Decision:
+    """Another controller wants the group at `target` desired (the spot fallback raising or handing
+    back on-demand capacity): clamped into the same effective bounds the scaler uses, waiting for the
+    same cooldowns, and lowered only by removing idle instances."""
+    ctx = _Ctx(obs, settings, state, now, event_id, global_dry_run)
+    fix = ctx.bounds_fix()
+    if fix is not None:
+        return fix
+    current = obs.desired
+    if target == current:
+        return ctx.decision(Action.HOLD, trigger, f"{why}: already at {current}")
+    direction = Direction.OUT if target > current else Direction.IN
+    held = ctx.cooling(direction, trigger, why)
+    if held is not None:
+        return held
+    if direction is Direction.OUT:
+        return ctx.scale_out_to(target, trigger, why)
+    return ctx.scale_in_by(current - target, trigger, why)
+
+
+def decide_reconcile(
+    obs: GroupObservation,
+    settings: GroupSettings,
+    state: GroupState,
+    now: datetime,
+    *,
+    event_id: str,
+    firing_alarms: Iterable[tuple[str, Direction]] = (),
+    global_dry_run: bool = False,
+) -> Decision:
+    """One group at a reconcile tick: bounds and windows, then alarms still firing, then the GPU
+    target band. A scale-out signal wins over any scale-in signal in the same tick."""
+    ctx = _Ctx(obs, settings, state, now, event_id, global_dry_run)
+    fix = ctx.bounds_fix()
+    if fix is not None:
+        return fix
+    alarms = sorted(firing_alarms)
+    outs = [name for name, d in alarms if d is Direction.OUT]
+    ins = [name for name, d in alarms if d is Direction.IN]
+    band, util = settings.target, obs.gpu_utilization
+    tracking = Trigger(kind=TriggerKind.TARGET_TRACKING)
+    if outs:
+        return ctx.step(Direction.OUT, Trigger(kind=TriggerKind.ALARM, name=outs[0]), f"alarm {outs[0]} still in ALARM")
+    if band.enabled and util is not None and util > band.high:
+        return ctx.step(Direction.OUT, tracking, f"GPU utilization {util:.1f}% is above the band's high {band.high:g}%")
+    if ins:
+        return ctx.step(Direction.IN, Trigger(kind=TriggerKind.ALARM, name=ins[0]), f"alarm {ins[0]} still in ALARM")
+    if band.enabled and util is not None and util < band.low:
+        return ctx.step(Direction.IN, tracking, f"GPU utilization {util:.1f}% is below the band's low {band.low:g}%")
+    if not band.enabled:
+        why = "target tracking is off and no alarm is firing"
+    elif util is None:
+        why = "no GPU utilization data in the lookback window"
+    else:
+        why = f"GPU utilization {util:.0f}% is inside the band {band.low:g}-{band.high:g}%"
+    return ctx.decision(Action.HOLD, tracking, why)

@@ -1,0 +1,251 @@
+"""The scaler's glue: typed event -> observe -> load state -> decide (`scaling.core`) -> execute
+(`scaling.execution`) -> audit -> notify. No rules live here.
+
+`Scaler.handle` takes a raw Lambda event and `now`; the handler passes the real clock, the rehearsal a
+simulated one. Every decision, acted or not, is logged, counted and audited.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from gpufleet.aws.alarms import AlarmReader
+from gpufleet.aws.metrics import GpuMetricsReader
+from gpufleet.domain.errors import ActionFailed
+from gpufleet.domain.models import (
+    Action,
+    AlarmState,
+    Decision,
+    Direction,
+    GroupObservation,
+    GroupRef,
+    GroupState,
+    InstanceObservation,
+    Outcome,
+    Trigger,
+    TriggerKind,
+)
+from gpufleet.domain.policy import FleetPolicy, GroupSettings
+from gpufleet.events import EventKind, parse_for
+from gpufleet.events.alarms import from_described_alarm
+from gpufleet.events.model import AlarmEvent, ScheduleTick
+from gpufleet.scaling.core import decide_alarm, decide_reconcile, decide_request
+from gpufleet.scaling.execution import ControlContext
+from gpufleet.scaling.notes import alarm_resolved_notes, decision_notes
+from gpufleet.scaling.targets import resolve_alarm_target
+
+UNRESOLVED_GROUP = "unresolved"
+ACCEPTS = (EventKind.ALARM, EventKind.SCHEDULE)
+
+Process = Callable[..., dict[str, Any]]
+
+
+@dataclass
+class Scaler:
+    ctx: ControlContext
+    metrics: GpuMetricsReader
+    alarms: AlarmReader
+    # Wraps `process` with Powertools Idempotency keyed on the event's id (None: off).
+    idempotent: Callable[[Process], Process] | None = None
+    _process: Process = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._process = self.idempotent(self.process) if self.idempotent else self.process
+
+    def handle(self, event: Any, now: datetime) -> dict[str, Any]:
+        """Raises InvalidEvent / PolicyError before anything is read or changed."""
+        events = parse_for(event, "scaler", ACCEPTS)
+        policy = self.ctx.load_policy()
+        results = []
+        for e in events:
+            self.ctx.logger.set_correlation_id(e.event_id)
+            results.append(self._process(trigger=e, policy=policy, now=now))
+        return {"results": results}
+
+    def process(self, *, trigger: AlarmEvent | ScheduleTick, policy: FleetPolicy, now: datetime) -> dict[str, Any]:
+        if isinstance(trigger, ScheduleTick):
+            decisions = self.reconcile(trigger, policy, now)
+        else:
+            decisions = [self.on_alarm(trigger, policy, now)]
+        self.finish(decisions, policy, trigger)
+        failed = [d for d in decisions if d.outcome is Outcome.FAILED]
+        if failed and isinstance(trigger, AlarmEvent):
+            raise ActionFailed("; ".join(f"{d.group}: {d.detail}" for d in failed))
+        return {
+            "event_id": trigger.event_id,
+            "kind": str(trigger.kind),
+            "decisions": [
+                d.model_dump(mode="json", exclude={"bounds", "needs_instance_metrics", "skipped"}) for d in decisions
+            ],
+        }
+
+    def finish(
+        self, decisions: Sequence[Decision], policy: FleetPolicy, trigger: AlarmEvent | ScheduleTick | None = None
+    ) -> None:
+        """Audit, log, count and tell on-call (changes, would-be changes, failures, an alarm back to OK)."""
+        self.ctx.executor.record(decisions, policy)
+        notes = decision_notes(decisions, self.ctx.region, policy.notifications)
+        if isinstance(trigger, AlarmEvent):
+            notes += alarm_resolved_notes(
+                trigger, [d for d in decisions if d.group != UNRESOLVED_GROUP and d.bounds], self.ctx.region
+            )
+        if self.ctx.outbox is not None:
+            self.ctx.send(notes)
+
+    # ---- alarm path ----
+
+    def on_alarm(self, alarm: AlarmEvent, policy: FleetPolicy, now: datetime) -> Decision:
+        target = resolve_alarm_target(alarm, self.alarms.tags(alarm.alarm_arn), policy)
+        trigger = Trigger(kind=TriggerKind.ALARM, name=alarm.alarm_name)
+        if target.group is None or target.direction is None:
+            group = target.group.key if target.group else UNRESOLVED_GROUP
+            return _no_action(
+                group,
+                trigger,
+                alarm.event_id,
+                now,
+                f"alarm {alarm.alarm_name} ({alarm.state}): no action, {target.found_by}",
+            )
+        obs = self.ctx.fleet.observe_one(target.group)
+        if obs is None:
+            return _no_action(
+                target.group.key,
+                trigger,
+                alarm.event_id,
+                now,
+                f"alarm {alarm.alarm_name}: group {target.group.key} not found",
+            )
+        settings = policy.settings_for(obs.ref, obs.tags)
+        if settings is None:
+            why = (
+                f"alarm {alarm.alarm_name}: group {obs.ref.key} is not managed (not tagged "
+                f"{policy.discovery.tag_key}={policy.discovery.tag_value} and no policy rule matches)"
+            )
+            return _no_action(obs.ref.key, trigger, alarm.event_id, now, why)
+        state = self.ctx.state.load([obs.ref.key])[obs.ref.key]
+        if alarm.state is AlarmState.ALARM and target.direction is Direction.IN:
+            obs = self.with_instance_metrics([obs], now, policy)[0]
+        decision = decide_alarm(
+            obs, settings, state, now, alarm=alarm, direction=target.direction, global_dry_run=self.ctx.dry(policy)
+        )
+        decision = decision.model_copy(update={"reason": f"{decision.reason} [{target.found_by}]"})
+        return self.ctx.executor.execute(decision, obs, state)
+
+    # ---- requests from other controllers ----
+
+    def request(
+        self, group: GroupRef, direction: Direction, trigger: Trigger, why: str, now: datetime, event_id: str
+    ) -> Decision:
+        """A scale step asked for by another controller (the OOM guard's memory pressure), decided and
+        acted on exactly like an alarm: bounds, windows, cooldowns, lease, dry-run, audit, notification."""
+        policy = self.ctx.load_policy()
+        obs = self.ctx.fleet.observe_one(group)
+        settings = policy.settings_for(obs.ref, obs.tags) if obs is not None else None
+        if obs is None or settings is None:
+            decision = _no_action(group.key, trigger, event_id, now, f"{why}, but {group.key} is not a managed group")
+        else:
+            state = self.ctx.state.load([obs.ref.key])[obs.ref.key]
+            decided = decide_request(
+                obs,
+                settings,
+                state,
+                now,
+                event_id=event_id,
+                direction=direction,
+                trigger=trigger,
+                why=why,
+                global_dry_run=self.ctx.dry(policy),
+            )
+            decision = self.ctx.executor.execute(decided, obs, state)
+        self.finish([decision], policy)
+        return decision
+
+    # ---- reconcile path ----
+
+    def reconcile(self, tick: ScheduleTick, policy: FleetPolicy, now: datetime) -> list[Decision]:
+        managed = self.ctx.managed(policy)
+        if not managed:
+            return []
+        states = self.ctx.state.load(obs.ref.key for obs, _ in managed)
+        tracked = [obs.ref for obs, s in managed if s.target.enabled]
+        utils = self.metrics.group_utilization(tracked, now, policy.metric_lookback_s) if tracked else {}
+        firing = self._firing_alarms(tick, policy)
+
+        def decide(obs: GroupObservation, settings: GroupSettings) -> Decision:
+            return decide_reconcile(
+                obs,
+                settings,
+                states[obs.ref.key],
+                now,
+                event_id=tick.event_id,
+                firing_alarms=firing.get(obs.ref.key, ()),
+                global_dry_run=self.ctx.dry(policy),
+            )
+
+        pairs = [(obs.model_copy(update={"gpu_utilization": utils.get(obs.ref.key)}), s) for obs, s in managed]
+        first = [decide(obs, s) for obs, s in pairs]
+        want = [i for i, d in enumerate(first) if d.needs_instance_metrics]
+        if want:
+            enriched = self.with_instance_metrics([pairs[i][0] for i in want], now, policy)
+            for i, obs in zip(want, enriched, strict=True):
+                pairs[i] = (obs, pairs[i][1])
+                first[i] = decide(obs, pairs[i][1])
+        return [
+            self.ctx.executor.execute(d, obs, states[obs.ref.key]) for d, (obs, _) in zip(first, pairs, strict=True)
+        ]
+
+    def _firing_alarms(self, tick: ScheduleTick, policy: FleetPolicy) -> dict[str, list[tuple[str, Direction]]]:
+        """Alarms still in ALARM send no new event; the tick re-raises them (cooldowns decide)."""
+        out: dict[str, list[tuple[str, Direction]]] = defaultdict(list)
+        for described in self.alarms.firing(policy.alarm_prefix):
+            alarm = from_described_alarm(described, tick)
+            target = resolve_alarm_target(alarm, self.alarms.tags(alarm.alarm_arn), policy)
+            if target.group is not None and target.direction is not None and not alarm.actions_suppressed_by:
+                out[target.group.key].append((alarm.alarm_name, target.direction))
+            else:
+                self.ctx.logger.info("firing alarm ignored", extra={"alarm": alarm.alarm_name, "why": target.found_by})
+        return out
+
+    # ---- shared ----
+
+    def with_instance_metrics(
+        self, observations: list[GroupObservation], now: datetime, policy: FleetPolicy
+    ) -> list[GroupObservation]:
+        ids = [i.instance_id for obs in observations for i in obs.instances]
+        gpu = self.metrics.instance_gpu(ids, now, policy.metric_lookback_s) if ids else {}
+
+        def enrich(inst: InstanceObservation) -> InstanceObservation:
+            util, mem = gpu.get(inst.instance_id, (None, None))
+            return inst.model_copy(update={"gpu_utilization": util, "gpu_memory_percent": mem})
+
+        return [
+            obs.model_copy(
+                update={"instances": tuple(enrich(i) for i in obs.instances), "instance_metrics_loaded": True}
+            )
+            for obs in observations
+        ]
+
+    def execute(self, decision: Decision, obs: GroupObservation, state: GroupState, policy: FleetPolicy) -> Decision:
+        """A change decided by another controller (the spot fallback) executed and audited like the
+        scaler's own; the caller tells on-call itself."""
+        done = self.ctx.executor.execute(decision, obs, state)
+        self.ctx.executor.record([done], policy)
+        return done
+
+
+def _no_action(group: str, trigger: Trigger, event_id: str, now: datetime, reason: str) -> Decision:
+    return Decision(
+        group=group,
+        action=Action.HOLD,
+        current=0,
+        desired=0,
+        reason=reason,
+        trigger=trigger,
+        event_id=event_id,
+        at=now,
+        outcome=Outcome.NOT_NEEDED,
+    )

@@ -1,0 +1,107 @@
+"""Rendering for people (Block Kit, SNS), queue message parsing and the Slack secret's forms."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpufleet.events.queue import InvalidMessage, parse_message
+from gpufleet.notify.incidents import merge_notification, plan_delivery
+from gpufleet.notify.model import NotificationKind, Severity, console_links, note
+from gpufleet.notify.policy import FlapDamping, Grouping
+from gpufleet.notify.render import SNS_SUBJECT_MAX, render_slack, render_sns
+from gpufleet.notify.slack import SlackConfig
+
+T0 = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
+
+
+def delivery(title: str, severity: Severity = Severity.CRITICAL, facts: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    n = note(
+        NotificationKind.SCALING,
+        severity,
+        "eks:ml/infer-gpu",
+        title,
+        at=T0,
+        source="test",
+        id_parts=("n1",),
+        facts=facts or {"capacity": "2 -> 3"},
+        reason="alarm gpufleet-infer-gpu-high in ALARM",
+        links=console_links("eks:ml/infer-gpu", "eu-west-1", "gpufleet-infer-gpu-high"),
+    )
+    incident = merge_notification(None, n, T0, FlapDamping())
+    assert incident is not None
+    plan = plan_delivery(incident, T0.replace(minute=1), Grouping(), FlapDamping())
+    assert plan.delivery is not None
+    return plan.delivery
+
+
+def test_slack_message_has_severity_group_facts_reason_and_console_links() -> None:
+    payload = render_slack(delivery("eks:ml/infer-gpu: failed to scale 2 -> 3"))
+    assert payload["text"].startswith(":rotating_light: [CRITICAL]")
+    kinds = [b["type"] for b in payload["blocks"]]
+    assert kinds[:2] == ["header", "section"] and "actions" in kinds
+    fields = " ".join(f["text"] for f in payload["blocks"][1]["fields"])
+    assert "`eks:ml/infer-gpu`" in fields and "2 -> 3" in fields
+    urls = [e["url"] for e in payload["blocks"][-1]["elements"]]
+    assert any("#/clusters/ml/nodegroups/infer-gpu" in u for u in urls)
+    assert any("alarmsV2:alarm/gpufleet-infer-gpu-high" in u for u in urls)
+
+
+def test_slack_limits_hold_for_huge_facts() -> None:
+    facts = {f"fact {i}": "x" * 5000 for i in range(30)}
+    payload = render_slack(delivery("t" * 300, facts=facts))
+    assert len(payload["blocks"][0]["text"]["text"]) <= 150
+    assert len(payload["blocks"][1]["fields"]) <= 10
+    assert all(len(f["text"]) <= 2000 for f in payload["blocks"][1]["fields"])
+
+
+@given(st.text(min_size=1, max_size=300))
+def test_sns_subject_is_ascii_one_line_and_at_most_100_chars(title: str) -> None:
+    subject, message, attributes = render_sns(delivery(title))
+    assert len(subject) <= SNS_SUBJECT_MAX
+    assert subject.isascii() and "\n" not in subject
+    assert attributes["severity"] == {"DataType": "String", "StringValue": "critical"}
+    assert "Group: eks:ml/infer-gpu" in message
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        ("{oops", "not JSON"),
+        ("[1]", "expected a JSON object"),
+        (json.dumps({"flush": ""}), "flush: expected an incident key"),
+        (json.dumps({"kind": "scaling"}), "notification_id: Field required"),
+    ],
+)
+def test_malformed_queue_messages_say_what_is_wrong(body: str, why: str) -> None:
+    with pytest.raises(InvalidMessage, match=why):
+        parse_message(body)
+
+
+def test_flush_messages_name_an_incident() -> None:
+    assert parse_message(json.dumps({"flush": "asg:a|capacity"})) == "asg:a|capacity"
+
+
+@pytest.mark.parametrize(
+    ("secret", "mode"),
+    [
+        ("https://hooks.slack.com/services/T/B/X", "webhook"),
+        (json.dumps({"webhook_url": "https://hooks.slack.com/services/T/B/X"}), "webhook"),
+        (json.dumps({"bot_token": "xoxb-1", "channel": "#gpu"}), "bot"),
+    ],
+)
+def test_slack_secret_forms_and_repr_hides_the_secret(secret: str, mode: str) -> None:
+    config = SlackConfig.from_secret(secret)
+    assert f"mode={mode}" in repr(config)
+    assert "hooks.slack.com" not in repr(config) and "xoxb" not in repr(config)
+
+
+@pytest.mark.parametrize("secret", ["{not json", json.dumps({"channel": "#x"}), json.dumps({"bot_token": "xoxb"})])
+def test_unusable_slack_secrets_are_refused_without_echoing_them(secret: str) -> None:
+    with pytest.raises(ValueError, match="Slack secret") as err:
+        SlackConfig.from_secret(secret)
+    assert "xoxb" not in str(err.value)

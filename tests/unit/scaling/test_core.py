@@ -1,0 +1,410 @@
+"""Table tests and hypothesis properties for the pure decision core."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpufleet.domain.models import (
+    Action,
+    AlarmState,
+    Direction,
+    GroupKind,
+    GroupObservation,
+    GroupRef,
+    GroupState,
+    InstanceObservation,
+    SkipReason,
+    Trigger,
+    TriggerKind,
+)
+from gpufleet.domain.policy import GroupSettings, IdleThreshold, ScheduleWindow, Step, TargetBand
+from gpufleet.events.model import AlarmEvent, AlarmSource
+from gpufleet.scaling.core import (
+    choose_scale_in_victims,
+    decide_alarm,
+    decide_reconcile,
+    decide_target,
+    effective_bounds,
+    window_is_open,
+)
+
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+REF = GroupRef(kind=GroupKind.ASG, name="train")
+IDLE = IdleThreshold(gpu_utilization=5, memory_percent=10)
+
+
+def inst(i: int, util: float | None = 0.0, mem: float | None = 1.0, **kw: object) -> InstanceObservation:
+    return InstanceObservation(instance_id=f"i-{i:02d}", gpu_utilization=util, gpu_memory_percent=mem, **kw)  # type: ignore[arg-type]
+
+
+def group(
+    desired: int = 4,
+    lo: int = 0,
+    hi: int = 10,
+    instances: tuple[InstanceObservation, ...] | None = None,
+    util: float | None = None,
+    loaded: bool = True,
+) -> GroupObservation:
+    if instances is None:
+        instances = tuple(inst(i) for i in range(desired))
+    return GroupObservation(
+        ref=REF,
+        min_size=lo,
+        max_size=hi,
+        desired=desired,
+        instances=instances,
+        instance_metrics_loaded=loaded,
+        gpu_utilization=util,
+    )
+
+
+def alarm(
+    obs: GroupObservation,
+    direction: Direction,
+    s: GroupSettings | None = None,
+    state: GroupState | None = None,
+    alarm_state: AlarmState = AlarmState.ALARM,
+    now: datetime = NOW,
+):
+    return decide_alarm(
+        obs,
+        s or GroupSettings(),
+        state or GroupState(),
+        now,
+        alarm=alarm_event(alarm_state),
+        direction=direction,
+    )
+
+
+def alarm_event(state: AlarmState = AlarmState.ALARM, **kw: object) -> AlarmEvent:
+    return AlarmEvent(event_id="e", source=AlarmSource.EVENTBRIDGE, alarm_name="a", state=state, at=NOW, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("desired", "step", "hi", "policy_max", "expected"),
+    [
+        (4, Step(value=2), 10, None, 6),
+        (9, Step(value=2), 10, None, 10),  # capped at the group's max
+        (4, Step(value=2), 10, 5, 5),  # capped at the policy max
+        (4, Step(value=50, percent=True), 10, None, 6),
+        (0, Step(value=50, percent=True), 10, None, 1),  # a percent step moves at least one
+    ],
+)
+def test_scale_out_steps_and_caps(desired: int, step: Step, hi: int, policy_max: int | None, expected: int) -> None:
+    d = alarm(group(desired, hi=hi), Direction.OUT, GroupSettings(scale_out_step=step, max=policy_max))
+    assert (d.action, d.desired) == (Action.SCALE_OUT, expected)
+
+
+@pytest.mark.parametrize("state", [AlarmState.OK, AlarmState.INSUFFICIENT_DATA])
+@pytest.mark.parametrize("direction", list(Direction))
+def test_only_alarm_state_acts(state: AlarmState, direction: Direction) -> None:
+    d = alarm(group(4, util=99), direction, alarm_state=state)
+    assert d.action is Action.HOLD and d.desired == 4
+    assert "act only in ALARM" in d.reason
+
+
+def test_at_max_holds_with_reason() -> None:
+    d = alarm(group(10, hi=10), Direction.OUT)
+    assert d.action is Action.HOLD and "already at max 10" in d.reason
+
+
+@pytest.mark.parametrize(
+    ("last_out", "last_in", "direction", "acts"),
+    [
+        (NOW - timedelta(seconds=100), None, Direction.OUT, False),  # out cooldown 300
+        (NOW - timedelta(seconds=301), None, Direction.OUT, True),
+        (None, NOW - timedelta(seconds=500), Direction.OUT, True),  # a scale-in doesn't block scale-out
+        (NOW - timedelta(seconds=500), None, Direction.IN, False),  # in waits 600 after any change
+        (None, NOW - timedelta(seconds=599), Direction.IN, False),
+        (None, NOW - timedelta(seconds=601), Direction.IN, True),
+    ],
+)
+def test_cooldowns(last_out: datetime | None, last_in: datetime | None, direction: Direction, acts: bool) -> None:
+    state = GroupState(last_scale_out_at=last_out, last_scale_in_at=last_in)
+    d = alarm(group(4, lo=1), direction, state=state)
+    assert (d.action is not Action.HOLD) == acts, d.reason
+    if not acts:
+        assert "cooldown has" in d.reason
+
+
+def test_scale_in_picks_the_idlest_idle_instances_only() -> None:
+    instances = (
+        inst(0, util=90, mem=70),  # busy
+        inst(1, util=1, mem=2, protected_from_scale_in=True),
+        inst(2, util=3, mem=5),
+        inst(3, util=0, mem=1),
+        inst(4, util=None, mem=None),  # no metrics: treated as busy
+        inst(5, util=2, mem=40),  # GPU memory still held
+        inst(6, util=0, mem=0, lifecycle_state="Pending"),
+    )
+    d = alarm(group(7, instances=instances), Direction.IN, GroupSettings(scale_in_step=Step(value=3), idle=IDLE))
+    assert d.action is Action.SCALE_IN
+    assert d.victims == ("i-03", "i-02")
+    assert d.desired == 5
+    assert "passed over 2 busy, 1 scale-in protected, 1 without GPU metrics, 1 not InService" in d.reason
+
+
+def test_scale_in_without_idle_instances_holds() -> None:
+    d = alarm(group(3, instances=(inst(0, 80, 50), inst(1, 70, 50), inst(2, 60, 50))), Direction.IN)
+    assert d.action is Action.HOLD and "no instance is idle" in d.reason
+
+
+def test_scale_in_first_asks_for_instance_metrics() -> None:
+    d = alarm(group(4, loaded=False), Direction.IN)
+    assert d.needs_instance_metrics and d.victims == () and d.desired == 4
+
+
+def test_scale_in_never_below_min() -> None:
+    d = alarm(group(3, lo=2), Direction.IN, GroupSettings(scale_in_step=Step(value=5)))
+    assert d.desired == 2 and len(d.victims) == 1
+
+
+@pytest.mark.parametrize(
+    ("util", "action"),
+    [(95.0, Action.SCALE_OUT), (50.0, Action.HOLD), (10.0, Action.SCALE_IN), (None, Action.HOLD)],
+)
+def test_target_band(util: float | None, action: Action) -> None:
+    s = GroupSettings(target=TargetBand(low=30, high=80))
+    d = decide_reconcile(group(4, lo=1, util=util), s, GroupState(), NOW, event_id="t")
+    assert d.action is action, d.reason
+
+
+def test_scale_out_signal_wins_over_scale_in() -> None:
+    d = decide_reconcile(
+        group(4, util=10),
+        GroupSettings(),
+        GroupState(),
+        NOW,
+        event_id="t",
+        firing_alarms=[("low", Direction.IN), ("high", Direction.OUT)],
+    )
+    assert d.action is Action.SCALE_OUT and d.trigger == Trigger(kind=TriggerKind.ALARM, name="high")
+    assert str(d.trigger) == "alarm:high"
+
+
+BERLIN_WINDOW = ScheduleWindow(
+    name="day", cron="0 9 * * 1-5", timezone="Europe/Berlin", duration_minutes=600, min=3, desired=5
+)
+
+
+@pytest.mark.parametrize(
+    ("now", "is_open"),
+    [
+        (datetime(2026, 11, 23, 7, 59, tzinfo=UTC), False),  # 08:59 CET
+        (datetime(2026, 11, 23, 8, 0, tzinfo=UTC), True),  # 09:00 CET (Monday)
+        (datetime(2026, 11, 23, 17, 59, tzinfo=UTC), True),
+        (datetime(2026, 11, 23, 18, 0, tzinfo=UTC), False),
+        (datetime(2026, 7, 6, 7, 0, tzinfo=UTC), True),  # 09:00 CEST: the window follows DST
+        (datetime(2026, 11, 22, 10, 0, tzinfo=UTC), False),  # Sunday
+    ],
+)
+def test_schedule_window_in_its_time_zone(now: datetime, is_open: bool) -> None:
+    assert window_is_open(BERLIN_WINDOW, now) is is_open
+
+
+def test_open_window_raises_desired_and_min() -> None:
+    s = GroupSettings(schedules=(BERLIN_WINDOW,))
+    monday = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)
+    assert effective_bounds(group(1), s, monday).model_dump() == {"min": 3, "max": 10, "floor": 5, "window": "day"}
+    d = decide_reconcile(group(1), s, GroupState(), monday, event_id="t")
+    assert (d.action, d.desired) == (Action.SET_DESIRED, 5)
+    d = decide_reconcile(group(4, util=5), s, GroupState(), monday, event_id="t")
+    assert (d.action, d.desired) == (Action.SET_DESIRED, 5)
+    d = decide_reconcile(group(5, util=1), s, GroupState(), monday, event_id="t")
+    assert d.action is Action.HOLD and "desired 5" in d.reason  # idle, but the window holds the floor
+
+
+def test_policy_bounds_are_clamped_into_the_groups_own() -> None:
+    b = effective_bounds(group(4, lo=2, hi=6), GroupSettings(min=0, max=50), NOW)
+    assert (b.min, b.max) == (2, 6)
+
+
+def test_victim_chooser_reports_what_it_skipped() -> None:
+    choice = choose_scale_in_victims([inst(0, 50, 50), inst(1, 0, 0)], 5, IDLE)
+    assert choice.victims == ("i-01",) and "1 idle" in choice.note and "1 busy" in choice.note
+    assert choice.skipped == {SkipReason.BUSY: 1}
+
+
+def test_scale_in_hold_counts_skip_reasons() -> None:
+    instances = (inst(0, 80, 50), inst(1, None, None), inst(2, 1, 1, protected_from_scale_in=True))
+    d = alarm(group(3, instances=instances), Direction.IN)
+    assert d.action is Action.HOLD
+    assert d.skipped == {SkipReason.BUSY: 1, SkipReason.PROTECTED: 1, SkipReason.NO_METRICS: 1}
+
+
+@pytest.mark.parametrize(
+    ("suppressed", "muted", "reason"),
+    [("Alarm", None, "actions are suppressed (Alarm)"), (None, "maintenance-window", "muted by maintenance-window")],
+)
+def test_suppressed_or_muted_alarms_hold(suppressed: str | None, muted: str | None, reason: str) -> None:
+    event = alarm_event(actions_suppressed_by=suppressed, muted_by=muted)
+    d = decide_alarm(group(4), GroupSettings(), GroupState(), NOW, alarm=event, direction=Direction.OUT)
+    assert d.action is Action.HOLD and reason in d.reason
+
+
+SPOT = Trigger(kind=TriggerKind.SPOT_FALLBACK, name="asg:train-spot")
+
+
+@pytest.mark.parametrize(
+    ("desired", "target", "policy_max", "group_max", "expected", "action"),
+    [
+        (0, 3, 1, 3, 1, Action.SCALE_OUT),  # the policy's max bounds another controller's change too
+        (0, 3, None, 3, 3, Action.SCALE_OUT),
+        (2, 5, None, 4, 4, Action.SCALE_OUT),  # capped at the group's own max
+        (3, 1, None, 4, 1, Action.SCALE_IN),  # lowered by removing idle instances
+        (2, 2, None, 4, 2, Action.HOLD),
+    ],
+)
+def test_target_changes_are_bounded_like_the_scalers(
+    desired: int, target: int, policy_max: int | None, group_max: int, expected: int, action: Action
+) -> None:
+    s = GroupSettings(max=policy_max, scale_out_cooldown_s=0, scale_in_cooldown_s=0)
+    d = decide_target(
+        group(desired, hi=group_max), s, GroupState(), NOW, event_id="e", target=target, trigger=SPOT, why="w"
+    )
+    assert (d.action, d.desired) == (action, expected), d.reason
+
+
+@pytest.mark.parametrize(("desired", "target"), [(0, 2), (3, 1)])
+def test_target_changes_wait_for_cooldowns(desired: int, target: int) -> None:
+    state = GroupState(last_scale_out_at=NOW - timedelta(seconds=30))
+    d = decide_target(group(desired), GroupSettings(), state, NOW, event_id="e", target=target, trigger=SPOT, why="w")
+    assert d.action is Action.HOLD and "cooldown has" in d.reason
+
+
+def test_target_change_never_removes_a_busy_instance() -> None:
+    instances = (inst(0, 90, 80), inst(1, 80, 50))
+    s = GroupSettings(scale_in_cooldown_s=0)
+    d = decide_target(
+        group(2, instances=instances), s, GroupState(), NOW, event_id="e", target=0, trigger=SPOT, why="w"
+    )
+    assert d.action is Action.HOLD and "no instance is idle" in d.reason
+
+
+# ---- properties ----
+
+instances_st = st.lists(
+    st.builds(
+        InstanceObservation,
+        instance_id=st.uuids().map(lambda u: f"i-{u.hex[:12]}"),
+        lifecycle_state=st.sampled_from(["InService", "InService", "Pending", "Terminating"]),
+        protected_from_scale_in=st.booleans(),
+        gpu_utilization=st.one_of(st.none(), st.floats(0, 100)),
+        gpu_memory_percent=st.one_of(st.none(), st.floats(0, 100)),
+    ),
+    max_size=12,
+    unique_by=lambda i: i.instance_id,
+)
+
+
+@st.composite
+def fleet_states(draw: st.DrawFn) -> tuple[GroupObservation, GroupSettings]:
+    lo = draw(st.integers(0, 5))
+    hi = draw(st.integers(lo, 20))
+    desired = draw(st.integers(lo, hi))
+    pmin = draw(st.one_of(st.none(), st.integers(0, 20)))
+    pmax = draw(st.one_of(st.none(), st.integers(pmin or 0, 25)))
+    obs = GroupObservation(
+        ref=REF,
+        min_size=lo,
+        max_size=hi,
+        desired=desired,
+        instances=tuple(draw(instances_st)),
+        instance_metrics_loaded=True,
+        gpu_utilization=draw(st.one_of(st.none(), st.floats(0, 100))),
+    )
+    s = GroupSettings(
+        min=pmin,
+        max=pmax,
+        scale_out_step=draw(st.sampled_from([Step(value=1), Step(value=3), Step(value=50, percent=True)])),
+        scale_in_step=draw(st.sampled_from([Step(value=1), Step(value=4), Step(value=100, percent=True)])),
+        scale_out_cooldown_s=draw(st.sampled_from([0, 60, 300])),
+        scale_in_cooldown_s=draw(st.sampled_from([0, 120, 600])),
+    )
+    return obs, s
+
+
+def _bounds_ok(d_desired: int, obs: GroupObservation, s: GroupSettings, now: datetime) -> bool:
+    b = effective_bounds(obs, s, now)
+    return b.min <= d_desired <= b.max
+
+
+@settings(max_examples=300, deadline=None)
+@given(fleet_states(), st.sampled_from(list(Direction)), st.sampled_from(list(AlarmState)))
+def test_alarm_decisions_stay_in_bounds_and_only_take_idle_victims(fs, direction, alarm_state) -> None:  # type: ignore[no-untyped-def]
+    obs, s = fs
+    d = alarm(obs, direction, s, alarm_state=alarm_state)
+    assert _bounds_ok(d.desired, obs, s, NOW) or (d.action is Action.HOLD and d.desired == obs.desired)
+    by_id = {i.instance_id: i for i in obs.instances}
+    for v in d.victims:
+        i = by_id[v]
+        assert i.lifecycle_state == "InService" and not i.protected_from_scale_in
+        assert i.gpu_utilization is not None and i.gpu_utilization <= s.idle.gpu_utilization
+        assert i.gpu_memory_percent is not None and i.gpu_memory_percent <= s.idle.memory_percent
+    assert d.desired == obs.desired - len(d.victims) or d.action is not Action.SCALE_IN
+    if alarm_state is not AlarmState.ALARM:
+        assert d.action is Action.HOLD
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    fleet_states(),
+    st.lists(
+        st.tuples(
+            st.sampled_from(["alarm-out", "alarm-in", "tick"]),
+            st.integers(0, 900),
+            st.one_of(st.none(), st.floats(0, 100)),
+        ),
+        max_size=25,
+    ),
+)
+def test_any_event_order_keeps_capacity_in_bounds(fs, events) -> None:  # type: ignore[no-untyped-def]
+    """Apply decisions as the controller would, over random event orders and utilization."""
+    obs, s = fs
+    state, now = GroupState(), NOW
+    for kind, gap, util in events:
+        now += timedelta(seconds=gap)
+        current = obs.model_copy(update={"gpu_utilization": util})
+        if kind == "tick":
+            d = decide_reconcile(current, s, state, now, event_id="t")
+        else:
+            d = alarm(current, Direction.OUT if kind == "alarm-out" else Direction.IN, s, state=state, now=now)
+        if d.changes_capacity:
+            assert _bounds_ok(d.desired, current, s, now), d
+            left = set(d.victims)
+            remaining = tuple(i for i in current.instances if i.instance_id not in left)
+            obs = current.model_copy(update={"desired": d.desired, "instances": remaining})
+            mark = "last_scale_out_at" if d.desired > d.current else "last_scale_in_at"
+            state = state.model_copy(update={mark: now, "version": state.version + 1})
+    b = effective_bounds(obs, s, now)
+    assert obs.desired <= max(b.max, fs[0].desired)  # never grown past max
+
+
+@settings(max_examples=300, deadline=None)
+@given(fleet_states(), st.integers(0, 30), st.integers(0, 900), st.integers(0, 900))
+def test_target_changes_hold_bounds_and_cooldowns(fs, target, since_out, since_in) -> None:  # type: ignore[no-untyped-def]
+    """Another controller's change (the spot fallback) stays inside the effective bounds, waits for the
+    same cooldowns and only removes idle instances."""
+    obs, s = fs
+    state = GroupState(
+        last_scale_out_at=NOW - timedelta(seconds=since_out), last_scale_in_at=NOW - timedelta(seconds=since_in)
+    )
+    d = decide_target(obs, s, state, NOW, event_id="e", target=target, trigger=SPOT, why="w")
+    if d.changes_capacity:
+        assert _bounds_ok(d.desired, obs, s, NOW), d
+        if d.action is Action.SET_DESIRED:  # putting desired back inside bounds waits for nothing
+            assert d.trigger.kind in (TriggerKind.BOUNDS, TriggerKind.SCHEDULE)
+        elif d.desired > obs.desired:
+            assert since_out >= s.scale_out_cooldown_s
+        else:
+            assert since_in >= s.scale_in_cooldown_s and since_out >= s.scale_in_cooldown_s
+            assert d.desired == obs.desired - len(d.victims)
+            by_id = {i.instance_id: i for i in obs.instances}
+            assert all(
+                by_id[v].gpu_utilization is not None and by_id[v].gpu_utilization <= s.idle.gpu_utilization
+                for v in d.victims
+            )
