@@ -78,7 +78,8 @@ def create_asg(
 def create_nodegroup(
     clients: Clients, cluster: str, name: str, *, min_size: int, max_size: int, desired: int, tags: dict[str, str]
 ) -> str:
-    """An EKS managed node group plus (emulated) its backing ASG; returns the ASG's name."""
+    """An EKS managed node group plus (emulated) its backing ASG, tagged the way EKS tags it; returns the
+    ASG's name."""
     vpc = clients.ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
     subnet = clients.ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.1.0/24", AvailabilityZone="us-east-1a")
     subnet_id = subnet["Subnet"]["SubnetId"]
@@ -103,9 +104,21 @@ def create_nodegroup(
         min_size=min_size,
         max_size=max_size,
         desired=desired,
-        tags={"eks:cluster-name": cluster, "eks:nodegroup-name": name},
+        tags=eks_backing_asg_tags(cluster, name),
     )
     return asg_name
+
+
+def eks_backing_asg_tags(cluster: str, nodegroup: str) -> dict[str, str]:
+    """Exactly the tags EKS puts on a managed node group's Auto Scaling group (exports of real groups):
+    never the node group's own tags, so never gpufleet:managed."""
+    return {
+        "eks:cluster-name": cluster,
+        "eks:nodegroup-name": nodegroup,
+        "k8s.io/cluster-autoscaler/enabled": "true",
+        f"k8s.io/cluster-autoscaler/{cluster}": "owned",
+        f"kubernetes.io/cluster/{cluster}": "owned",
+    }
 
 
 def sync_nodegroup_asgs(clients: Clients) -> list[str]:

@@ -12,8 +12,10 @@ from typing import Any
 import boto3
 import pytest
 
+from gpufleet.aws.audit import AuditLog
 from gpufleet.aws.state import StateStore
-from gpufleet.domain.models import Action, Outcome
+from gpufleet.domain import defaults
+from gpufleet.domain.models import Action, Decision, Outcome, Trigger, TriggerKind
 from gpufleet.domain.policy import PolicyError
 from gpufleet.notify.model import IncidentState, Notification
 from rehearsal import fleet
@@ -48,7 +50,7 @@ def test_alarm_scales_out_an_asg_once_per_event(gpu_fleet: Fleet) -> None:
         scaler.handle(event("eventbridge-alarm-asg-high.json", id="other"), NOW + timedelta(seconds=60))
     )
     assert held["action"] == "hold" and "cooldown has 240s left" in held["reason"]
-    audit = StateStore(gpu_fleet.clients.dynamodb, TABLE).recent_decisions("asg:train-spot")
+    audit = AuditLog(gpu_fleet.clients.dynamodb, TABLE).recent("asg:train-spot")
     assert [a.outcome for a in audit] == [Outcome.NOT_NEEDED, Outcome.APPLIED]
 
 
@@ -99,17 +101,33 @@ def test_scale_in_without_gpu_metrics_terminates_nothing(gpu_fleet: Fleet) -> No
 
 
 def test_sns_alarm_scales_an_eks_nodegroup(gpu_fleet: Fleet) -> None:
+    cw = gpu_fleet.clients.cloudwatch
+    cw.set_alarm_state(AlarmName="gpufleet-infer-gpu-high", StateValue="ALARM", StateReason="test")
     (d,) = decisions(gpu_fleet.scaler().handle(event("sns-alarm-eks-high.json"), NOW))
     assert (d["group"], d["outcome"], d["desired"]) == ("eks:ml/infer-gpu", "applied", 3)
     assert "UpdateNodegroupConfig ml/infer-gpu desiredSize = 3" in d["detail"]
     assert gpu_fleet.nodegroup_desired() == 3
 
 
+@pytest.mark.parametrize(("state", "enabled"), [("OK", True), ("ALARM", False)])
+def test_an_sns_alarm_is_confirmed_with_describe_alarms_before_acting(
+    gpu_fleet: Fleet, state: str, enabled: bool
+) -> None:
+    """SNS deliveries are not proof: the alarm must still be in ALARM with its actions enabled."""
+    cw = gpu_fleet.clients.cloudwatch
+    cw.set_alarm_state(AlarmName="gpufleet-infer-gpu-high", StateValue=state, StateReason="test")
+    if not enabled:
+        cw.disable_alarm_actions(AlarmNames=["gpufleet-infer-gpu-high"])
+    (d,) = decisions(gpu_fleet.scaler().handle(event("sns-alarm-eks-high.json"), NOW))
+    assert d["action"] == "hold" and "delivered by SNS is" in d["reason"] and "no action" in d["reason"]
+    assert gpu_fleet.nodegroup_desired() == 2
+
+
 def test_dry_run_decides_and_records_but_changes_nothing(gpu_fleet: Fleet) -> None:
     (d,) = decisions(gpu_fleet.scaler(dry_run=True).handle(event("eventbridge-alarm-asg-high.json"), NOW))
     assert (d["action"], d["outcome"], d["desired"]) == ("scale-out", "dry-run", 3)
     assert gpu_fleet.desired() == 2
-    (audited,) = StateStore(gpu_fleet.clients.dynamodb, TABLE).recent_decisions("asg:train-spot")
+    (audited,) = AuditLog(gpu_fleet.clients.dynamodb, TABLE).recent("asg:train-spot")
     assert audited.outcome is Outcome.DRY_RUN
 
 
@@ -133,13 +151,44 @@ def test_concurrent_invocations_make_one_change(gpu_fleet: Fleet) -> None:
     assert gpu_fleet.desired() == 3
 
 
-def test_lease_is_exclusive_and_versioned(gpu_fleet: Fleet) -> None:
+def _change(event_id: str, at: datetime) -> Decision:
+    return Decision(
+        group="asg:x",
+        action=Action.SCALE_OUT,
+        current=1,
+        desired=2,
+        reason="r",
+        trigger=Trigger(kind=TriggerKind.ALARM, name="a"),
+        event_id=event_id,
+        at=at,
+    )
+
+
+def test_lease_intent_and_version_make_one_change(gpu_fleet: Fleet) -> None:
     store = StateStore(gpu_fleet.clients.dynamodb, TABLE)
-    assert store.acquire("asg:x", "a", 0, NOW)
-    assert not store.acquire("asg:x", "b", 0, NOW)  # held
-    assert store.acquire("asg:x", "b", 0, NOW + timedelta(seconds=61))  # expired lease is taken over
-    store.release("asg:x", "b")
-    assert store.acquire("asg:x", "c", 0, NOW)
+    assert store.begin(_change("e1", NOW), "e1#a", 0)
+    assert not store.begin(_change("e2", NOW), "e2#b", 0)  # leased, and a change is in progress
+    (state,) = store.load(["asg:x"]).values()
+    assert state.intent is not None and state.intent.event_id == "e1" and state.intent_attempts == 1
+    assert not store.take_over("asg:x", "e2#c", "e2", NOW + timedelta(seconds=30))  # someone else, lease held
+    assert store.take_over("asg:x", "e1#d", "e1", NOW + timedelta(seconds=30))  # a retry of the same event
+    late = NOW + timedelta(seconds=defaults.LEASE_SECONDS + 31)
+    assert store.take_over("asg:x", "e3#e", "e3", late)  # the lease expired: anyone finishes it
+    assert not store.commit("e1#d", _change("e1", NOW))  # the lease was taken over: no double commit
+    assert store.commit("e3#e", _change("e1", NOW).model_copy(update={"outcome": Outcome.APPLIED}))
+    (state,) = store.load(["asg:x"]).values()
+    assert (state.version, state.intent, state.lease_owner, len(state.outbox)) == (1, None, None, 1)
+    assert state.last_scale_out_at == NOW
+    assert not store.begin(_change("e4", NOW), "e4#f", 0)  # read before the change: stale version
+    assert store.clear_outbox("asg:x", 1) and store.begin(_change("e4", NOW), "e4#f", 1)
+
+
+def test_lease_outlives_the_function_timeout() -> None:
+    """A slow apply must never let a second invocation take the lease while the first still runs."""
+    from samtranslator.yaml_helper import yaml_parse
+
+    template = yaml_parse((EVENTS.parents[1] / "template.yaml").read_text())
+    assert int(template["Globals"]["Function"]["Timeout"]) < defaults.LEASE_SECONDS
 
 
 def test_unresolvable_alarms_and_unknown_groups_change_nothing(gpu_fleet: Fleet) -> None:

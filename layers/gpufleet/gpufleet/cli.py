@@ -1,4 +1,4 @@
-"""`gpufleet` command line: validate-policy, invoke (Docker-free local invoke), explain, silence(s)."""
+"""`gpufleet` command line: validate-policy, invoke (Docker-free local invoke), explain, silence(s), replay."""
 
 from __future__ import annotations
 
@@ -208,11 +208,11 @@ def _cmd_silences(args: argparse.Namespace) -> int:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from gpufleet.aws.state import StateStore
+    from gpufleet.aws.audit import AuditLog
     from gpufleet.domain.models import GroupRef
 
     key = args.group if args.group == "unresolved" else GroupRef.parse_key(args.group).key
-    decisions = StateStore(*_dynamodb(args)).recent_decisions(key, args.limit)
+    decisions = AuditLog(*_dynamodb(args)).recent(key, args.limit)
     if not decisions:
         print(f"no recorded decisions for {key}")
         return 0
@@ -223,6 +223,38 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         if d.detail:
             print(f"    -> {d.detail}")
     return 0
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from gpufleet.replay.service import main as replay_main
+
+    return replay_main(args)
+
+
+def _add_replay(sub: Any) -> None:
+    from gpufleet.replay.model import DEFAULT_NODE_PRICE
+
+    p = sub.add_parser(
+        "replay", help="replay a workload trace or a group's CloudWatch history through the decision core"
+    )
+    p.add_argument("--trace", help="Alibaba GPU trace CSV (v2025 DLRM instances or v2023 pods), or synthetic:bursty")
+    p.add_argument("--from-cloudwatch", metavar="GROUP", help="asg:NAME or eks:CLUSTER/NODEGROUP")
+    p.add_argument("--days", type=int, default=7, help="history days (CloudWatch) or synthetic trace days")
+    p.add_argument("--policy", help="fleet policy file (default: the README's recommendation for the workload)")
+    p.add_argument("--workload", choices=["serving", "batch"], help="which recommended policy (default: by trace)")
+    p.add_argument("--gpus-per-node", type=int, default=8)
+    p.add_argument("--boot-minutes", type=int, default=5, help="launch to schedulable")
+    p.add_argument("--node-price", type=float, default=DEFAULT_NODE_PRICE, help="$/node-hour (g5.48xlarge)")
+    p.add_argument("--placement", choices=["spread", "pack"], default="spread")
+    p.add_argument("--min-nodes", type=int, default=1)
+    p.add_argument("--max-nodes", type=int, help="the group's max (default 1.5x the peak)")
+    p.add_argument("--tt-target", type=float, default=70.0, help="asg-target-tracking's target GPU %%")
+    p.add_argument("--seed", type=int, default=13)
+    p.add_argument("--experiments", action="store_true", help="also run the labelled gpufleet experiments")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--endpoint", help="AWS endpoint URL (moto server) for --from-cloudwatch")
+    p.add_argument("--out", default="replay-out")
+    p.set_defaults(func=_cmd_replay)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -266,6 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--endpoint", help="AWS endpoint URL (moto server)")
     p.add_argument("--table", help="state table name")
     p.set_defaults(func=_cmd_silences)
+
+    _add_replay(sub)
     return parser
 
 

@@ -15,7 +15,9 @@ from aws_lambda_powertools.utilities import parameters
 from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer, IdempotencyConfig, idempotent_function
 
 from gpufleet.aws.alarms import AlarmReader
+from gpufleet.aws.audit import AuditLog
 from gpufleet.aws.clients import AwsClients, client
+from gpufleet.aws.documents import DocStore
 from gpufleet.aws.fleet import FleetActuator, FleetReader
 from gpufleet.aws.metrics import GpuMetricsReader
 from gpufleet.aws.queue import NotificationQueue
@@ -93,16 +95,19 @@ def build_scaler(
     table = settings.require(settings.state_table, defaults.ENV_STATE_TABLE, "the scaler needs its state table")
     clients = AwsClients.create(session)
     state = StateStore(clients.dynamodb, table)
-    queue = settings.notify_queue_url
+    queue_url = settings.notify_queue_url
+    queue = NotificationQueue(client("sqs", session), queue_url) if queue_url else None
+    actuator = FleetActuator(clients.autoscaling, clients.eks)
+    region = _region(session)
     ctx = ControlContext(
         fleet=FleetReader(clients.autoscaling, clients.eks),
         state=state,
-        executor=Executor(FleetActuator(clients.autoscaling, clients.eks), state, logger, emf),
+        docs=DocStore(clients.dynamodb, table),
+        executor=Executor(actuator, state, AuditLog(clients.dynamodb, table), logger, emf, queue, region),
         load_policy=policy_loader(settings),
         logger=logger,
         emf=emf,
-        outbox=NotificationQueue(client("sqs", session), queue) if queue else None,
-        region=_region(session),
+        region=region,
         global_dry_run=settings.dry_run,
     )
     config, wrap = idempotency_for("scaler", table, clients.dynamodb)

@@ -12,11 +12,13 @@ from hypothesis import strategies as st
 
 from gpufleet.notify.incidents import (
     MAX_PENDING_UPDATES,
+    POSTING_STALE_S,
     Incident,
     Silence,
     active_silence,
     begin_delivery,
     complete_delivery,
+    fail_delivery,
     merge_notification,
     plan_delivery,
 )
@@ -60,7 +62,7 @@ def post(incident: Incident, now: datetime) -> tuple[Incident, str | None]:
     plan = plan_delivery(incident, now, GROUPING, FLAP)
     if plan.delivery is None:
         return incident, None
-    started = begin_delivery(incident, plan.delivery)
+    started = begin_delivery(incident, plan.delivery, now)
     return complete_delivery(started, plan.delivery, now, thread_ts="1.0"), plan.delivery.occasion
 
 
@@ -160,17 +162,29 @@ def test_in_flight_delivery_is_reposted_unchanged_and_later_updates_stay_pending
     inc = fold(None, note(1), T0)
     plan = plan_delivery(inc, at(30), GROUPING, FLAP)
     assert plan.delivery is not None
-    started = begin_delivery(inc, plan.delivery)
-    # The post's answer is lost; meanwhile another notification arrives.
+    started = begin_delivery(inc, plan.delivery, at(30))
+    # The post's answer is lost (the invocation dies); meanwhile another notification arrives.
     started = fold(started, note(2), at(31))
-    retry = plan_delivery(started, at(40), GROUPING, FLAP)
+    waiting = plan_delivery(started, at(40), GROUPING, FLAP)
+    assert waiting.delivery is None and "another invocation is posting" in waiting.why  # no double post
+    retry = plan_delivery(started, at(30 + POSTING_STALE_S), GROUPING, FLAP)  # that attempt has died
     assert retry.delivery is not None
     assert retry.delivery.delivery_id == plan.delivery.delivery_id
-    again = begin_delivery(started, retry.delivery)
+    again = begin_delivery(started, retry.delivery, at(30 + POSTING_STALE_S))
     assert again.in_flight is not None and again.in_flight.attempts == 2
-    done = complete_delivery(again, retry.delivery, at(41), thread_ts="9.9")
+    done = complete_delivery(again, retry.delivery, at(200), thread_ts="9.9")
     assert [u.notification_id for u in done.pending] == ["n2"]
     assert done.in_flight is None and done.thread_ts == "9.9"
+
+
+def test_a_failed_attempt_is_retried_at_once_skipping_the_channels_done() -> None:
+    inc = fold(None, note(1), T0)
+    plan = plan_delivery(inc, at(30), GROUPING, FLAP)
+    assert plan.delivery is not None
+    failed = fail_delivery(begin_delivery(inc, plan.delivery, at(30)), ("slack",))
+    retry = plan_delivery(failed, at(31), GROUPING, FLAP)
+    assert retry.delivery is not None and retry.delivery.delivery_id == plan.delivery.delivery_id
+    assert begin_delivery(failed, retry.delivery, at(31)).channels_done == ("slack",)
 
 
 def test_info_activity_is_a_quiet_log_no_resolution_no_repeat_no_flap() -> None:

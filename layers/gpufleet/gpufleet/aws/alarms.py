@@ -27,6 +27,12 @@ class AlarmReader:
             raise
         return {t["Key"]: t["Value"] for t in resp.get("Tags", [])}
 
+    def describe(self, name: str) -> dict[str, Any] | None:
+        """One metric or composite alarm by name (None when it does not exist)."""
+        resp = self.cloudwatch.describe_alarms(AlarmNames=[name], AlarmTypes=["MetricAlarm", "CompositeAlarm"])
+        found = [*resp.get("MetricAlarms", []), *resp.get("CompositeAlarms", [])]
+        return dict(found[0]) if found else None
+
     def firing(self, prefix: str) -> list[dict[str, Any]]:
         """Metric alarms whose name starts with `prefix` and that are in ALARM now."""
         out: list[dict[str, Any]] = []

@@ -90,6 +90,7 @@ def _asg_observation(asg: dict[str, Any]) -> GroupObservation:
         asg_name=asg["AutoScalingGroupName"],
         instances=_instances(asg),
         tags=tags,
+        asg_tags=tags,
         capacity_type=tagged if tagged is not CapacityType.UNKNOWN else _mixed_instances_market(asg),
         instance_types=_instance_types(asg),
     )
@@ -196,6 +197,7 @@ class FleetReader:
                     asg_name=asg_name,
                     instances=_instances(backing.get(asg_name or "", {})),
                     tags=dict(ng.get("tags", {})),
+                    asg_tags={t["Key"]: t.get("Value", "") for t in backing.get(asg_name or "", {}).get("Tags", [])},
                     capacity_type=capacity_type_from_word(ng.get("capacityType")),
                     instance_types=tuple(ng.get("instanceTypes") or ()),
                 )
@@ -227,7 +229,9 @@ class FleetActuator:
                     InstanceId=instance_id, ShouldDecrementDesiredCapacity=True
                 )
                 done.append(instance_id)
-            text = f"TerminateInstanceInAutoScalingGroup (decrement) {', '.join(done)}"
+            text = (
+                f"TerminateInstanceInAutoScalingGroup (decrement) {', '.join(done)}" if done else "victims already gone"
+            )
             if ref.kind is GroupKind.EKS_NODEGROUP:
                 text += "; " + self._update_nodegroup(ref, decision.desired, token)
             return text
@@ -241,6 +245,25 @@ class FleetActuator:
             clientRequestToken=token,
         )
         return f"UpdateNodegroupConfig {ref.cluster}/{ref.name} desiredSize = {desired}"
+
+    def adopt_backing_asg(self, obs: GroupObservation) -> None:
+        """EKS does not copy a node group's tags to its Auto Scaling group, and the IAM role may change
+        only ASGs tagged gpufleet:managed=true. So before acting on a managed node group's instances, its
+        backing ASG is tagged too - under a grant that allows exactly that tag, only on ASGs EKS tagged
+        with eks:nodegroup-name (template: AdoptBackingAsgsOfManagedNodegroups)."""
+        if not obs.asg_name or obs.asg_tags.get(defaults.TAG_MANAGED) == defaults.TAG_MANAGED_VALUE:
+            return
+        self.autoscaling.create_or_update_tags(
+            Tags=[
+                {
+                    "ResourceId": obs.asg_name,
+                    "ResourceType": "auto-scaling-group",
+                    "Key": defaults.TAG_MANAGED,
+                    "Value": defaults.TAG_MANAGED_VALUE,
+                    "PropagateAtLaunch": False,
+                }
+            ]
+        )
 
     def mark_unhealthy(self, instance_id: str) -> str:
         """Hand an instance with a failed GPU to its ASG, which replaces it (EKS node groups too: their

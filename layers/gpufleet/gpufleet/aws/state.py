@@ -1,23 +1,29 @@
-"""The DynamoDB state table: per-group cooldown marks and lease, and the decision audit trail.
+"""Each group's STATE item: cooldown marks, the lease, the change in progress and the outbox.
 
-One table, keys pk/sk, TTL attribute `expiration` (shared with Powertools Idempotency records):
-  GROUP#<key> / STATE                 version, last_scale_out_at, last_scale_in_at, lease
-  GROUP#<key> / DECISION#<iso>#<id>   one decision, acted or not (TTL)
-  GROUP#<key> / GUARD                 the OOM guard's open risks and health findings, replacement times
-  GROUP#<key> / SPOT                  spot_watch: seen activities, backoff, unavailable offerings, fallback owed
+One table, keys pk/sk, TTL attribute `expiration` (shared with the audit, the controllers' documents,
+the incidents and Powertools Idempotency records; `gpufleet local up` creates it from the template):
+  GROUP#<key> / STATE                 version, last_scale_out_at, last_scale_in_at, lease_owner, lease_until,
+                                      intent (a change begun), intent_attempts, outbox (changes not yet told),
+                                      owed#<spot group> (the fallback ledger)
+  GROUP#<key> / DECISION#<iso>#<id>   one decision, acted or not (aws/audit.py)
+  GROUP#<key> / GUARD | SPOT          the OOM guard's and spot_watch's documents (aws/documents.py)
+  INCIDENT / <key>, SILENCE / <id>    the notifier's incidents and silences (aws/incidents.py)
   IDEMPOTENCY#<function> / <hash>     Powertools Idempotency
+
+A change is crash-consistent: `begin` takes the lease and persists the decision as the intent in one
+conditional write, before any AWS call; `commit` records the cooldown mark, the ledger and the outbox
+entry and clears lease and intent in one write. An invocation that dies in between leaves the intent,
+and the next one `take_over`s it and finishes it (the actions are idempotent) instead of deciding anew.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
-from pydantic import BaseModel
 
 from gpufleet.aws.fleet import chunks
 from gpufleet.domain import defaults
@@ -26,15 +32,37 @@ from gpufleet.domain.models import Decision, GroupState
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-Doc = TypeVar("Doc", bound=BaseModel)
 STATE_SK = "STATE"
-GUARD_SK = "GUARD"
-DECISION_SK_PREFIX = "DECISION#"
-HOLD_TTL = timedelta(days=1)
+OWED_PREFIX = "owed#"
 
 
 def group_pk(group_key: str) -> str:
     return f"GROUP#{group_key}"
+
+
+def batch_get(dynamodb: DynamoDBClient, table: str, keys: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+    """Items for (pk, sk) keys, 100 per BatchGetItem, unprocessed keys retried."""
+    found: list[dict[str, Any]] = []
+    for batch in chunks(keys, 100):
+        request: dict[str, Any] = {
+            table: {"Keys": [{"pk": {"S": pk}, "sk": {"S": sk}} for pk, sk in batch], "ConsistentRead": True}
+        }
+        while request:
+            resp = dynamodb.batch_get_item(RequestItems=request)
+            found.extend(resp.get("Responses", {}).get(table, []))
+            request = dict(resp.get("UnprocessedKeys") or {})
+    return found
+
+
+def conditional(call: Any, **kwargs: Any) -> bool:
+    """A conditional write: True if it happened, False if its condition did not hold."""
+    try:
+        call(**kwargs)
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+            return False
+        raise
+    return True
 
 
 def _dt(item: dict[str, Any], name: str) -> datetime | None:
@@ -42,183 +70,130 @@ def _dt(item: dict[str, Any], name: str) -> datetime | None:
     return datetime.fromisoformat(raw) if raw else None
 
 
+def _state(item: dict[str, Any]) -> GroupState:
+    until = item.get("lease_until", {}).get("N")
+    intent = item.get("intent", {}).get("S")
+    return GroupState(
+        version=int(item.get("version", {}).get("N", "0")),
+        last_scale_out_at=_dt(item, "last_scale_out_at"),
+        last_scale_in_at=_dt(item, "last_scale_in_at"),
+        lease_owner=item.get("lease_owner", {}).get("S"),
+        lease_until=datetime.fromtimestamp(int(until), UTC) if until else None,
+        intent=Decision.model_validate_json(intent) if intent else None,
+        intent_attempts=int(item.get("intent_attempts", {}).get("N", "0")),
+        outbox=tuple(Decision.model_validate_json(e["S"]) for e in item.get("outbox", {}).get("L", [])),
+        owed={k.removeprefix(OWED_PREFIX): int(v["N"]) for k, v in item.items() if k.startswith(OWED_PREFIX)},
+    )
+
+
 @dataclass
 class StateStore:
     dynamodb: DynamoDBClient
     table: str
 
+    def _key(self, group_key: str) -> dict[str, Any]:
+        return {"pk": {"S": group_pk(group_key)}, "sk": {"S": STATE_SK}}
+
     def load(self, group_keys: Iterable[str]) -> dict[str, GroupState]:
         """States for the given groups (a group never seen gets a fresh GroupState)."""
         keys = sorted(set(group_keys))
         states = {k: GroupState() for k in keys}
-        for batch in chunks(keys, 100):
-            request: dict[str, Any] = {
-                self.table: {
-                    "Keys": [{"pk": {"S": group_pk(k)}, "sk": {"S": STATE_SK}} for k in batch],
-                    "ConsistentRead": True,
-                }
-            }
-            while request:
-                resp = self.dynamodb.batch_get_item(RequestItems=request)
-                for item in resp.get("Responses", {}).get(self.table, []):
-                    key = item["pk"]["S"].removeprefix("GROUP#")
-                    states[key] = GroupState(
-                        version=int(item.get("version", {}).get("N", "0")),
-                        last_scale_out_at=_dt(item, "last_scale_out_at"),
-                        last_scale_in_at=_dt(item, "last_scale_in_at"),
-                    )
-                request = resp.get("UnprocessedKeys") or {}
+        for item in batch_get(self.dynamodb, self.table, [(group_pk(k), STATE_SK) for k in keys]):
+            states[item["pk"]["S"].removeprefix("GROUP#")] = _state(item)
         return states
 
-    def acquire(self, group_key: str, owner: str, seen_version: int, now: datetime) -> bool:
-        """Take the group's lease if it is free and nobody changed the group since we read it.
-
-        This is what makes two concurrent invocations produce one change: the loser sees a
-        held lease or a newer version and stands down."""
-        try:
-            self.dynamodb.update_item(
-                TableName=self.table,
-                Key={"pk": {"S": group_pk(group_key)}, "sk": {"S": STATE_SK}},
-                UpdateExpression="SET lease_owner = :o, lease_until = :u",
-                ConditionExpression=(
-                    "(attribute_not_exists(lease_until) OR lease_until < :now) "
-                    "AND (attribute_not_exists(version) OR version = :v)"
-                ),
-                ExpressionAttributeValues={
-                    ":o": {"S": owner},
-                    ":u": {"N": str(int(now.timestamp()) + defaults.LEASE_SECONDS)},
-                    ":now": {"N": str(int(now.timestamp()))},
-                    ":v": {"N": str(seen_version)},
-                },
-            )
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
-
-    def commit(self, group_key: str, owner: str, decision: Decision) -> None:
-        """Record the change's cooldown mark, bump the version and free the lease, in one write."""
-        sets = ["version = if_not_exists(version, :zero) + :one"]
-        values: dict[str, Any] = {":zero": {"N": "0"}, ":one": {"N": "1"}, ":o": {"S": owner}}
-        if decision.raises_capacity:
-            sets.append("last_scale_out_at = :at")
-        else:
-            sets.append("last_scale_in_at = :at")
-        values[":at"] = {"S": decision.at.isoformat()}
-        self.dynamodb.update_item(
+    def begin(self, decision: Decision, owner: str, seen_version: int) -> bool:
+        """Take the group's lease and persist the change as its intent, in one conditional write: only
+        if the lease is free, nobody changed the group since it was read (its version) and no other
+        change is in progress. Two concurrent invocations thus make one change."""
+        now = int(decision.at.timestamp())
+        return conditional(
+            self.dynamodb.update_item,
             TableName=self.table,
-            Key={"pk": {"S": group_pk(group_key)}, "sk": {"S": STATE_SK}},
-            UpdateExpression="SET " + ", ".join(sets) + " REMOVE lease_owner, lease_until",
+            Key=self._key(decision.group),
+            UpdateExpression="SET lease_owner = :o, lease_until = :u, intent = :i, intent_attempts = :one",
+            ConditionExpression=(
+                "(attribute_not_exists(lease_until) OR lease_until < :now) "
+                "AND (attribute_not_exists(version) OR version = :v) AND attribute_not_exists(intent)"
+            ),
+            ExpressionAttributeValues={
+                ":o": {"S": owner},
+                ":u": {"N": str(now + defaults.LEASE_SECONDS)},
+                ":now": {"N": str(now)},
+                ":v": {"N": str(seen_version)},
+                ":i": {"S": decision.model_dump_json()},
+                ":one": {"N": "1"},
+            },
+        )
+
+    def take_over(self, group_key: str, owner: str, event_id: str, now: datetime) -> bool:
+        """Take the lease of a change begun by an invocation that did not finish it: when its lease has
+        expired, or when this is a retry of the same event (its owner starts with the event id)."""
+        at = int(now.timestamp())
+        return conditional(
+            self.dynamodb.update_item,
+            TableName=self.table,
+            Key=self._key(group_key),
+            UpdateExpression="SET lease_owner = :o, lease_until = :u, intent_attempts = intent_attempts + :one",
+            ConditionExpression=(
+                "attribute_exists(intent) AND (attribute_not_exists(lease_until) OR lease_until < :now "
+                "OR begins_with(lease_owner, :event))"
+            ),
+            ExpressionAttributeValues={
+                ":o": {"S": owner},
+                ":u": {"N": str(at + defaults.LEASE_SECONDS)},
+                ":now": {"N": str(at)},
+                ":event": {"S": f"{event_id}#"},
+                ":one": {"N": "1"},
+            },
+        )
+
+    def commit(self, owner: str, done: Decision) -> bool:
+        """The change is done (or given up): its cooldown mark, the fallback ledger, the outbox entry,
+        a new version, and the lease and intent cleared, in one write. False if the lease was lost."""
+        names: dict[str, str] = {"#mark": "last_scale_out_at" if done.raises_capacity else "last_scale_in_at"}
+        values: dict[str, Any] = {
+            ":zero": {"N": "0"},
+            ":one": {"N": "1"},
+            ":o": {"S": owner},
+            ":at": {"S": done.at.isoformat()},
+            ":entry": {"L": [{"S": done.model_dump_json()}]},
+            ":none": {"L": []},
+        }
+        sets = ["version = if_not_exists(version, :zero) + :one", "#mark = :at"]
+        sets.append("outbox = list_append(if_not_exists(outbox, :none), :entry)")
+        if done.owed_to:
+            names["#owed"] = OWED_PREFIX + done.owed_to
+            values[":delta"] = {"N": str(done.desired - done.current)}
+            sets.append("#owed = if_not_exists(#owed, :zero) + :delta")
+        return conditional(
+            self.dynamodb.update_item,
+            TableName=self.table,
+            Key=self._key(done.group),
+            UpdateExpression="SET " + ", ".join(sets) + " REMOVE lease_owner, lease_until, intent, intent_attempts",
             ConditionExpression="lease_owner = :o",
+            ExpressionAttributeNames=names,
             ExpressionAttributeValues=values,
         )
 
     def release(self, group_key: str, owner: str) -> None:
-        try:
-            self.dynamodb.update_item(
-                TableName=self.table,
-                Key={"pk": {"S": group_pk(group_key)}, "sk": {"S": STATE_SK}},
-                UpdateExpression="REMOVE lease_owner, lease_until",
-                ConditionExpression="lease_owner = :o",
-                ExpressionAttributeValues={":o": {"S": owner}},
-            )
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                raise
-
-    def record(self, decisions: Iterable[Decision], audit_ttl_days: int) -> None:
-        """Audit items for every decision; holds expire after a day, changes after the policy TTL."""
-        items = []
-        for d in decisions:
-            ttl = HOLD_TTL if not d.changes_capacity else timedelta(days=audit_ttl_days)
-            items.append(
-                {
-                    "PutRequest": {
-                        "Item": {
-                            "pk": {"S": group_pk(d.group)},
-                            "sk": {"S": f"{DECISION_SK_PREFIX}{d.at.isoformat()}#{d.event_id}"},
-                            "decision": {"S": d.model_dump_json()},
-                            "expiration": {"N": str(int((d.at + ttl).timestamp()))},
-                        }
-                    }
-                }
-            )
-        for batch in chunks(items, 25):
-            request: dict[str, Any] = {self.table: list(batch)}
-            while request:
-                resp = self.dynamodb.batch_write_item(RequestItems=request)
-                request = resp.get("UnprocessedItems") or {}
-
-    def recent_decisions(self, group_key: str, limit: int = 20) -> list[Decision]:
-        resp = self.dynamodb.query(
+        """Free the lease and keep the intent: the next invocation finishes the change."""
+        conditional(
+            self.dynamodb.update_item,
             TableName=self.table,
-            KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
-            ExpressionAttributeValues={":pk": {"S": group_pk(group_key)}, ":prefix": {"S": DECISION_SK_PREFIX}},
-            ScanIndexForward=False,
-            Limit=limit,
+            Key=self._key(group_key),
+            UpdateExpression="REMOVE lease_owner, lease_until",
+            ConditionExpression="lease_owner = :o",
+            ExpressionAttributeValues={":o": {"S": owner}},
         )
-        return [Decision.model_validate(json.loads(i["decision"]["S"])) for i in resp.get("Items", [])]
 
-    # ---- what other controllers remember about a group (one document per controller) ----
-
-    def load_doc(self, group_key: str, sk: str, model: type[Doc]) -> Doc:
-        item = self.dynamodb.get_item(
-            TableName=self.table, Key={"pk": {"S": group_pk(group_key)}, "sk": {"S": sk}}, ConsistentRead=True
-        ).get("Item")
-        if not item:
-            return model()
-        return model.model_validate_json(item["doc"]["S"]).model_copy(update={"version": int(item["version"]["N"])})
-
-    def load_docs(self, group_keys: Iterable[str], sk: str, model: type[Doc]) -> dict[str, Doc]:
-        """Many groups' documents with BatchGetItem (100 keys per call); a missing one is a fresh model."""
-        keys = sorted(set(group_keys))
-        docs = {k: model() for k in keys}
-        for batch in chunks(keys, 100):
-            request: dict[str, Any] = {
-                self.table: {
-                    "Keys": [{"pk": {"S": group_pk(k)}, "sk": {"S": sk}} for k in batch],
-                    "ConsistentRead": True,
-                }
-            }
-            while request:
-                resp = self.dynamodb.batch_get_item(RequestItems=request)
-                for item in resp.get("Responses", {}).get(self.table, []):
-                    key = item["pk"]["S"].removeprefix("GROUP#")
-                    docs[key] = model.model_validate_json(item["doc"]["S"]).model_copy(
-                        update={"version": int(item["version"]["N"])}
-                    )
-                request = resp.get("UnprocessedKeys") or {}
-        return docs
-
-    def save_changes(self, group_key: str, sk: str, before: BaseModel, after: BaseModel) -> bool:
-        """Store `after` if it differs from `before` (conditional on before's version). False only when
-        someone else wrote the document since it was read."""
-        if after.model_dump(exclude={"version"}) == before.model_dump(exclude={"version"}):
-            return True
-        return self.save_doc(group_key, sk, after, int(getattr(before, "version", 0)))
-
-    def save_doc(self, group_key: str, sk: str, doc: BaseModel, expected_version: int) -> bool:
-        """Conditional on the version read: two overlapping runs never both act on the same memory."""
-        condition: dict[str, Any] = {"ConditionExpression": "attribute_not_exists(pk)"}
-        if expected_version:
-            condition = {
-                "ConditionExpression": "version = :v",
-                "ExpressionAttributeValues": {":v": {"N": str(expected_version)}},
-            }
-        try:
-            self.dynamodb.put_item(
-                TableName=self.table,
-                Item={
-                    "pk": {"S": group_pk(group_key)},
-                    "sk": {"S": sk},
-                    "version": {"N": str(expected_version + 1)},
-                    "doc": {"S": doc.model_dump_json(exclude={"version"})},
-                },
-                **condition,
-            )
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+    def clear_outbox(self, group_key: str, told: int) -> bool:
+        """Drop the outbox once its `told` entries were audited and queued (unless more were added)."""
+        return conditional(
+            self.dynamodb.update_item,
+            TableName=self.table,
+            Key=self._key(group_key),
+            UpdateExpression="REMOVE outbox",
+            ConditionExpression="size(outbox) = :n",
+            ExpressionAttributeValues={":n": {"N": str(told)}},
+        )

@@ -110,12 +110,16 @@ def plan_fallback(
     state: SpotState,
     recent: list[LaunchFailure],
     now: datetime,
+    owed: int | None = None,
 ) -> FallbackPlan:
     """Raise the on-demand group by what spot cannot deliver (desired - in service) after a bounded wait
     of spot-capacity failures; hand it back as spot instances come into service. Never for quota, subnet
-    or configuration failures (on-demand would fail the same way)."""
+    or configuration failures (on-demand would fail the same way). `owed`: the fallback group's ledger
+    for this spot group (what was really added and not yet handed back); default the spot state's copy."""
+    owed = state.fallback_added if owed is None else owed
+    state = state.model_copy(update={"fallback_added": owed})
     unfulfilled = max(0, spot.desired - spot.in_service)
-    base = {"spot_group": spot.ref.key, "unfulfilled": unfulfilled, "owed_before": state.fallback_added}
+    base = {"spot_group": spot.ref.key, "unfulfilled": unfulfilled, "owed_before": owed}
     if settings.fallback is None or fallback is None:
         return FallbackPlan(**base, fallback_group=None, fallback_desired=None, reason="no fallback configured")
     wait_s = settings.fallback.wait_minutes * 60
@@ -143,7 +147,7 @@ def fallback_change(
     """The fallback group's decision for the plan (None when it already holds what the plan wants)."""
     if plan.fallback_desired is None or plan.fallback_desired == fallback.desired:
         return None
-    return decide_target(
+    decision = decide_target(
         fallback,
         settings,
         state,
@@ -154,6 +158,9 @@ def fallback_change(
         why=f"{plan.reason} ({plan.fallback_group})",
         global_dry_run=global_dry_run,
     )
+    if decision.trigger.kind is not TriggerKind.SPOT_FALLBACK:  # a bounds fix is not a fallback move
+        return decision
+    return decision.model_copy(update={"owed_to": plan.spot_group})  # the commit counts it in the ledger
 
 
 def owed_after(owed_before: int, acted: Decision | None) -> int:

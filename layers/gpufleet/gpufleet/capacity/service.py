@@ -13,6 +13,7 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 
 from gpufleet.aws.activities import LaunchActivityReader, activity_az, activity_message
+from gpufleet.aws.documents import SPOT_SK
 from gpufleet.capacity.classify import FailureSource, LaunchFailure, describe_failure
 from gpufleet.capacity.core import FallbackPlan, SpotState, fallback_change, fold_failures, owed_after, plan_fallback
 from gpufleet.capacity.notes import spot_notes
@@ -21,9 +22,8 @@ from gpufleet.domain.policy import FleetPolicy
 from gpufleet.events import EventKind, parse_for
 from gpufleet.events.model import LaunchUnsuccessful
 from gpufleet.scaling.execution import ControlContext
-from gpufleet.scaling.service import Scaler
+from gpufleet.scaling.service import Scaler, with_instance_metrics
 
-SPOT_SK = "SPOT"
 SWEEP_LOOKBACK = timedelta(minutes=15)
 ACCEPTS = (EventKind.LAUNCH_UNSUCCESSFUL, EventKind.SCHEDULE)
 
@@ -82,12 +82,16 @@ class SpotWatch:
         A group whose desired capacity is all in service has nothing pending to fail, so it is not read."""
         policy = self.ctx.load_policy()
         managed = [obs for obs, _ in self.ctx.managed(policy)]
-        states = self.ctx.state.load_docs([o.ref.key for o in managed], SPOT_SK, SpotState)
+        states = self.ctx.docs.load_docs([o.ref.key for o in managed], SPOT_SK, SpotState)
         results = []
         for obs in managed:
             state = states[obs.ref.key]
             if obs.desired > obs.in_service or state.streak_started_at or state.fallback_added:
-                results.append(self.process(obs, self._failures(obs, now), now, event_id, policy, state=state))
+                try:
+                    results.append(self.process(obs, self._failures(obs, now), now, event_id, policy, state=state))
+                except Exception as exc:  # one group's failure never stops the sweep of the others
+                    self.ctx.logger.exception("spot sweep failed for a group", extra={"group": obs.ref.key})
+                    results.append({"group": obs.ref.key, "error": f"{type(exc).__name__}: {exc}"})
         self.ctx.emf.add_metric(name="SpotGroupsSwept", unit=MetricUnit.Count, value=len(results))
         return {"event_id": event_id, "groups": results, "groups_managed": len(managed)}
 
@@ -125,10 +129,10 @@ class SpotWatch:
         policy: FleetPolicy,
         state: SpotState | None = None,
     ) -> dict[str, Any]:
-        before = state or self.ctx.state.load_doc(obs.ref.key, SPOT_SK, SpotState)
+        before = state or self.ctx.docs.load_doc(obs.ref.key, SPOT_SK, SpotState)
         after, new = fold_failures(before, failures, now, policy.spot)
-        plan, acted = self._fallback(obs, after, new, now, event_id, policy)
-        after = after.model_copy(update={"fallback_added": owed_after(before.fallback_added, acted)})
+        plan, acted, owed = self._fallback(obs, after, new, now, event_id, policy)
+        after = after.model_copy(update={"fallback_added": owed})
         fallback = (acted, plan.reason) if plan is not None and acted is not None else None
         streak_over = after.streak_started_at is not None and not new and obs.desired <= obs.in_service
         if streak_over and after.fallback_added == 0:
@@ -148,7 +152,7 @@ class SpotWatch:
         if new:
             told = tuple(sorted({*after.notified_classes, *(f.failure_class for f in new)}))
             after = after.model_copy(update={"notified_classes": told})
-        if not self.ctx.state.save_changes(obs.ref.key, SPOT_SK, before, after):
+        if not self.ctx.docs.save_changes(obs.ref.key, SPOT_SK, before, after):
             self.ctx.logger.warning("spot state changed concurrently; retried next sweep", extra={"group": obs.ref.key})
         self.ctx.send(notes)
         self._report(obs, new)
@@ -174,29 +178,33 @@ class SpotWatch:
         now: datetime,
         event_id: str,
         policy: FleetPolicy,
-    ) -> tuple[FallbackPlan | None, Decision | None]:
+    ) -> tuple[FallbackPlan | None, Decision | None, int]:
         """The fallback group's change for this spot group, executed like the scaler's own (lease, bounds,
-        cooldowns, idle-only hand-back, dry-run, audit), with the plan's reason."""
+        cooldowns, idle-only hand-back, dry-run, audit), and what is owed back to spot after it. What is
+        owed is the fallback group's own ledger, committed in the same write as the change, so a crash
+        after the change can never make the next run raise the fallback again."""
         settings = policy.spot.settings_for(obs.ref.key)
         if settings is None or settings.fallback is None:
-            return None, None
+            return None, None, 0
         fb = self.ctx.fleet.observe_one(GroupRef.parse_key(settings.fallback.group))
         fb_settings = policy.settings_for(fb.ref, fb.tags) if fb is not None else None
         if fb is None or fb_settings is None:
             self.ctx.logger.warning(
                 "fallback group missing or not managed", extra={"fallback": settings.fallback.group}
             )
-            return None, None
-        plan = plan_fallback(obs, fb, settings, after, new, now)
-        fb_state = self.ctx.state.load([fb.ref.key])[fb.ref.key]
+            return None, None, after.fallback_added
+        fb_state = self.ctx.states([fb], policy)[fb.ref.key]
+        owed = fb_state.owed.get(obs.ref.key, 0)
+        plan = plan_fallback(obs, fb, settings, after, new, now, owed=owed)
         dry = self.ctx.dry(policy)
         decision = fallback_change(plan, fb, fb_settings, fb_state, now, event_id=event_id, global_dry_run=dry)
         if decision is not None and decision.needs_instance_metrics:
-            fb = self.scaler.with_instance_metrics([fb], now, policy)[0]
+            fb = with_instance_metrics(self.scaler.metrics, [fb], now, policy)[0]
             decision = fallback_change(plan, fb, fb_settings, fb_state, now, event_id=event_id, global_dry_run=dry)
         if decision is None:
-            return plan, None
-        return plan, self.scaler.execute(decision, fb, fb_state, policy)
+            return plan, None, owed
+        acted = self.scaler.execute(decision, fb, fb_state, policy)
+        return plan, acted, owed_after(owed, acted)
 
     def _report(self, obs: GroupObservation, new: list[LaunchFailure]) -> None:
         for f in new:

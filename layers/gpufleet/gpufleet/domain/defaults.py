@@ -28,7 +28,7 @@ DEFAULT_METRIC_LOOKBACK_S = 300
 DEFAULT_AUDIT_TTL_DAYS = 14
 
 # Safety mechanics.
-LEASE_SECONDS = 60
+LEASE_SECONDS = 300  # > the functions' 120 s timeout (tested): a slow apply never loses its lease
 IDEMPOTENCY_TTL_S = 3600
 POLICY_CACHE_S = 60
 

@@ -147,20 +147,13 @@ class GroupObservation(Frozen):
     instance_metrics_loaded: bool = False
     gpu_utilization: float | None = None  # group average over the lookback window
     tags: dict[str, str] = Field(default_factory=dict)
+    asg_tags: dict[str, str] = Field(default_factory=dict)  # the backing ASG's own tags (EKS tags it, not us)
     capacity_type: CapacityType = CapacityType.UNKNOWN
     instance_types: tuple[str, ...] = ()  # what the group may launch, when its configuration says
 
     @property
     def in_service(self) -> int:
         return sum(1 for i in self.instances if i.in_service)
-
-
-class GroupState(Frozen):
-    """What the controller remembers about a group between invocations (DynamoDB)."""
-
-    version: int = 0
-    last_scale_out_at: datetime | None = None
-    last_scale_in_at: datetime | None = None
 
 
 # ---- decisions ----
@@ -220,6 +213,8 @@ class Decision(Frozen):
     detail: str = ""
     skipped: dict[SkipReason, int] = Field(default_factory=dict)  # scale-in candidates passed over
 
+    owed_to: str | None = None  # a spot group this change covers (the fallback ledger counts it)
+
     @property
     def changes_capacity(self) -> bool:
         return self.action is not Action.HOLD and (self.desired != self.current or bool(self.victims))
@@ -227,3 +222,25 @@ class Decision(Frozen):
     @property
     def raises_capacity(self) -> bool:
         return self.action in (Action.SCALE_OUT, Action.SET_DESIRED) and self.desired > self.current
+
+
+class GroupState(Frozen):
+    """What the controller remembers about a group between invocations (DynamoDB), including what
+    makes a crash mid-change safe: the change begun (`intent`, persisted under the lease before any
+    AWS call, finished by the next invocation instead of being decided again) and the changes done but
+    not yet audited and told (`outbox`, flushed by whoever reads the state next)."""
+
+    version: int = 0
+    last_scale_out_at: datetime | None = None
+    last_scale_in_at: datetime | None = None
+    lease_owner: str | None = None
+    lease_until: datetime | None = None
+    intent: Decision | None = None
+    intent_attempts: int = 0
+    outbox: tuple[Decision, ...] = ()
+    owed: dict[str, int] = Field(default_factory=dict)  # spot group -> fallback instances owed back to it
+
+    def leased_by_other(self, event_id: str, now: datetime) -> bool:
+        """Someone else holds the lease (a retry of the same event may take over its own change)."""
+        held = self.lease_until is not None and self.lease_until > now
+        return held and not (self.lease_owner or "").startswith(f"{event_id}#")

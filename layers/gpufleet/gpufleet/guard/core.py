@@ -271,17 +271,34 @@ class GuardState(Frozen):
     risks: dict[str, Risk] = Field(default_factory=dict)  # GPU key -> risk level
     unhealthy: dict[str, str] = Field(default_factory=dict)  # GPU key -> what is wrong
     replacements: tuple[datetime, ...] = ()
+    # Replacements begun (budget already counted) and not yet confirmed: instance id -> attempts. Saved
+    # before SetInstanceHealth is called, cleared only after it succeeded, so a crash or an error in
+    # between is retried by the next run instead of forgotten or counted twice.
+    pending: dict[str, int] = Field(default_factory=dict)
+
+
+MAX_REPLACEMENT_ATTEMPTS = 3
+
+
+def begin_replacements(before: GuardState, acting: Sequence[str], now: datetime) -> GuardState:
+    """The intent, saved before acting: these instances are being replaced (budget counted now)."""
+    recent = tuple(t for t in before.replacements if t > now - timedelta(hours=1))
+    pending = dict(before.pending)
+    for iid in acting:
+        pending.setdefault(iid, 0)
+    return before.model_copy(update={"replacements": recent + tuple(now for _ in acting), "pending": pending})
 
 
 def next_guard_state(
-    before: GuardState, forecasts: Sequence[Forecast], findings: Sequence[HealthFinding], replaced: int, now: datetime
+    begun: GuardState, forecasts: Sequence[Forecast], findings: Sequence[HealthFinding], failed: Sequence[str]
 ) -> GuardState:
-    """The group's memory after this run: what is at risk or unhealthy now, and the replacements of the
-    last hour (`replaced` made by this run)."""
-    recent = tuple(t for t in before.replacements if t > now - timedelta(hours=1))
-    return GuardState(
-        risks={f.gpu.key: f.risk for f in forecasts if f.risk is not Risk.OK},
-        unhealthy={h.gpu.key: h.reason for h in findings},
-        replacements=recent + tuple(now for _ in range(replaced)),
-        version=before.version,
+    """The group's memory after this run: what is at risk or unhealthy now; replacements whose call
+    failed stay pending (one more attempt counted) until MAX_REPLACEMENT_ATTEMPTS."""
+    pending = {iid: begun.pending.get(iid, 0) + 1 for iid in failed}
+    return begun.model_copy(
+        update={
+            "risks": {f.gpu.key: f.risk for f in forecasts if f.risk is not Risk.OK},
+            "unhealthy": {h.gpu.key: h.reason for h in findings},
+            "pending": {iid: n for iid, n in pending.items() if n < MAX_REPLACEMENT_ATTEMPTS},
+        }
     )

@@ -14,10 +14,10 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
+from gpufleet.aws.documents import GUARD_SK
 from gpufleet.aws.fleet import FleetActuator
 from gpufleet.aws.metrics import GpuMetricsReader, SeriesQuery
-from gpufleet.aws.state import GUARD_SK
-from gpufleet.domain.models import Direction, GroupObservation, Trigger, TriggerKind
+from gpufleet.domain.models import Direction, GroupKind, GroupObservation, Trigger, TriggerKind
 from gpufleet.domain.policy import FleetPolicy
 from gpufleet.events import EventKind, parse_for
 from gpufleet.guard.core import (
@@ -29,6 +29,7 @@ from gpufleet.guard.core import (
     MemorySeries,
     Replacement,
     Risk,
+    begin_replacements,
     choose_replacements,
     forecast_gpu,
     group_pressure,
@@ -93,17 +94,20 @@ class OomGuard:
             GpuRef(group=group_of[iid], instance_id=iid, gpu_index=idx) for iid, idx in inventory if iid in group_of
         ]
         forecasts, findings = GpuScreen(self.metrics).assess(gpus, now, policy)
-        memory = self.ctx.state.load_docs([obs.ref.key for obs in managed], GUARD_SK, GuardState)
+        memory = self.ctx.docs.load_docs([obs.ref.key for obs in managed], GUARD_SK, GuardState)
         notes: list[Notification] = []
         replaced: list[Replacement] = []
         for obs in managed:
-            group_notes, group_replaced = self._group(
-                obs, memory[obs.ref.key], forecasts, findings, now, event_id, policy
-            )
+            try:
+                group_notes, group_replaced = self._group(
+                    obs, memory[obs.ref.key], forecasts, findings, now, event_id, policy
+                )
+            except Exception:  # one group's failure never stops the others; the next run retries it
+                self.ctx.logger.exception("guard failed for a group", extra={"group": obs.ref.key})
+                continue
             notes += group_notes
             replaced += group_replaced
         pressured = self._pressure(gpus, forecasts, managed, now, event_id, policy)
-        self.ctx.send(notes)
         self._report(forecasts, findings, replaced)
         return {
             "event_id": event_id,
@@ -125,32 +129,68 @@ class OomGuard:
         event_id: str,
         policy: FleetPolicy,
     ) -> tuple[list[Notification], list[Replacement]]:
-        """One group: choose replacements for new findings, save what it now knows, act, tell."""
+        """One group, in the order that survives a crash anywhere: save the replacements about to be made
+        (intent), make them (and retry any left pending), tell on-call, then save what is now known. A
+        crash before the last save repeats the notes at most once and never counts a replacement twice."""
         key = obs.ref.key
         mine_f = [f for f in forecasts if f.gpu.group == key]
         mine_h = [h for h in findings if h.gpu.group == key]
-        new = [h for h in mine_h if h.gpu.key not in before.unhealthy]
+        new = [h for h in mine_h if h.gpu.key not in before.unhealthy and h.gpu.instance_id not in before.pending]
+        health = policy.guard.health
         choices = choose_replacements(
-            new, {key: obs.in_service}, {key: obs.min_size}, {key: before.replacements}, now, policy.guard.health
+            new, {key: obs.in_service}, {key: obs.min_size}, {key: before.replacements}, now, health
         )
         dry = self.ctx.dry(policy)
-        acting = [c for c in choices if c.act and not dry]
-        after = next_guard_state(before, mine_f, mine_h, len(acting), now)
-        if not self.ctx.state.save_changes(key, GUARD_SK, before, after):
+        acting = [c.instance_id for c in choices if c.act and not dry]
+        begun = begin_replacements(before, acting, now)
+        if not self.ctx.docs.save_changes(key, GUARD_SK, before, begun):
             self.ctx.logger.warning("guard state changed concurrently; acting next run", extra={"group": key})
             return [], []
-        done = [self._replace(c, dry) for c in choices]
+        begun = begun.model_copy(update={"version": before.version + 1}) if begun != before else before
+        done, failed = self._replace_all(obs, choices, begun, dry)
         tell = GuardTeller(key, now, event_id, self.ctx.region)
-        return risk_notes(tell, before, mine_f) + health_notes(tell, before, mine_h, done), done
+        notes = risk_notes(tell, before, mine_f) + health_notes(tell, before, mine_h, done)
+        self.ctx.send(notes)
+        after = next_guard_state(begun, mine_f, mine_h, failed)
+        if not self.ctx.docs.save_changes(key, GUARD_SK, begun, after):
+            self.ctx.logger.warning("guard state changed concurrently after acting", extra={"group": key})
+        return notes, done
 
-    def _replace(self, choice: Replacement, dry: bool) -> Replacement:
-        if choice.act and dry:
-            return choice.model_copy(update={"act": False, "reason": f"dry-run: would {choice.reason}"})
-        if choice.act:
-            return choice.model_copy(
-                update={"reason": f"{choice.reason}: {self.actuator.mark_unhealthy(choice.instance_id)}"}
-            )
-        return choice
+    def _replace_all(
+        self, obs: GroupObservation, choices: Sequence[Replacement], begun: GuardState, dry: bool
+    ) -> tuple[list[Replacement], list[str]]:
+        """Replace the chosen instances and retry those left pending; returns what was done and the
+        instance ids whose call failed (they stay pending)."""
+        done, failed = [], []
+        retries = [iid for iid in begun.pending if iid not in {c.instance_id for c in choices}]
+        todo = list(choices) + [
+            Replacement(instance_id=iid, group=obs.ref.key, act=True, reason="unhealthy GPU: finish the replacement")
+            for iid in retries
+        ]
+        for choice in todo:
+            if not choice.act or dry:
+                reason = f"dry-run: would {choice.reason}" if choice.act else choice.reason
+                done.append(choice.model_copy(update={"act": False, "reason": reason}))
+                continue
+            try:
+                if obs.ref.kind is GroupKind.EKS_NODEGROUP:
+                    self.actuator.adopt_backing_asg(obs)
+                result = self.actuator.mark_unhealthy(choice.instance_id)
+                done.append(choice.model_copy(update={"reason": f"{choice.reason}: {result}"}))
+            except Exception as exc:  # retried by the next run (pending), never counted twice
+                self.ctx.logger.exception(
+                    "replacement failed; retried next run", extra={"instance": choice.instance_id}
+                )
+                failed.append(choice.instance_id)
+                done.append(
+                    choice.model_copy(
+                        update={
+                            "act": False,
+                            "reason": f"{choice.reason}: failed ({type(exc).__name__}), retried next run",
+                        }
+                    )
+                )
+        return done, failed
 
     def _pressure(
         self,

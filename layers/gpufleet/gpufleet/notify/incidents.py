@@ -23,6 +23,7 @@ from gpufleet.notify.policy import FlapDamping, Grouping
 
 MAX_PENDING_UPDATES = 20
 MAX_SEEN_IDS = 200
+POSTING_STALE_S = 150  # longer than the notifier's 120 s timeout: an attempt this old has died
 
 
 class Occasion(StrEnum):
@@ -72,6 +73,9 @@ class Delivery(Story):
     created_at: datetime
     thread_ts: str | None = None  # Slack bot mode: the incident's thread
     attempts: int = 0
+    # When an invocation started posting it; None once that attempt ended in an error. While another
+    # invocation may still be posting, nobody re-posts (a merge arriving meanwhile only waits).
+    posting_since: datetime | None = None
 
 
 class Incident(Story):
@@ -277,6 +281,9 @@ def plan_delivery(incident: Incident, now: datetime, grouping: Grouping, flap: F
     repeated every `repeat_interval_s` (info activity is not); a flapping incident gets one summary
     per flap window."""
     if incident.in_flight is not None:
+        since = incident.in_flight.posting_since
+        if since is not None and now - since < timedelta(seconds=POSTING_STALE_S):
+            return Plan(wake_at=since + timedelta(seconds=POSTING_STALE_S), why="another invocation is posting it")
         return Plan(delivery=incident.in_flight, why="re-post the delivery whose answer was not confirmed")
     flapping = incident.flips_within(flap.window_s, now) > flap.max_flips
     if incident.last_sent_at is None:
@@ -312,10 +319,17 @@ def _resolution(incident: Incident) -> bool:
     return incident.state is IncidentState.RESOLVED and incident.severity is not Severity.INFO
 
 
-def begin_delivery(incident: Incident, delivery: Delivery) -> Incident:
-    attempt = delivery.model_copy(update={"attempts": delivery.attempts + 1})
+def begin_delivery(incident: Incident, delivery: Delivery, now: datetime) -> Incident:
+    attempt = delivery.model_copy(update={"attempts": delivery.attempts + 1, "posting_since": now})
     retry = incident.in_flight is not None and incident.in_flight.delivery_id == delivery.delivery_id
     return incident.model_copy(update={"in_flight": attempt, "channels_done": incident.channels_done if retry else ()})
+
+
+def fail_delivery(incident: Incident, channels_done: tuple[str, ...]) -> Incident:
+    """The attempt ended in an error: the next one may re-post at once, skipping the channels done."""
+    assert incident.in_flight is not None
+    ended = incident.in_flight.model_copy(update={"posting_since": None})
+    return incident.model_copy(update={"in_flight": ended, "channels_done": channels_done})
 
 
 def complete_delivery(incident: Incident, delivery: Delivery, now: datetime, thread_ts: str | None) -> Incident:

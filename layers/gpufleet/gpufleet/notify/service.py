@@ -29,6 +29,7 @@ from gpufleet.notify.incidents import (
     active_silence,
     begin_delivery,
     complete_delivery,
+    fail_delivery,
     merge_notification,
     plan_delivery,
 )
@@ -37,7 +38,6 @@ from gpufleet.notify.render import render_slack, render_sns
 from gpufleet.notify.slack import SlackFailed, SlackPoster
 
 MAX_WRITE_CONFLICTS = 8
-STALE_IN_FLIGHT = timedelta(minutes=5)
 SILENCE_CACHE = timedelta(seconds=30)
 
 
@@ -100,11 +100,10 @@ class Notifier:
         outcomes: Counter[str] = Counter()
         for incident in self.store.all():
             plan = self._plan(incident, now, policy)
-            stale = incident.in_flight is not None and now - incident.in_flight.created_at >= STALE_IN_FLIGHT
-            if (plan.delivery is not None and incident.in_flight is None) or stale:
+            if plan.delivery is not None:  # due, or an attempt that died or failed
                 try:
                     outcomes[self.advance(incident.key, now, policy)] += 1
-                except (DeliveryFailed, Contention) as exc:
+                except Exception as exc:  # one incident's failure never stops the sweep of the others
                     self.logger.warning("sweep: delivery failed", extra={"incident": incident.key, "error": str(exc)})
                     outcomes["failed"] += 1
         self._flush_metrics()
@@ -133,7 +132,7 @@ class Notifier:
             plan = self._plan(incident, now, policy)
             wake = None
             if plan.delivery is not None:
-                incident = begin_delivery(incident, plan.delivery)
+                incident = begin_delivery(incident, plan.delivery, now)
             elif plan.wake_at is not None and plan.wake_at != incident.wake_scheduled_at:
                 if plan.wake_at - now <= timedelta(seconds=SQS_DELAY_MAX_S):
                     wake = plan.wake_at
@@ -174,22 +173,24 @@ class Notifier:
                 self._count("slack-failures")
         # Critical notifications reach SNS even when their route is Slack-only and Slack is down.
         wants_sns = route.sns or (slack_error is not None and delivery.severity is Severity.CRITICAL)
+        sns_error: str | None = None
         if self.sns is not None and wants_sns and "sns" not in done:
-            self.sns.publish(*render_sns(delivery))
-            done.add("sns")
-            self._count("sns-publishes")
-        if slack_error is not None:
-            self._remember_channels(incident, done, now)
-            raise DeliveryFailed(f"{delivery.incident_key}: {slack_error}")
+            try:
+                self.sns.publish(*render_sns(delivery))
+                done.add("sns")
+                self._count("sns-publishes")
+            except Exception as exc:  # per channel: a failing SNS never makes Slack post twice
+                sns_error = f"SNS publish failed: {type(exc).__name__}"
+                self._count("sns-failures")
+        errors = [e for e in (slack_error, sns_error) if e]
+        if errors:
+            self.store.put(fail_delivery(incident, tuple(sorted(done))), incident.version, now)
+            raise DeliveryFailed(f"{delivery.incident_key}: " + "; ".join(errors))
         self._complete(incident, delivery, now, thread_ts)
         self.logger.info(
             "posted",
             extra={"delivery": delivery.delivery_id, "occasion": delivery.occasion, "channels": sorted(done)},
         )
-
-    def _remember_channels(self, incident: Incident, done: set[str], now: datetime) -> None:
-        if done != set(incident.channels_done):
-            self.store.put(incident.model_copy(update={"channels_done": tuple(sorted(done))}), incident.version, now)
 
     def _complete(self, incident: Incident, delivery: Delivery, now: datetime, thread_ts: str | None) -> None:
         """Merges may land while posting: on a conflict, reload and complete the same delivery."""

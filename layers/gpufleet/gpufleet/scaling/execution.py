@@ -1,6 +1,15 @@
-"""How a decided change is carried out, for every controller (scaler, spot fallback, OOM guard):
-the group's lease, the change, the commit of its cooldown mark, the audit record, the log line and
-the EMF counts. Glue: the decision itself is made in `scaling.core`.
+"""How a decided change is carried out, for every controller (scaler, spot fallback, OOM guard), so that
+a crash anywhere repeats nothing and loses nothing. Glue: the decision itself is made in `scaling.core`.
+
+1. `execute`: refuse groups without the managed tag; take the lease and persist the decision as the
+   group's intent (one conditional write); act; commit the cooldown mark, the fallback ledger and an
+   outbox entry (one write). An error keeps the intent and frees the lease.
+2. `resume`: a group with an intent left by an invocation that died or failed is finished first - the
+   remaining victims terminated, desired set again (idempotent) - never decided again. After
+   MAX_INTENT_ATTEMPTS it is given up (committed as failed, cooldown kept) so one broken group cannot
+   stall forever.
+3. `record`: audit every decision, log it, count it, tell on-call about changes; then clear the outbox of
+   what was told. An outbox left by a crash is flushed by the next invocation that reads the state.
 """
 
 from __future__ import annotations
@@ -9,19 +18,24 @@ import hashlib
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from datetime import datetime
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
+from gpufleet.aws.audit import AuditLog
+from gpufleet.aws.documents import DocStore
 from gpufleet.aws.fleet import FleetActuator, FleetReader
 from gpufleet.aws.queue import NotificationQueue, enqueue_or_log
 from gpufleet.aws.state import StateStore
-from gpufleet.domain.models import Decision, GroupObservation, GroupState, Outcome, SkipReason
-from gpufleet.domain.policy import FleetPolicy
+from gpufleet.domain import defaults
+from gpufleet.domain.models import Action, Decision, GroupKind, GroupObservation, GroupState, Outcome, SkipReason
+from gpufleet.domain.policy import FleetPolicy, GroupSettings
 from gpufleet.notify.model import Notification
+from gpufleet.scaling.notes import decision_notes
 
+MAX_INTENT_ATTEMPTS = 3
 _OUTCOME_METRICS = {
     Outcome.APPLIED: "CapacityChanges",
     Outcome.DRY_RUN: "DryRunChanges",
@@ -36,38 +50,92 @@ def request_token(event_id: str, group_key: str) -> str:
     return "gf-" + hashlib.sha256(f"{event_id}|{group_key}".encode()).hexdigest()[:40]
 
 
+def untagged_reason(obs: GroupObservation) -> str | None:
+    """Defence in depth beside the IAM condition: never change a group that lacks the managed tag."""
+    if obs.tags.get(defaults.TAG_MANAGED) == defaults.TAG_MANAGED_VALUE:
+        return None
+    tag = f"{defaults.TAG_MANAGED}={defaults.TAG_MANAGED_VALUE}"
+    return f"{obs.ref.key} is not tagged {tag}: gpufleet changes nothing on it"
+
+
+def remaining(intent: Decision, obs: GroupObservation) -> Decision:
+    """What is left of a change begun earlier: victims no longer in the group were already removed."""
+    present = {i.instance_id for i in obs.instances if not i.lifecycle_state.startswith("Terminat")}
+    return intent.model_copy(update={"victims": tuple(v for v in intent.victims if v in present)})
+
+
 @dataclass
 class Executor:
     actuator: FleetActuator
     state: StateStore
+    audit: AuditLog
     logger: Logger
     emf: Metrics
+    queue: NotificationQueue | None = None
+    region: str = "us-east-1"
+    _committed: list[str] = field(default_factory=list, init=False)  # groups committed since the last record
 
     def execute(self, decision: Decision, obs: GroupObservation, state: GroupState) -> Decision:
         """Apply one decision under the group's lease; `state` is the one the decision was made on, so
         the lease also checks that nobody changed the group since (its version)."""
         if not decision.changes_capacity:
             return decision.model_copy(update={"outcome": Outcome.NOT_NEEDED})
+        refused = untagged_reason(obs)
+        if refused is not None:
+            return decision.model_copy(update={"action": Action.HOLD, "outcome": Outcome.NOT_NEEDED, "detail": refused})
         if decision.dry_run:
             return decision.model_copy(
                 update={"outcome": Outcome.DRY_RUN, "detail": "dry-run: would apply, changed nothing"}
             )
         owner = f"{decision.event_id}#{uuid.uuid4().hex[:8]}"
-        if not self.state.acquire(decision.group, owner, state.version, decision.at):
+        if not self.state.begin(decision, owner, state.version):
             detail = "another invocation holds the group's lease or changed it since it was read"
             return decision.model_copy(update={"outcome": Outcome.SKIPPED_LEASE, "detail": detail})
-        try:
-            detail = self.actuator.apply(decision, obs, request_token(decision.event_id, decision.group))
-        except Exception as exc:  # any AWS failure: free the lease, record, let the caller decide
-            self.state.release(decision.group, owner)
-            self.logger.exception("action failed", extra={"group": decision.group})
-            return decision.model_copy(update={"outcome": Outcome.FAILED, "detail": f"{type(exc).__name__}: {exc}"})
-        self.state.commit(decision.group, owner, decision)
-        return decision.model_copy(update={"outcome": Outcome.APPLIED, "detail": detail})
+        return self._carry_out(decision, obs, owner, "")
 
-    def record(self, decisions: Sequence[Decision], policy: FleetPolicy) -> None:
-        """Audit every decision, log one line each, count outcomes and scale-in skips once per call."""
-        self.state.record(decisions, policy.audit_ttl_days)
+    def resume(self, obs: GroupObservation, state: GroupState, event_id: str, now: datetime) -> Decision | None:
+        """Finish the change a previous invocation began (None when there is none)."""
+        intent = state.intent
+        if intent is None:
+            return None
+        if state.leased_by_other(event_id, now):
+            detail = f"a change begun by {intent.event_id} is still in progress"
+            return intent.model_copy(update={"outcome": Outcome.SKIPPED_LEASE, "detail": detail})
+        owner = f"{event_id}#{uuid.uuid4().hex[:8]}"
+        if not self.state.take_over(intent.group, owner, event_id, now):
+            return intent.model_copy(update={"outcome": Outcome.SKIPPED_LEASE, "detail": "lost the race to finish it"})
+        if state.intent_attempts >= MAX_INTENT_ATTEMPTS:
+            failed = intent.model_copy(
+                update={"outcome": Outcome.FAILED, "detail": f"given up after {state.intent_attempts} attempts"}
+            )
+            if self.state.commit(owner, failed):
+                self._committed.append(failed.group)
+            return failed
+        return self._carry_out(remaining(intent, obs), obs, owner, f"finished the change begun by {intent.event_id}: ")
+
+    def _carry_out(self, decision: Decision, obs: GroupObservation, owner: str, prefix: str) -> Decision:
+        try:
+            if obs.ref.kind is GroupKind.EKS_NODEGROUP:
+                self.actuator.adopt_backing_asg(obs)
+            detail = self.actuator.apply(decision, obs, request_token(decision.event_id, decision.group))
+        except Exception as exc:  # any AWS failure: keep the intent (the next invocation finishes it)
+            self.state.release(decision.group, owner)
+            self.logger.exception("action failed; the next invocation finishes it", extra={"group": decision.group})
+            return decision.model_copy(update={"outcome": Outcome.FAILED, "detail": f"{type(exc).__name__}: {exc}"})
+        done = decision.model_copy(update={"outcome": Outcome.APPLIED, "detail": prefix + detail})
+        if self.state.commit(owner, done):
+            self._committed.append(done.group)
+        else:
+            self.logger.warning("the lease was taken over before the commit", extra={"group": decision.group})
+        return done
+
+    def record(
+        self, decisions: Sequence[Decision], policy: FleetPolicy, extra: Sequence[Notification] = (), tell: bool = True
+    ) -> None:
+        """Audit every decision, log one line each, count outcomes and scale-in skips once per call, tell
+        on-call about changes (unless the caller tells in its own words: `tell=False`), then clear the
+        outboxes of the changes recorded."""
+        self.audit.record(decisions, policy.audit_ttl_days)
         outcomes = Counter(d.outcome for d in decisions)
         skipped: Counter[SkipReason] = Counter()
         for d in decisions:
@@ -82,6 +150,22 @@ class Executor:
                 self.emf.add_metric(name=metric, unit=MetricUnit.Count, value=outcomes[outcome])
         for reason, n in skipped.items():
             self.emf.add_metric(name=_SKIP_METRICS[reason], unit=MetricUnit.Count, value=n)
+        notes = (decision_notes(decisions, self.region, policy.notifications) if tell else []) + list(extra)
+        enqueue_or_log(self.queue, notes, self.logger, self.emf)
+        committed, self._committed = self._committed, []
+        for group in committed:
+            self.state.clear_outbox(group, 1)
+
+    def flush_outbox(self, group: str, state: GroupState, policy: FleetPolicy) -> None:
+        """Changes a crashed invocation committed but never audited or told: do it now (the audit key
+        and the notification ids are stable, so a repeat overwrites or folds, never doubles)."""
+        if not state.outbox:
+            return
+        self.audit.record(state.outbox, policy.audit_ttl_days)
+        enqueue_or_log(
+            self.queue, decision_notes(state.outbox, self.region, policy.notifications), self.logger, self.emf
+        )
+        self.state.clear_outbox(group, len(state.outbox))
 
 
 @dataclass(kw_only=True)
@@ -91,11 +175,11 @@ class ControlContext:
 
     fleet: FleetReader
     state: StateStore
+    docs: DocStore
     executor: Executor
     load_policy: Callable[[], FleetPolicy]
     logger: Logger
     emf: Metrics
-    outbox: NotificationQueue | None = None
     region: str = "us-east-1"
     global_dry_run: bool = False
 
@@ -103,9 +187,9 @@ class ControlContext:
         return self.global_dry_run or policy.dry_run
 
     def send(self, notes: Sequence[Notification]) -> None:
-        enqueue_or_log(self.outbox, notes, self.logger, self.emf)
+        enqueue_or_log(self.executor.queue, notes, self.logger, self.emf)
 
-    def managed(self, policy: FleetPolicy) -> list[tuple[GroupObservation, Any]]:
+    def managed(self, policy: FleetPolicy) -> list[tuple[GroupObservation, GroupSettings]]:
         """Every managed group (discovered by tag or named by a rule) with its settings."""
         found = []
         for obs in self.fleet.observe(policy.discovery, policy.explicit_groups()):
@@ -113,3 +197,12 @@ class ControlContext:
             if settings is not None:
                 found.append((obs, settings))
         return found
+
+    def states(self, groups: Sequence[GroupObservation], policy: FleetPolicy) -> dict[str, GroupState]:
+        """The groups' states, with any outbox a crashed invocation left flushed first."""
+        states = self.state.load(obs.ref.key for obs in groups)
+        for key, state in states.items():
+            if state.outbox and state.intent is None:
+                self.executor.flush_outbox(key, state, policy)
+                states[key] = state.model_copy(update={"outbox": ()})
+        return states

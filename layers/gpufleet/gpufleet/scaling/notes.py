@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from gpufleet.domain.models import Action, AlarmState, Decision, Outcome, TriggerKind
 from gpufleet.events.model import AlarmEvent
-from gpufleet.notify.model import Notification, NotificationKind, Severity, console_links, note
+from gpufleet.notify.model import Notification, NotificationKind, Severity, capacity_incident_key, console_links, note
 from gpufleet.notify.policy import NotificationPolicy
 
 _SEVERITY = {Outcome.APPLIED: Severity.INFO, Outcome.DRY_RUN: Severity.INFO, Outcome.FAILED: Severity.CRITICAL}
@@ -44,6 +44,7 @@ def decision_notes(
                 reason=d.reason,
                 facts=facts,
                 links=console_links(d.group, region, alarm),
+                incident_key=capacity_incident_key(d.owed_to or d.group),  # a fallback move is its spot group's story
             )
         )
     return out

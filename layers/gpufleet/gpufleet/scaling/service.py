@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from aws_lambda_powertools import Logger
+
 from gpufleet.aws.alarms import AlarmReader
 from gpufleet.aws.metrics import GpuMetricsReader
 from gpufleet.domain.errors import ActionFailed
@@ -32,10 +34,10 @@ from gpufleet.domain.models import (
 from gpufleet.domain.policy import FleetPolicy, GroupSettings
 from gpufleet.events import EventKind, parse_for
 from gpufleet.events.alarms import from_described_alarm
-from gpufleet.events.model import AlarmEvent, ScheduleTick
+from gpufleet.events.model import AlarmEvent, AlarmSource, ScheduleTick
 from gpufleet.scaling.core import decide_alarm, decide_reconcile, decide_request
 from gpufleet.scaling.execution import ControlContext
-from gpufleet.scaling.notes import alarm_resolved_notes, decision_notes
+from gpufleet.scaling.notes import alarm_resolved_notes
 from gpufleet.scaling.targets import resolve_alarm_target
 
 UNRESOLVED_GROUP = "unresolved"
@@ -87,51 +89,62 @@ class Scaler:
         self, decisions: Sequence[Decision], policy: FleetPolicy, trigger: AlarmEvent | ScheduleTick | None = None
     ) -> None:
         """Audit, log, count and tell on-call (changes, would-be changes, failures, an alarm back to OK)."""
-        self.ctx.executor.record(decisions, policy)
-        notes = decision_notes(decisions, self.ctx.region, policy.notifications)
+        extra = []
         if isinstance(trigger, AlarmEvent):
-            notes += alarm_resolved_notes(
-                trigger, [d for d in decisions if d.group != UNRESOLVED_GROUP and d.bounds], self.ctx.region
-            )
-        if self.ctx.outbox is not None:
-            self.ctx.send(notes)
+            told = [d for d in decisions if d.group != UNRESOLVED_GROUP and d.bounds]
+            extra = alarm_resolved_notes(trigger, told, self.ctx.region)
+        self.ctx.executor.record(decisions, policy, extra)
 
     # ---- alarm path ----
+
+    def _managed_one(self, group: GroupRef, policy: FleetPolicy) -> tuple[GroupObservation, GroupSettings] | str:
+        """The group and its settings, or why it cannot be acted on."""
+        obs = self.ctx.fleet.observe_one(group)
+        if obs is None:
+            return f"group {group.key} not found"
+        settings = policy.settings_for(obs.ref, obs.tags)
+        if settings is None:
+            tag = f"{policy.discovery.tag_key}={policy.discovery.tag_value}"
+            return f"group {obs.ref.key} is not managed (not tagged {tag} and no policy rule matches)"
+        return obs, settings
+
+    def _unconfirmed(self, alarm: AlarmEvent) -> str | None:
+        """An SNS delivery is not signed proof of anything: act only if CloudWatch still says the alarm is
+        in that state with its actions enabled (DescribeAlarms)."""
+        if alarm.source is not AlarmSource.SNS:
+            return None
+        described = self.alarms.describe(alarm.alarm_name)
+        if described is None:
+            return f"alarm {alarm.alarm_name} delivered by SNS does not exist in CloudWatch: no action"
+        if described.get("StateValue") != str(alarm.state) or not described.get("ActionsEnabled", True):
+            now_state, enabled = described.get("StateValue"), described.get("ActionsEnabled")
+            return (
+                f"alarm {alarm.alarm_name} delivered by SNS is {now_state} now (actions enabled: {enabled}): no action"
+            )
+        return None
 
     def on_alarm(self, alarm: AlarmEvent, policy: FleetPolicy, now: datetime) -> Decision:
         target = resolve_alarm_target(alarm, self.alarms.tags(alarm.alarm_arn), policy)
         trigger = Trigger(kind=TriggerKind.ALARM, name=alarm.alarm_name)
         if target.group is None or target.direction is None:
             group = target.group.key if target.group else UNRESOLVED_GROUP
+            why = f"alarm {alarm.alarm_name} ({alarm.state}): no action, {target.found_by}"
+            return _no_action(group, trigger, alarm.event_id, now, why)
+        found = self._managed_one(target.group, policy)
+        unconfirmed = self._unconfirmed(alarm) if alarm.state is AlarmState.ALARM else None
+        if isinstance(found, str) or unconfirmed:
             return _no_action(
-                group,
-                trigger,
-                alarm.event_id,
-                now,
-                f"alarm {alarm.alarm_name} ({alarm.state}): no action, {target.found_by}",
+                target.group.key, trigger, alarm.event_id, now, unconfirmed or f"alarm {alarm.alarm_name}: {found}"
             )
-        obs = self.ctx.fleet.observe_one(target.group)
-        if obs is None:
-            return _no_action(
-                target.group.key,
-                trigger,
-                alarm.event_id,
-                now,
-                f"alarm {alarm.alarm_name}: group {target.group.key} not found",
-            )
-        settings = policy.settings_for(obs.ref, obs.tags)
-        if settings is None:
-            why = (
-                f"alarm {alarm.alarm_name}: group {obs.ref.key} is not managed (not tagged "
-                f"{policy.discovery.tag_key}={policy.discovery.tag_value} and no policy rule matches)"
-            )
-            return _no_action(obs.ref.key, trigger, alarm.event_id, now, why)
-        state = self.ctx.state.load([obs.ref.key])[obs.ref.key]
+        obs, settings = found
+        state = self.ctx.states([obs], policy)[obs.ref.key]
+        resumed = self.ctx.executor.resume(obs, state, alarm.event_id, now)
+        if resumed is not None:
+            return resumed
         if alarm.state is AlarmState.ALARM and target.direction is Direction.IN:
-            obs = self.with_instance_metrics([obs], now, policy)[0]
-        decision = decide_alarm(
-            obs, settings, state, now, alarm=alarm, direction=target.direction, global_dry_run=self.ctx.dry(policy)
-        )
+            obs = with_instance_metrics(self.metrics, [obs], now, policy)[0]
+        dry = self.ctx.dry(policy)
+        decision = decide_alarm(obs, settings, state, now, alarm=alarm, direction=target.direction, global_dry_run=dry)
         decision = decision.model_copy(update={"reason": f"{decision.reason} [{target.found_by}]"})
         return self.ctx.executor.execute(decision, obs, state)
 
@@ -143,97 +156,84 @@ class Scaler:
         """A scale step asked for by another controller (the OOM guard's memory pressure), decided and
         acted on exactly like an alarm: bounds, windows, cooldowns, lease, dry-run, audit, notification."""
         policy = self.ctx.load_policy()
-        obs = self.ctx.fleet.observe_one(group)
-        settings = policy.settings_for(obs.ref, obs.tags) if obs is not None else None
-        if obs is None or settings is None:
-            decision = _no_action(group.key, trigger, event_id, now, f"{why}, but {group.key} is not a managed group")
+        found = self._managed_one(group, policy)
+        if isinstance(found, str):
+            decision = _no_action(group.key, trigger, event_id, now, f"{why}, but {found}")
         else:
-            state = self.ctx.state.load([obs.ref.key])[obs.ref.key]
-            decided = decide_request(
+            obs, settings = found
+            state = self.ctx.states([obs], policy)[obs.ref.key]
+            resumed = self.ctx.executor.resume(obs, state, event_id, now)
+            dry = self.ctx.dry(policy)
+            decision = resumed or self.ctx.executor.execute(
+                decide_request(
+                    obs,
+                    settings,
+                    state,
+                    now,
+                    event_id=event_id,
+                    direction=direction,
+                    trigger=trigger,
+                    why=why,
+                    global_dry_run=dry,
+                ),
                 obs,
-                settings,
                 state,
-                now,
-                event_id=event_id,
-                direction=direction,
-                trigger=trigger,
-                why=why,
-                global_dry_run=self.ctx.dry(policy),
             )
-            decision = self.ctx.executor.execute(decided, obs, state)
         self.finish([decision], policy)
         return decision
 
     # ---- reconcile path ----
 
     def reconcile(self, tick: ScheduleTick, policy: FleetPolicy, now: datetime) -> list[Decision]:
+        """Every managed group: finish a change left in progress, else decide (bounds and windows, alarms
+        still firing, the GPU target band) and act. One group's failure never stops the others."""
         managed = self.ctx.managed(policy)
         if not managed:
             return []
-        states = self.ctx.state.load(obs.ref.key for obs, _ in managed)
+        states = self.ctx.states([obs for obs, _ in managed], policy)
         tracked = [obs.ref for obs, s in managed if s.target.enabled]
         utils = self.metrics.group_utilization(tracked, now, policy.metric_lookback_s) if tracked else {}
-        firing = self._firing_alarms(tick, policy)
+        firing = firing_alarms(self.alarms, tick, policy, self.ctx.logger)
 
         def decide(obs: GroupObservation, settings: GroupSettings) -> Decision:
+            alarms = firing.get(obs.ref.key, ())
+            dry = self.ctx.dry(policy)
+            state = states[obs.ref.key]
             return decide_reconcile(
-                obs,
-                settings,
-                states[obs.ref.key],
-                now,
-                event_id=tick.event_id,
-                firing_alarms=firing.get(obs.ref.key, ()),
-                global_dry_run=self.ctx.dry(policy),
+                obs, settings, state, now, event_id=tick.event_id, firing_alarms=alarms, global_dry_run=dry
             )
 
         pairs = [(obs.model_copy(update={"gpu_utilization": utils.get(obs.ref.key)}), s) for obs, s in managed]
         first = [decide(obs, s) for obs, s in pairs]
         want = [i for i, d in enumerate(first) if d.needs_instance_metrics]
         if want:
-            enriched = self.with_instance_metrics([pairs[i][0] for i in want], now, policy)
+            enriched = with_instance_metrics(self.metrics, [pairs[i][0] for i in want], now, policy)
             for i, obs in zip(want, enriched, strict=True):
                 pairs[i] = (obs, pairs[i][1])
                 first[i] = decide(obs, pairs[i][1])
         return [
-            self.ctx.executor.execute(d, obs, states[obs.ref.key]) for d, (obs, _) in zip(first, pairs, strict=True)
+            self._act(d, obs, states[obs.ref.key], tick.event_id, now) for d, (obs, _) in zip(first, pairs, strict=True)
         ]
 
-    def _firing_alarms(self, tick: ScheduleTick, policy: FleetPolicy) -> dict[str, list[tuple[str, Direction]]]:
-        """Alarms still in ALARM send no new event; the tick re-raises them (cooldowns decide)."""
-        out: dict[str, list[tuple[str, Direction]]] = defaultdict(list)
-        for described in self.alarms.firing(policy.alarm_prefix):
-            alarm = from_described_alarm(described, tick)
-            target = resolve_alarm_target(alarm, self.alarms.tags(alarm.alarm_arn), policy)
-            if target.group is not None and target.direction is not None and not alarm.actions_suppressed_by:
-                out[target.group.key].append((alarm.alarm_name, target.direction))
-            else:
-                self.ctx.logger.info("firing alarm ignored", extra={"alarm": alarm.alarm_name, "why": target.found_by})
-        return out
-
-    # ---- shared ----
-
-    def with_instance_metrics(
-        self, observations: list[GroupObservation], now: datetime, policy: FleetPolicy
-    ) -> list[GroupObservation]:
-        ids = [i.instance_id for obs in observations for i in obs.instances]
-        gpu = self.metrics.instance_gpu(ids, now, policy.metric_lookback_s) if ids else {}
-
-        def enrich(inst: InstanceObservation) -> InstanceObservation:
-            util, mem = gpu.get(inst.instance_id, (None, None))
-            return inst.model_copy(update={"gpu_utilization": util, "gpu_memory_percent": mem})
-
-        return [
-            obs.model_copy(
-                update={"instances": tuple(enrich(i) for i in obs.instances), "instance_metrics_loaded": True}
+    def _act(
+        self, decision: Decision, obs: GroupObservation, state: GroupState, event_id: str, now: datetime
+    ) -> Decision:
+        """Finish a change left in progress, or carry out this decision; an error is this group's alone."""
+        try:
+            return self.ctx.executor.resume(obs, state, event_id, now) or self.ctx.executor.execute(
+                decision, obs, state
             )
-            for obs in observations
-        ]
+        except Exception as exc:
+            self.ctx.logger.exception("group failed; the others carry on", extra={"group": obs.ref.key})
+            return decision.model_copy(update={"outcome": Outcome.FAILED, "detail": f"{type(exc).__name__}: {exc}"})
 
     def execute(self, decision: Decision, obs: GroupObservation, state: GroupState, policy: FleetPolicy) -> Decision:
-        """A change decided by another controller (the spot fallback) executed and audited like the
-        scaler's own; the caller tells on-call itself."""
-        done = self.ctx.executor.execute(decision, obs, state)
-        self.ctx.executor.record([done], policy)
+        """A change decided by another controller (the spot fallback) executed, audited and told like
+        the scaler's own (a change left in progress on that group is finished first)."""
+        done = self.ctx.executor.resume(obs, state, decision.event_id, decision.at) or self.ctx.executor.execute(
+            decision, obs, state
+        )
+        self.ctx.executor.record([done], policy, tell=False)  # spot_watch tells it in the spot group's thread
         return done
 
 
@@ -249,3 +249,37 @@ def _no_action(group: str, trigger: Trigger, event_id: str, now: datetime, reaso
         at=now,
         outcome=Outcome.NOT_NEEDED,
     )
+
+
+def with_instance_metrics(
+    metrics: GpuMetricsReader, observations: list[GroupObservation], now: datetime, policy: FleetPolicy
+) -> list[GroupObservation]:
+    ids = [i.instance_id for obs in observations for i in obs.instances]
+    gpu = metrics.instance_gpu(ids, now, policy.metric_lookback_s) if ids else {}
+
+    def enrich(inst: InstanceObservation) -> InstanceObservation:
+        util, mem = gpu.get(inst.instance_id, (None, None))
+        return inst.model_copy(update={"gpu_utilization": util, "gpu_memory_percent": mem})
+
+    return [
+        obs.model_copy(update={"instances": tuple(enrich(i) for i in obs.instances), "instance_metrics_loaded": True})
+        for obs in observations
+    ]
+
+
+def firing_alarms(
+    alarms: AlarmReader, tick: ScheduleTick, policy: FleetPolicy, logger: Logger
+) -> dict[str, list[tuple[str, Direction]]]:
+    """Alarms still in ALARM send no new event; the tick re-raises them (cooldowns decide)."""
+    out: dict[str, list[tuple[str, Direction]]] = defaultdict(list)
+    for described in alarms.firing(policy.alarm_prefix):
+        alarm = from_described_alarm(described, tick)
+        target = resolve_alarm_target(alarm, alarms.tags(alarm.alarm_arn), policy)
+        if target.group is not None and target.direction is not None and not alarm.actions_suppressed_by:
+            out[target.group.key].append((alarm.alarm_name, target.direction))
+        else:
+            logger.info("firing alarm ignored", extra={"alarm": alarm.alarm_name, "why": target.found_by})
+    return out
+
+
+# ---- shared ----
