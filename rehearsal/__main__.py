@@ -4,10 +4,12 @@ scenario's expected outcomes don't happen."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 
+from rehearsal.calls import ENV_RECORD, CallRecorder
 from rehearsal.moto import moto_server
 from rehearsal.scenario import Rehearsal, write_outputs
 from rehearsal.slack import slack_receiver
@@ -21,12 +23,18 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
+    recorder = None
+    if os.environ.get(ENV_RECORD):  # the test session's IAM conformance check reads what we called
+        recorder = CallRecorder()
+        recorder.install()
     print("gpufleet rehearsal: moto server on 127.0.0.1, simulated clock from 2026-11-23 08:00 UTC")
     print("(moto doesn't evaluate alarms or run EKS: lines marked [emulated] are the harness standing in)\n")
     with moto_server(out / "moto.log") as server, slack_receiver() as slack:
         print(f"moto server: {server.url}; Slack-compatible receiver [emulated Slack]: {slack[1]}\n")
         result = Rehearsal(out, slack, minutes=args.minutes).run()
     write_outputs(result, out)
+    if recorder is not None:
+        recorder.dump(os.environ[ENV_RECORD])
     print("\nexpected outcomes:")
     for check in result.checks:
         print(f"  ok    {check}")

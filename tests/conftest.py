@@ -8,9 +8,27 @@ from pathlib import Path
 
 import pytest
 
+from rehearsal.calls import CallRecorder
 from rehearsal.moto import MotoServer, aws_environment
 
 ROOT = Path(__file__).resolve().parents[1]
+# Every AWS call the functions make in this session, for the IAM conformance test (tests/iam).
+RECORDER = CallRecorder()
+REHEARSAL_CALLS = ROOT / ".pytest-rehearsal-calls.jsonl"  # what the e2e rehearsal subprocess recorded
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    REHEARSAL_CALLS.unlink(missing_ok=True)
+    RECORDER.install()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    RECORDER.uninstall()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The IAM conformance test runs last: it evaluates the calls every other test made."""
+    items.sort(key=lambda item: "tests/iam/test_conformance.py" in str(item.fspath))
 
 
 @pytest.fixture(scope="session")

@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from rehearsal.calls import ENV_RECORD
+from tests.conftest import REHEARSAL_CALLS
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.e2e
 def test_rehearsal_meets_its_expected_outcomes(tmp_path: Path) -> None:
+    env = {**os.environ, ENV_RECORD: str(REHEARSAL_CALLS)}  # its AWS calls, for the IAM conformance test
     proc = subprocess.run(
         [sys.executable, "-m", "rehearsal", "--out", str(tmp_path)],
         cwd=ROOT,
+        env=env,
         capture_output=True,
         text=True,
         timeout=600,

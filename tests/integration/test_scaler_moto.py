@@ -94,6 +94,55 @@ def test_scale_in_terminates_only_idle_instances(gpu_fleet: Fleet) -> None:
     assert gpu_fleet.instances() == sorted([busy_a, busy_b])
 
 
+def _asg_tags(gpu_fleet: Fleet, name: str) -> dict[str, str]:
+    (group,) = gpu_fleet.clients.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[name])[
+        "AutoScalingGroups"
+    ]
+    return {t["Key"]: t["Value"] for t in group["Tags"]}
+
+
+def test_eks_scale_in_with_the_backing_asg_tagged_as_eks_tags_it(gpu_fleet: Fleet) -> None:
+    """EKS tags a node group's ASG eks:* and k8s.io/cluster-autoscaler/*, never with the node group's own
+    tags. gpufleet adopts it (adds gpufleet:managed=true, the only tag its role may add) before removing an
+    idle node through it; an untagged ASG and another node group's ASG stay untouched."""
+    backing = gpu_fleet.backing_asg
+    assert _asg_tags(gpu_fleet, backing) == fleet.eks_backing_asg_tags("ml", "infer-gpu")
+    fleet.create_asg(gpu_fleet.clients, "someone-elses", min_size=0, max_size=4, desired=1)
+    other = fleet.create_nodegroup(gpu_fleet.clients, "ml", "not-ours", min_size=1, max_size=3, desired=2, tags={})
+    dims = {"ClusterName": "ml", "NodegroupName": "infer-gpu"}
+    fleet.put_gpu_alarm(
+        gpu_fleet.clients.cloudwatch, "gpufleet-infer-gpu-low", dims, direction="in", threshold=20, evaluation_periods=1
+    )
+    busy, idle = gpu_fleet.instances(backing)
+    for minute in range(3):
+        gpu_fleet.put_instance_gpu(busy, 90, 70, NOW - timedelta(minutes=minute + 1))
+        gpu_fleet.put_instance_gpu(idle, 0, 1, NOW - timedelta(minutes=minute + 1))
+    low = event(
+        "eventbridge-alarm-eks-math.json",
+        id="eks-low",
+        resources=["arn:aws:cloudwatch:us-east-1:123456789012:alarm:gpufleet-infer-gpu-low"],
+    )
+    low["detail"]["alarmName"] = "gpufleet-infer-gpu-low"
+    (d,) = decisions(gpu_fleet.scaler().handle(low, NOW))
+    assert (d["group"], d["action"], d["outcome"], d["victims"]) == ("eks:ml/infer-gpu", "scale-in", "applied", [idle])
+    assert gpu_fleet.instances(backing) == [busy] and gpu_fleet.nodegroup_desired() == 1
+    assert _asg_tags(gpu_fleet, backing)["gpufleet:managed"] == "true"
+    assert "gpufleet:managed" not in _asg_tags(gpu_fleet, "someone-elses")
+    assert "gpufleet:managed" not in _asg_tags(gpu_fleet, other)
+
+
+def test_the_controller_refuses_to_change_a_group_without_the_managed_tag(gpu_fleet: Fleet) -> None:
+    """Defence in depth beside IAM: a policy rule may name an untagged group (observed, never changed)."""
+    fleet.create_asg(gpu_fleet.clients, "named-not-tagged", min_size=0, max_size=4, desired=1)
+    scaler = gpu_fleet.scaler(policy="groups: [{name: named-not-tagged, kind: asg, min: 2}]\n")
+    result = scaler.handle(
+        {"gpufleet": "reconcile", "execution_id": "r1", "scheduled_time": "2026-11-23T08:12:00Z"}, NOW
+    )
+    (d,) = [x for x in decisions(result) if x["group"] == "asg:named-not-tagged"]
+    assert d["action"] == "hold" and "is not tagged gpufleet:managed=true" in d["detail"]
+    assert gpu_fleet.desired("named-not-tagged") == 1
+
+
 def test_scale_in_without_gpu_metrics_terminates_nothing(gpu_fleet: Fleet) -> None:
     (d,) = decisions(gpu_fleet.scaler().handle(event("alarm-action-asg-low.json"), NOW))
     assert d["action"] == "hold" and "2 without GPU metrics" in d["reason"]
