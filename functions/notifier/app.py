@@ -12,7 +12,9 @@ from gpufleet.domain.errors import InvalidEvent
 from gpufleet.runtime import build_notifier
 
 logger = Logger(service="notifier")
-tracer = Tracer(service="notifier")
+# Only AWS calls are traced: the Slack webhook URL is the secret, and an HTTP-library patch would record it
+# (tests/integration/test_secrets_in_traces.py shows both).
+tracer = Tracer(service="notifier", patch_modules=["botocore"])
 metrics = Metrics(namespace="GPUFleet/Controller", service="notifier")
 # Failed records are reported back, also when all fail: SQS redelivers exactly those, then the DLQ.
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
