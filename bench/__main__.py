@@ -472,6 +472,15 @@ def main() -> int:
     for row in bench_guard():
         print(row, flush=True)
     print(bench_spot_sweep(), flush=True)
+    from bench.replay import bench_replay
+
+    for row in bench_replay():
+        print(row, flush=True)
+    from bench.telemetry import bench_telemetry
+
+    print("\nTelemetry cost per 8-GPU node-month (bench/telemetry.py: a simulated 30-day month, controller on moto)\n")
+    for row in bench_telemetry():
+        print(row, flush=True)
     return 0
 
 

@@ -45,12 +45,18 @@ def create_state_table(dynamodb: Any, name: str) -> None:
     )
 
 
+_IMAGES: dict[str, str] = {}  # endpoint -> a moto AMI id (moto ships the same images after every reset)
+
+
 def _launch_template(ec2: Any) -> str:
     name = "gpufleet-gpu-node"
     existing = ec2.describe_launch_templates(Filters=[{"Name": "launch-template-name", "Values": [name]}])
     if existing["LaunchTemplates"]:
         return name
-    image = ec2.describe_images()["Images"][0]["ImageId"]
+    image = _IMAGES.get(ec2.meta.endpoint_url) or _IMAGES.setdefault(
+        ec2.meta.endpoint_url,
+        ec2.describe_images()["Images"][0]["ImageId"],  # moto's list is long: read once
+    )
     ec2.create_launch_template(
         LaunchTemplateName=name, LaunchTemplateData={"ImageId": image, "InstanceType": INSTANCE_TYPE}
     )

@@ -335,9 +335,9 @@ class Rehearsal:
             identity = Identity(
                 instance_id, "us-east-1", fleet.INSTANCE_TYPE, cluster_name=ref.cluster, nodegroup_name=ref.name
             )
-        # detail=essential: the series the controller reads (moto's CloudWatch slows down with every datum)
+        # detail=adaptive: the deployed default (aggregates always, a GPU's own series only while it matters)
         publisher = Publisher(
-            SimulatedBackend(gpus=GPUS_PER_NODE), identity, Sender(self.clients.cloudwatch), detail="essential"
+            SimulatedBackend(gpus=GPUS_PER_NODE), identity, Sender(self.clients.cloudwatch), detail="adaptive"
         )
         publisher.start(xid_thread=False)
         return publisher

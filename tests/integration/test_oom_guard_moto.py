@@ -32,9 +32,8 @@ guard:
 def publish(instance_id: str, minutes: int, memory: Any, lost_at: int | None = None) -> None:
     """`minutes` of 2-GPU data ending now; memory(minute, gpu) -> percent used."""
     backend = SimulatedBackend(gpus=2)
-    pub = Publisher(
-        backend, Identity(instance_id, "us-east-1", asg_name="train-spot"), Sender(boto3.client("cloudwatch"))
-    )
+    identity = Identity(instance_id, "us-east-1", asg_name="train-spot")
+    pub = Publisher(backend, identity, Sender(boto3.client("cloudwatch")), detail="adaptive")
     pub.start(xid_thread=False)
     start = NOW - timedelta(minutes=minutes)
     for m in range(minutes):
@@ -75,8 +74,10 @@ def test_leak_and_lost_gpu_become_incidents_and_the_instance_is_replaced(gpu_fle
     g = guard(gpu_fleet, stack.queue_url)
     calls = count_calls(g.metrics.cloudwatch, g.ctx.fleet.autoscaling)
     result = g.evaluate(NOW, "tick-1")
-    assert calls["cloudwatch:ListMetrics"] == 1
-    assert calls["cloudwatch:GetMetricData"] == 2  # screening (4 GPU + 8 instance series), then detail
+    # Cheapest first: 2 series for the group, 2 per instance of a group at risk, then the suspects' GPUs
+    # (ListMetrics per suspect instance: a GPU has series of its own only while in detail).
+    assert calls["cloudwatch:ListMetrics"] == 2
+    assert calls["cloudwatch:GetMetricData"] == 3
     risky = result["at_risk"][f"{healthy_node}/gpu0"]
     assert risky.startswith("critical: ") and "full in ~3 min" in risky
     assert f"{healthy_node}/gpu1" not in result["at_risk"]
@@ -108,7 +109,8 @@ def test_the_leak_ends_and_the_incident_resolves(gpu_fleet: Fleet) -> None:
     backend_minutes = 5
     publish_later = NOW + timedelta(minutes=backend_minutes)
     pub_backend = SimulatedBackend(gpus=2)
-    pub = Publisher(pub_backend, Identity(node, "us-east-1", asg_name="train-spot"), Sender(boto3.client("cloudwatch")))
+    identity = Identity(node, "us-east-1", asg_name="train-spot")
+    pub = Publisher(pub_backend, identity, Sender(boto3.client("cloudwatch")), detail="adaptive")
     pub.start(xid_thread=False)
     for m in range(backend_minutes):
         pub_backend.set(0, 0, 5)
@@ -126,7 +128,7 @@ def test_group_memory_pressure_scales_out_through_the_scaler(gpu_fleet: Fleet) -
     for node in gpu_fleet.instances():
         publish(node, 10, lambda m, g: 93)  # every GPU above WARNING
     result = guard(gpu_fleet, stack.queue_url, pressure=True).evaluate(NOW, "tick-1")
-    assert result["pressure"] == {"asg:train-spot": "memory pressure: 4 of 4 GPUs at risk of running out of memory"}
+    assert result["pressure"] == {"asg:train-spot": "memory pressure: 2 of 2 instances have a GPU at risk of running out of memory"}
     assert gpu_fleet.desired() == 3  # one step, the scaler's bounds and cooldowns applied
     kinds = {n.kind for n in queued(stack.queue_url)}
     assert kinds == {"oom", "scaling"}

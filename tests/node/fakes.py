@@ -2,23 +2,35 @@
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 
 class FakeCloudWatch:
-    """Records PutMetricData calls; fails the next `fail_next` calls like an unreachable endpoint."""
+    """Records PutMetricData calls; fails the next `fail_next` calls like an unreachable endpoint; refuses
+    calls that `refuse` picks like CloudWatch refuses bad content (a 400 ClientError, as botocore raises);
+    `delay_s` makes every call hang that long first (a slow network)."""
 
-    def __init__(self, fail_next: int = 0) -> None:
+    def __init__(
+        self, fail_next: int = 0, refuse: Optional[Callable[[List[Dict[str, Any]]], Optional[str]]] = None
+    ) -> None:
         self.calls: List[Dict[str, Any]] = []
         self.fail_next = fail_next
+        self.refuse = refuse
+        self.delay_s = 0.0
         self.attempts = 0
 
     def put_metric_data(self, Namespace: str, MetricData: List[Dict[str, Any]]) -> Dict[str, Any]:
         self.attempts += 1
+        if self.delay_s:
+            time.sleep(self.delay_s)
         if self.fail_next > 0:
             self.fail_next -= 1
             raise ConnectionError("Could not connect to the endpoint URL")
+        code = self.refuse(MetricData) if self.refuse else None
+        if code:
+            raise client_error(code, 403 if code == "AccessDenied" else 400)
         self.calls.append({"Namespace": Namespace, "MetricData": MetricData})
         return {}
 
@@ -27,13 +39,26 @@ class FakeCloudWatch:
         return [d for d in out if name is None or d["MetricName"] == name]
 
 
+def client_error(code: str, status: int) -> Exception:
+    from botocore.exceptions import ClientError
+
+    return ClientError(
+        {"Error": {"Code": code, "Message": "refused by the fake"}, "ResponseMetadata": {"HTTPStatusCode": status}},
+        "PutMetricData",
+    )
+
+
 class FakeEc2:
-    def __init__(self, tags: Dict[str, str]) -> None:
+    def __init__(self, tags: Dict[str, str], fail_next: int = 0) -> None:
         self.tags = tags
         self.calls = 0
+        self.fail_next = fail_next
 
     def describe_tags(self, Filters: List[Dict[str, Any]]) -> Dict[str, Any]:
         self.calls += 1
+        if self.fail_next > 0:
+            self.fail_next -= 1
+            raise ConnectionError("Could not connect to the endpoint URL: ec2")
         wanted = next(f["Values"] for f in Filters if f["Name"] == "key")
         return {"Tags": [{"Key": k, "Value": v} for k, v in self.tags.items() if k in wanted]}
 
@@ -43,9 +68,15 @@ class FakeImds:
 
     TOKEN = "fake-imds-token"
 
-    def __init__(self, metadata: Dict[str, str], instance_tags: Optional[Dict[str, str]] = None) -> None:
+    def __init__(
+        self,
+        metadata: Dict[str, str],
+        instance_tags: Optional[Dict[str, str]] = None,
+        errors: Optional[Dict[str, int]] = None,
+    ) -> None:
         self.metadata = metadata
         self.instance_tags = instance_tags  # None: instance metadata tags not enabled
+        self.errors = errors or {}  # path -> HTTP status answered instead (e.g. 500)
         self.requests: List[str] = []
         self.unauthorized = 0
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -88,6 +119,8 @@ class FakeImds:
                 if self.headers.get("X-aws-ec2-metadata-token") != imds.TOKEN:
                     imds.unauthorized += 1
                     return self._send(401, "")
+                if self.path in imds.errors:
+                    return self._send(imds.errors[self.path], "internal error")
                 prefix = "/latest/meta-data/tags/instance"
                 if self.path.startswith(prefix):
                     if imds.instance_tags is None:

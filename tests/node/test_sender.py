@@ -2,6 +2,7 @@
 
 import logging
 import random
+import time
 from datetime import datetime, timedelta, timezone
 
 from fakes import FakeCloudWatch
@@ -66,3 +67,49 @@ def test_never_more_than_1000_datums_per_call():
     sender.flush(T0 + timedelta(hours=1))
     assert all(len(c["MetricData"]) <= MAX_DATUMS_PER_CALL for c in cw.calls)
     assert len(cw.datums()) == 2000
+
+
+def test_a_refused_window_is_dropped_alone_and_the_windows_behind_it_still_go(caplog):
+    bad = T0 + timedelta(minutes=1)
+    cw = FakeCloudWatch(
+        fail_next=2,  # a short outage first, so the refused window sits in a batch with good ones
+        refuse=lambda data: "InvalidParameterValue" if any(d["Timestamp"] == bad for d in data) else None,
+    )
+    sender = Sender(cw, rng=random.Random(4))
+    with caplog.at_level(logging.WARNING, logger="gpufleet.publisher"):
+        for minute in range(10):
+            sender.enqueue(*window(minute))
+            sender.flush(T0 + timedelta(minutes=minute, seconds=1))
+    stamps = sorted({d["Timestamp"] for d in cw.datums()})
+    assert stamps == [T0 + timedelta(minutes=m) for m in range(10) if m != 1]
+    assert sender.rejected_windows == 1 and not sender.buffer and sender.next_attempt is None
+    assert cw.attempts < 20  # no retrying of what can never succeed
+    assert "refused the metrics of 2026-11-23T08:01:00+00:00 (3 datums)" in caplog.text
+    assert "InvalidParameterValue" in caplog.text
+
+
+def test_access_denied_and_throttling_are_retried_not_dropped():
+    answers = ["AccessDenied", "Throttling"]
+    cw = FakeCloudWatch(refuse=lambda data: answers.pop(0) if answers else None)
+    sender = Sender(cw, rng=random.Random(5))
+    for minute in range(10):
+        sender.enqueue(*window(minute))
+        sender.flush(T0 + timedelta(minutes=minute, seconds=1))
+    assert sender.rejected_windows == 0 and not sender.buffer
+    assert len({d["Timestamp"] for d in cw.datums()}) == 10
+
+
+def test_the_sending_thread_sends_what_is_submitted_without_the_caller_waiting():
+    cw = FakeCloudWatch()
+    cw.delay_s = 0.5
+    sender = Sender(cw)
+    sender.start_background(lambda: T0 + timedelta(minutes=1), poll_s=0.05)
+    started = time.monotonic()
+    sender.submit(*window(0), now=T0 + timedelta(minutes=1))
+    assert time.monotonic() - started < 0.2  # the network's 0.5 s are the thread's business
+    deadline = time.monotonic() + 5
+    while not cw.calls and time.monotonic() < deadline:
+        time.sleep(0.02)
+    sender.submit(*window(1), now=T0 + timedelta(minutes=2))
+    sender.stop_background(T0 + timedelta(minutes=2))
+    assert len({d["Timestamp"] for d in cw.datums()}) == 2 and not sender.buffer

@@ -1,8 +1,8 @@
 """`python -m gpufleet_node`: the on-node GPU metric publisher (systemd service gpufleet-publisher).
 
-Exit codes: 0 stopped normally; 2 bad configuration; 3 no NVML library or driver (a clear one-line
-message; systemd restarts with backoff, e.g. while the driver is still loading at boot); 4 no
-instance identity (IMDS unreachable).
+Exit codes: 0 stopped normally; 2 bad configuration (one line naming the field and the value); 3 no
+NVML library or driver (a clear one-line message; systemd restarts with backoff, e.g. while the driver
+is still loading at boot); 4 no instance identity (IMDS unreachable).
 """
 
 import argparse
@@ -10,10 +10,10 @@ import logging
 import signal
 import sys
 from datetime import timedelta
-from typing import List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from gpufleet_node import config as config_mod
-from gpufleet_node.identity import IdentityUnavailable, Imds, discover
+from gpufleet_node.identity import IdentityUnavailable, Imds, TagReader, TagRefresher, discover
 from gpufleet_node.nvml import NvmlBackend, NvmlUnavailable
 from gpufleet_node.publisher import Publisher
 from gpufleet_node.sender import Sender, cloudwatch_client
@@ -36,7 +36,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except config_mod.ConfigError as exc:
         print("gpufleet-publisher: %s" % exc, file=sys.stderr)
         return EXIT_CONFIG
-    logging.getLogger().setLevel(str(cfg["log_level"]).upper())
+    logging.getLogger().setLevel(cfg["log_level"])
     try:
         backend = NvmlBackend()
         backend.init()  # fail fast, before talking to IMDS or AWS
@@ -44,14 +44,24 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("gpufleet-publisher: no NVIDIA driver/NVML on this machine: %s" % exc, file=sys.stderr)
         return EXIT_NO_NVML
     try:
-        identity = discover(
-            Imds(cfg["imds_url"]),
-            lambda region: _ec2(cfg["region"] or region, cfg["endpoint_url"]),
-            cfg["identity_cache"],
-        )
+        publisher, refresher = build(cfg, backend)
     except IdentityUnavailable as exc:
         print("gpufleet-publisher: %s" % exc, file=sys.stderr)
         return EXIT_NO_IDENTITY
+    publisher.start()
+    refresher.start()
+    signal.signal(signal.SIGTERM, lambda *_: publisher.stop())
+    signal.signal(signal.SIGINT, lambda *_: publisher.stop())
+    publisher.run(sample_interval_s=float(cfg["sample_interval_s"]))
+    refresher.stop()
+    backend.shutdown()
+    return EXIT_OK
+
+
+def build(cfg: Dict[str, Any], backend: Any) -> Tuple[Publisher, TagRefresher]:
+    """The publisher and its tag refresher from a validated config (raises IdentityUnavailable)."""
+    imds = Imds(cfg["imds_url"])
+    identity = discover(imds, lambda region: _ec2(cfg["region"] or region, cfg["endpoint_url"]), cfg["identity_cache"])
     sender = Sender(
         cloudwatch_client(cfg["region"] or identity.region, cfg["endpoint_url"]),
         max_buffer_age=timedelta(seconds=cfg["buffer_max_age_s"]),
@@ -63,13 +73,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         window_s=cfg["window_s"],
         high_resolution=cfg["high_resolution"],
         detail=cfg["detail"],
+        detail_gpus=cfg["detail_gpus"],
+        memory_on_percent=float(cfg["detail_memory_on_percent"]),
+        memory_off_percent=float(cfg["detail_memory_off_percent"]),
     )
-    publisher.start()
-    signal.signal(signal.SIGTERM, lambda *_: publisher.stop())
-    signal.signal(signal.SIGINT, lambda *_: publisher.stop())
-    publisher.run(sample_interval_s=float(cfg["sample_interval_s"]))
-    backend.shutdown()
-    return EXIT_OK
+    reader = TagReader(imds, lambda: _ec2(cfg["region"] or identity.region, cfg["endpoint_url"]), identity.instance_id)
+    refresher = TagRefresher(
+        reader, identity, publisher.set_identity, cfg["identity_cache"], every_s=float(cfg["tag_refresh_s"])
+    )
+    return publisher, refresher
 
 
 def _ec2(region: str, endpoint_url: Optional[str]):  # type: ignore[no-untyped-def]

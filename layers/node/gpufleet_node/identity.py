@@ -1,14 +1,23 @@
-"""Who this node is: instance id and region from IMDSv2, its group from the instance's tags. Cached.
+"""Who this node is: instance id and region from IMDSv2, its group (and detail switch) from the instance's
+tags. Cached, but only once the tags were actually read.
 
 IMDSv2 only (a session token on every request; no IMDSv1 fallback). Tags come from instance metadata
 tags when the launch template enables them, else from ec2:DescribeTags. ASG members carry
-`aws:autoscaling:groupName`; EKS managed node group members `eks:cluster-name` and `eks:nodegroup-name`.
+`aws:autoscaling:groupName`; EKS managed node group members `eks:cluster-name` and `eks:nodegroup-name`;
+`gpufleet:detail=on` switches per-GPU detail on for the instance.
+
+A tag lookup that fails (no network yet at boot, IAM not yet propagated, an IMDS 500) is retried, and
+the identity is not cached without its group: otherwise one bad minute at first boot would keep the node
+out of its group's series for the instance's whole life. `TagRefresher` keeps retrying in the background
+and re-reads the tags now and then, so `gpufleet:detail` can be switched on a running instance.
 Python >= 3.9.
 """
 
 import json
 import logging
 import os
+import threading
+import time
 import urllib.error
 import urllib.request
 from typing import Any, Callable, Dict, Optional
@@ -23,6 +32,9 @@ TAG_ASG = "aws:autoscaling:groupName"
 TAG_EKS_CLUSTER = "eks:cluster-name"
 TAG_EKS_NODEGROUP = "eks:nodegroup-name"
 GROUP_TAGS = (TAG_ASG, TAG_EKS_CLUSTER, TAG_EKS_NODEGROUP)
+TAGS_READ = (*GROUP_TAGS, schema.TAG_DETAIL)
+CACHE_VERSION = 2  # version 1 files could hold an identity whose tag lookup had failed: read again
+TAG_ATTEMPTS = 3
 
 
 class IdentityUnavailable(RuntimeError):
@@ -30,7 +42,16 @@ class IdentityUnavailable(RuntimeError):
 
 
 class Identity:
-    __slots__ = ("asg_name", "cluster_name", "instance_id", "instance_type", "nodegroup_name", "region")
+    __slots__ = (
+        "asg_name",
+        "cluster_name",
+        "detail",
+        "instance_id",
+        "instance_type",
+        "nodegroup_name",
+        "region",
+        "tags_known",
+    )
 
     def __init__(
         self,
@@ -40,6 +61,8 @@ class Identity:
         asg_name: Optional[str] = None,
         cluster_name: Optional[str] = None,
         nodegroup_name: Optional[str] = None,
+        detail: Optional[str] = None,
+        tags_known: bool = True,
     ) -> None:
         self.instance_id = instance_id
         self.region = region
@@ -47,6 +70,8 @@ class Identity:
         self.asg_name = asg_name
         self.cluster_name = cluster_name
         self.nodegroup_name = nodegroup_name
+        self.detail = detail  # the gpufleet:detail tag's value
+        self.tags_known = tags_known  # False: the tag lookup failed, group and detail are unknown yet
 
     def group_dimensions(self) -> Optional[Dict[str, str]]:
         """EKS node group when the node belongs to one (its ASG is an implementation detail), else its ASG."""
@@ -56,20 +81,36 @@ class Identity:
             return schema.group_dimensions(asg_name=self.asg_name)
         return None
 
+    def detail_on(self) -> bool:
+        return (self.detail or "").strip().lower() in schema.TAG_DETAIL_ON_VALUES
+
+    def with_tags(self, tags: Dict[str, str]) -> "Identity":
+        return Identity(
+            self.instance_id,
+            self.region,
+            self.instance_type,
+            asg_name=tags.get(TAG_ASG),
+            cluster_name=tags.get(TAG_EKS_CLUSTER),
+            nodegroup_name=tags.get(TAG_EKS_NODEGROUP),
+            detail=tags.get(schema.TAG_DETAIL),
+        )
+
     def to_json(self) -> Dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}
 
     @classmethod
     def from_json(cls, doc: Dict[str, Any]) -> "Identity":
-        return cls(**{k: doc.get(k) for k in cls.__slots__})  # type: ignore[arg-type]
+        known = {k: doc.get(k) for k in cls.__slots__ if k != "tags_known"}
+        return cls(tags_known=bool(doc.get("tags_known", True)), **known)  # type: ignore[arg-type]
 
 
 class Imds:
     """A minimal IMDSv2 client (stdlib only: it must work before anything else is configured)."""
 
-    def __init__(self, base_url: str = IMDS_URL, timeout_s: float = 2.0) -> None:
+    def __init__(self, base_url: str = IMDS_URL, timeout_s: float = 2.0, retry_pause_s: float = 0.2) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
+        self.retry_pause_s = retry_pause_s
         self._token: Optional[str] = None
 
     def _token_header(self) -> Dict[str, str]:
@@ -84,8 +125,9 @@ class Imds:
         return {"X-aws-ec2-metadata-token": self._token}
 
     def get(self, path: str) -> Optional[str]:
-        """The value at `path`, or None when it does not exist (404)."""
-        for attempt in (1, 2):
+        """The value at `path`, or None when it does not exist (404). An expired token is renewed once; a
+        5xx is retried twice; anything else raises (urllib.error.URLError, an OSError)."""
+        for attempt in (1, 2, 3):
             req = urllib.request.Request(self.base_url + path, headers=self._token_header())
             try:
                 with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
@@ -96,19 +138,26 @@ class Imds:
                 if exc.code == 401 and attempt == 1:  # token expired: fetch a new one once
                     self._token = None
                     continue
+                if exc.code >= 500 and attempt < 3:
+                    time.sleep(self.retry_pause_s)
+                    continue
                 raise
         return None
 
 
-def discover(imds: Imds, ec2_client_factory: Callable[[str], Any], cache_path: Optional[str] = None) -> Identity:
-    """IMDS for the instance, tags for the group; written to `cache_path` and read from it next time
-    (instance identity does not change while the instance lives)."""
-    if cache_path and os.path.exists(cache_path):
-        try:
-            with open(cache_path) as f:
-                return Identity.from_json(json.load(f))
-        except (OSError, ValueError, TypeError):
-            log.warning("identity cache %s unreadable; asking IMDS again", cache_path)
+def discover(
+    imds: Imds,
+    ec2_client_factory: Callable[[str], Any],
+    cache_path: Optional[str] = None,
+    attempts: int = TAG_ATTEMPTS,
+    pause_s: float = 1.0,
+) -> Identity:
+    """IMDS for the instance, tags for the group; written to `cache_path` once the tags were read, and
+    read from it next time (instance identity does not change while the instance lives). When every tag
+    lookup fails, the identity comes back with `tags_known=False` and is not cached."""
+    cached = _read_cache(cache_path)
+    if cached is not None:
+        return cached
     try:
         instance_id = imds.get("/latest/meta-data/instance-id")
         region = imds.get("/latest/meta-data/placement/region")
@@ -117,54 +166,143 @@ def discover(imds: Imds, ec2_client_factory: Callable[[str], Any], cache_path: O
         raise IdentityUnavailable("instance metadata (IMDSv2) unreachable: %s" % exc) from None
     if not instance_id or not region:
         raise IdentityUnavailable("instance metadata has no instance-id/region")
-    tags = _tags_from_imds(imds)
-    if tags is None:
-        tags = _tags_from_ec2(ec2_client_factory(region), instance_id)
-    identity = Identity(
-        instance_id,
-        region,
-        instance_type,
-        asg_name=tags.get(TAG_ASG),
-        cluster_name=tags.get(TAG_EKS_CLUSTER),
-        nodegroup_name=tags.get(TAG_EKS_NODEGROUP),
-    )
-    if cache_path:
-        try:
-            os.makedirs(os.path.dirname(cache_path) or ".", exist_ok=True)
-            with open(cache_path, "w") as f:
-                json.dump(identity.to_json(), f)
-        except OSError as exc:
-            log.warning("could not cache identity in %s: %s", cache_path, exc)
+    identity = Identity(instance_id, region, instance_type, tags_known=False)
+    reader = TagReader(imds, lambda: ec2_client_factory(region), instance_id)
+    for attempt in range(attempts):
+        tags = reader.read()
+        if tags is not None:
+            identity = identity.with_tags(tags)
+            write_cache(cache_path, identity)
+            return identity
+        if attempt + 1 < attempts:
+            time.sleep(pause_s * 2**attempt)
+    log.warning("instance tags unreadable; publishing without group dimensions until they can be read")
     return identity
 
 
-def _tags_from_imds(imds: Imds) -> Optional[Dict[str, str]]:
-    """None when instance metadata tags are not enabled for this instance."""
+def _read_cache(cache_path: Optional[str]) -> Optional[Identity]:
+    if not cache_path or not os.path.exists(cache_path):
+        return None
     try:
-        listing = imds.get("/latest/meta-data/tags/instance")
-    except (OSError, urllib.error.URLError):
-        return None
-    if listing is None:
-        return None
-    keys = set(listing.split())
-    tags = {}
-    for key in GROUP_TAGS:
-        if key in keys:
-            value = imds.get("/latest/meta-data/tags/instance/" + key)
-            if value is not None:
-                tags[key] = value
-    return tags
+        with open(cache_path) as f:
+            doc = json.load(f)
+        if isinstance(doc, dict) and doc.get("version") == CACHE_VERSION and doc.get("tags_known", True):
+            return Identity.from_json(doc)
+        log.info("identity cache %s is from an older version; asking IMDS again", cache_path)
+    except (OSError, ValueError, TypeError):
+        log.warning("identity cache %s unreadable; asking IMDS again", cache_path)
+    return None
 
 
-def _tags_from_ec2(ec2: Any, instance_id: str) -> Dict[str, str]:
+def write_cache(cache_path: Optional[str], identity: Identity) -> None:
+    if not cache_path or not identity.tags_known:
+        return
     try:
-        resp = ec2.describe_tags(
-            Filters=[
-                {"Name": "resource-id", "Values": [instance_id]},
-                {"Name": "key", "Values": list(GROUP_TAGS)},
-            ]
-        )
-    except Exception as exc:  # no permission or no network: publish without group dimensions
-        log.warning("ec2:DescribeTags failed, publishing without group dimensions: %s", exc)
-        return {}
-    return {t["Key"]: t["Value"] for t in resp.get("Tags", [])}
+        os.makedirs(os.path.dirname(cache_path) or ".", exist_ok=True)
+        with open(cache_path, "w") as f:
+            json.dump(dict(identity.to_json(), version=CACHE_VERSION), f)
+    except OSError as exc:
+        log.warning("could not cache identity in %s: %s", cache_path, exc)
+
+
+class TagReader:
+    """The instance's tags: instance metadata tags when enabled, else ec2:DescribeTags. None when
+    neither answered (a failure, as opposed to an instance without those tags)."""
+
+    def __init__(self, imds: Imds, ec2_factory: Callable[[], Any], instance_id: str) -> None:
+        self.imds = imds
+        self.ec2_factory = ec2_factory
+        self.instance_id = instance_id
+        self._ec2: Any = None
+
+    def read(self) -> Optional[Dict[str, str]]:
+        tags = self._from_imds()
+        return tags if tags is not None else self._from_ec2()
+
+    def _from_imds(self) -> Optional[Dict[str, str]]:
+        """None when instance metadata tags are not enabled for this instance, or IMDS failed."""
+        try:
+            listing = self.imds.get("/latest/meta-data/tags/instance")
+            if listing is None:
+                return None
+            keys = set(listing.split())
+            tags = {}
+            for key in TAGS_READ:
+                if key in keys:
+                    value = self.imds.get("/latest/meta-data/tags/instance/" + key)
+                    if value is not None:
+                        tags[key] = value
+            return tags
+        except (OSError, urllib.error.URLError) as exc:
+            log.warning("instance metadata tags unreadable (%s); trying ec2:DescribeTags", exc)
+            return None
+
+    def _from_ec2(self) -> Optional[Dict[str, str]]:
+        try:
+            if self._ec2 is None:
+                self._ec2 = self.ec2_factory()
+            resp = self._ec2.describe_tags(
+                Filters=[
+                    {"Name": "resource-id", "Values": [self.instance_id]},
+                    {"Name": "key", "Values": list(TAGS_READ)},
+                ]
+            )
+        except Exception as exc:  # no permission or no network yet: unknown, asked again later
+            log.warning("ec2:DescribeTags failed: %s", exc)
+            return None
+        return {t["Key"]: t["Value"] for t in resp.get("Tags", [])}
+
+
+class TagRefresher:
+    """Reads the tags again in the background: every `retry_s` (doubling up to `every_s`) while they are
+    unknown, then every `every_s` so a `gpufleet:detail` change reaches a running publisher. Calls
+    `on_change` with the new identity and caches it."""
+
+    def __init__(
+        self,
+        reader: TagReader,
+        identity: Identity,
+        on_change: Callable[[Identity], None],
+        cache_path: Optional[str] = None,
+        every_s: float = 600.0,
+        retry_s: float = 30.0,
+    ) -> None:
+        self.reader = reader
+        self.identity = identity
+        self.on_change = on_change
+        self.cache_path = cache_path
+        self.every_s = every_s
+        self.retry_s = retry_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="instance-tags", daemon=True)
+
+    def refresh(self) -> bool:
+        """One lookup; True when the tags were read (changed or not)."""
+        tags = self.reader.read()
+        if tags is None:
+            return False
+        new = self.identity.with_tags(tags)
+        if new.to_json() != self.identity.to_json():
+            self.identity = new
+            write_cache(self.cache_path, new)
+            self.on_change(new)
+        return True
+
+    def start(self) -> None:
+        if self.every_s > 0 or not self.identity.tags_known:
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        delay = self.every_s if self.identity.tags_known else self.retry_s
+        while not self._stop.wait(delay):
+            try:
+                ok = self.refresh()
+            except Exception:  # never let a surprise end the retries
+                log.exception("reading instance tags failed")
+                ok = False
+            if ok and self.every_s <= 0:
+                return
+            delay = self.every_s if ok else min(delay * 2, self.every_s if self.every_s > 0 else 900.0)

@@ -286,8 +286,12 @@ class SimulatedBackend:
     def driver_version(self) -> str:
         return "simulated"
 
-    def set(self, index: int, utilization: float, memory_percent: float) -> None:
-        self.values[index] = {"utilization": utilization, "memory_percent": memory_percent}
+    def set(self, index: int, utilization: float, memory_percent: float, throttle_reasons: int = 0) -> None:
+        self.values[index] = {
+            "utilization": utilization,
+            "memory_percent": memory_percent,
+            "throttle_reasons": throttle_reasons,
+        }
 
     def sample(self, index: int) -> GpuSample:
         if index in self.lost:
@@ -306,7 +310,7 @@ class SimulatedBackend:
             power_limit_w=self.power_limit_w,
             temperature_c=35.0 + util * 0.4,
             memory_temperature_c=40.0 + util * 0.4,
-            throttle_reasons=0,
+            throttle_reasons=int(v.get("throttle_reasons", 0)),
             ecc_double_bit_total=0,
             remapped_uncorrectable_total=0,
             process_count=1 if used > 500 else 0,

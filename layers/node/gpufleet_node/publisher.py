@@ -1,8 +1,10 @@
-"""The publisher loop: sample every GPU each second, close a window each minute, send it.
+"""The publisher loop: sample every GPU each second, close a window each minute, hand it to the sender.
 
-`Publisher.step(now)` does one sampling round and, at a window boundary, closes and flushes the
-window; `run()` calls it on the wall clock until stopped. Tests and the rehearsal drive `step` with a
-simulated clock. XID events are counted by a background thread into the current window.
+`Publisher.step(now)` does one sampling round and, at a window boundary, closes the window and submits
+it; `run()` calls it on the wall clock until stopped, with the sender on a thread of its own so the
+network never delays a sample. Tests, the rehearsal and the benchmarks drive `step` with a simulated
+clock (windows are then sent inline). XID events are counted by a background thread into the current
+window. In `detail: adaptive` a `DetailSelector` decides at each close which GPUs send their own series.
 Python >= 3.9.
 """
 
@@ -10,14 +12,31 @@ import logging
 import threading
 import time
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from gpufleet_node import schema
-from gpufleet_node.aggregate import GpuCounters, Scopes, Window, add_sample
+from gpufleet_node.aggregate import GpuCounters, Scopes, Window, add_high_resolution, add_sample
+from gpufleet_node.detail import DetailSelector
 from gpufleet_node.identity import Identity
 from gpufleet_node.sender import Sender
 
 log = logging.getLogger("gpufleet.publisher")
+
+DETAIL_GPUS = ("auto", "always")
+# What a window aggregates in adaptive mode: everything it may send, nothing else (less work per sample).
+_ADAPTIVE_ONLY = schema.ADAPTIVE_INSTANCE_METRICS + schema.DETAIL_GPU_METRICS + schema.EVENT_COUNTERS
+
+
+_AGGREGATED = {schema.DETAIL_ESSENTIAL: schema.ESSENTIAL_METRICS, schema.DETAIL_ADAPTIVE: _ADAPTIVE_ONLY}
+
+
+def _check(detail: str, detail_gpus: str, sender: Sender, window_s: int) -> None:
+    if detail not in schema.DETAIL_MODES:
+        raise ValueError("detail must be one of %s" % ", ".join(schema.DETAIL_MODES))
+    if detail_gpus not in DETAIL_GPUS:
+        raise ValueError("detail_gpus must be 'auto' or 'always'")
+    if sender.max_buffer_age <= timedelta(seconds=window_s):
+        raise ValueError("the sender's buffer must keep windows longer than one window, or none is ever sent")
 
 
 def utcnow() -> datetime:
@@ -30,6 +49,10 @@ def window_start(now: datetime, length_s: int) -> datetime:
 
 
 class Publisher:
+    """One node's publisher. The library default for `detail` stays "full" (what the rehearsal and the
+    controller's integration tests were written against); the service's default comes from the config
+    file, where it is "adaptive" (schema.DEFAULT_DETAIL)."""
+
     def __init__(
         self,
         backend: Any,
@@ -38,18 +61,27 @@ class Publisher:
         window_s: int = 60,
         high_resolution: bool = False,
         high_resolution_sender: Optional[Sender] = None,
-        detail: str = "full",
+        detail: str = schema.DETAIL_FULL,
+        detail_gpus: str = "auto",
+        memory_on_percent: float = schema.DETAIL_MEMORY_ON_PERCENT,
+        memory_off_percent: float = schema.DETAIL_MEMORY_OFF_PERCENT,
     ) -> None:
-        if detail not in ("full", "essential"):
-            raise ValueError("detail must be 'full' or 'essential'")
-        self.only = schema.ESSENTIAL_METRICS if detail == "essential" else None
+        _check(detail, detail_gpus, sender, window_s)
+        self.detail = detail
+        self.detail_gpus = detail_gpus
+        self.only = _AGGREGATED.get(detail)
         self.backend = backend
         self.identity = identity
         self.sender = sender
         self.window_s = window_s
         self.high_resolution = high_resolution
         self.hr_sender = high_resolution_sender or sender
-        self.scopes = Scopes(identity.instance_id, identity.group_dimensions())
+        self.scopes = Scopes(identity.instance_id, identity.group_dimensions(), detail)
+        self.selector: Optional[DetailSelector] = None
+        if detail == schema.DETAIL_ADAPTIVE:
+            self.selector = DetailSelector(
+                self.scopes, memory_on_percent, memory_off_percent, always=self._detail_always(identity)
+            )
         self.counters = GpuCounters()
         self.gpus = 0
         self.window: Optional[Window] = None
@@ -58,71 +90,92 @@ class Publisher:
         self._stop = threading.Event()
         self._xid_thread: Optional[threading.Thread] = None
         self.xid_count = 0
-        self._pending_xids: Dict[int, int] = {}
+        self._pending_xids: Dict[int, List[int]] = {}
+
+    def _detail_always(self, identity: Identity) -> bool:
+        return self.detail_gpus == "always" or identity.detail_on()
 
     def start(self, xid_thread: bool = True) -> int:
         """Initialise NVML (raises NvmlUnavailable) and the XID listener."""
         self.gpus = self.backend.init()
         log.info(
-            "publishing %d GPU(s) of %s (%s) as %s, driver %s",
+            "publishing %d GPU(s) of %s (%s) as %s, driver %s, detail %s",
             self.gpus,
             self.identity.instance_id,
             self.identity.instance_type or "?",
             self.identity.group_dimensions() or "no group",
             self.backend.driver_version(),
+            self.detail,
         )
         if xid_thread and self.backend.open_events():
             self._xid_thread = threading.Thread(target=self._listen_xids, name="nvml-xid", daemon=True)
             self._xid_thread.start()
         return self.gpus
 
+    def set_identity(self, identity: Identity) -> None:
+        """New tags (the group found after a failed lookup, detail switched on or off): applies from the
+        next sample on."""
+        with self._lock:
+            self.identity = identity
+            self.scopes = Scopes(identity.instance_id, identity.group_dimensions(), self.detail)
+            if self.selector is not None:
+                self.selector.scopes = self.scopes
+                self.selector.always = self._detail_always(identity)
+        log.info("identity now %s, detail tag %s", identity.group_dimensions() or "no group", identity.detail)
+
     def _new_window(self, start: datetime, resolution: int = 60) -> Window:
         w = Window(start, storage_resolution=resolution, only=self.only if resolution == 60 else None)
         if resolution == 60:
-            for i in range(self.gpus):  # explicit zeros, so an XID alarm has data to evaluate
-                pending = self._pending_xids.pop(i, 0)
-                w.count(schema.GPU_XID_ERRORS, self.scopes.for_metric(schema.GPU_XID_ERRORS, i), float(pending))
+            for i in range(self.gpus):  # explicit zeros, so an XID alarm has data to evaluate (full/essential)
+                codes = self._pending_xids.pop(i, [])
+                w.count(schema.GPU_XID_ERRORS, self.scopes.for_metric(schema.GPU_XID_ERRORS, i), float(len(codes)))
+                critical = sum(code in schema.CRITICAL_XIDS for code in codes)
+                if critical:
+                    w.count(schema.GPU_HEALTH_EVENTS, self.scopes.summary(), float(critical))
+                    w.critical_xid_gpus.add(i)
             w.count(schema.NVML_UP, [self.scopes.instance], 1.0)
         return w
 
     # ---- one round ----
 
     def step(self, now: datetime) -> None:
-        """Sample every GPU once at `now`; close and send windows whose time is up."""
-        start = window_start(now, self.window_s)
+        """Sample every GPU once at `now`; close and submit windows whose time is up (outside the lock:
+        the XID thread never waits for a send)."""
         with self._lock:
-            if self.window is not None and self.window.start != start:
-                self._close(self.window, self.sender, now)
-                self.window = None
-            if self.window is None:
-                self.window = self._new_window(start)
-            if self.high_resolution:
-                hr_start = window_start(now, 10)
-                if self.hr_window is not None and self.hr_window.start != hr_start:
-                    self._close(self.hr_window, self.hr_sender, now)
-                    self.hr_window = None
-                if self.hr_window is None:
-                    self.hr_window = self._new_window(hr_start, resolution=1)
+            closed = self._roll(now)
+        self._submit(closed, now)
         for index in range(self.gpus):
             sample = self.backend.sample(index)
             with self._lock:
-                add_sample(self.window, self.scopes, index, sample, self.counters)
+                add_sample(self.window, self.scopes, index, sample, self.counters)  # type: ignore[arg-type]
                 if self.hr_window is not None:
-                    self._observe_high_resolution(self.hr_window, index, sample)
+                    add_high_resolution(self.hr_window, self.scopes, index, sample)
 
-    def _observe_high_resolution(self, window: Window, index: int, sample: Any) -> None:
-        if sample.lost:
-            return
-        used_percent = None
-        if sample.memory_total_mib and sample.memory_used_mib is not None:
-            used_percent = 100.0 * sample.memory_used_mib / sample.memory_total_mib
-        values = {schema.GPU_UTILIZATION: sample.utilization, schema.GPU_MEMORY_USED_PERCENT: used_percent}
-        for metric in schema.HIGH_RESOLUTION_METRICS:
-            window.observe(metric, self.scopes.for_metric(metric, index), values[metric])
+    def _roll(self, now: datetime) -> List[Tuple[Window, Sender]]:
+        closed = []
+        start = window_start(now, self.window_s)
+        if self.window is not None and self.window.start != start:
+            closed.append((self.window, self.sender))
+            self.window = None
+        if self.window is None:
+            self.window = self._new_window(start)
+        if self.high_resolution:
+            hr_start = window_start(now, 10)
+            if self.hr_window is not None and self.hr_window.start != hr_start:
+                closed.append((self.hr_window, self.hr_sender))
+                self.hr_window = None
+            if self.hr_window is None:
+                self.hr_window = self._new_window(hr_start, resolution=1)
+        return closed
 
-    def _close(self, window: Window, sender: Sender, now: datetime) -> None:
-        sender.enqueue(window.start, window.datums(window.start))
-        sender.flush(now)
+    def _submit(self, closed: List[Tuple[Window, Sender]], now: datetime) -> None:
+        for window, sender in closed:
+            keep = None
+            if self.selector is not None:
+                if window.storage_resolution == 60:
+                    self.selector.update(window, self.gpus)
+                keep = self.selector.keep()
+            sender.submit(window.start, window.datums(window.start, keep), now)
 
     def finish(self, now: datetime) -> None:
         """Close the open windows (on shutdown) and make a last attempt to send."""
@@ -131,10 +184,9 @@ class Publisher:
 
     def close_windows(self, now: datetime) -> None:
         with self._lock:
-            for window, sender in ((self.window, self.sender), (self.hr_window, self.hr_sender)):
-                if window is not None:
-                    self._close(window, sender, now)
+            closed = [(w, s) for w, s in ((self.window, self.sender), (self.hr_window, self.hr_sender)) if w]
             self.window = self.hr_window = None
+        self._submit(closed, now)
 
     # ---- XIDs ----
 
@@ -147,10 +199,12 @@ class Publisher:
             return
         with self._lock:
             if self.window is not None:
-                dims = self.scopes.for_metric(schema.GPU_XID_ERRORS, gpu_index)
-                self.window.count(schema.GPU_XID_ERRORS, dims, 1.0)
+                self.window.count(schema.GPU_XID_ERRORS, self.scopes.for_metric(schema.GPU_XID_ERRORS, gpu_index))
+                if code in schema.CRITICAL_XIDS:
+                    self.window.count(schema.GPU_HEALTH_EVENTS, self.scopes.summary())
+                    self.window.critical_xid_gpus.add(gpu_index)
             else:  # between windows: counted in the next one, never lost
-                self._pending_xids[gpu_index] = self._pending_xids.get(gpu_index, 0) + 1
+                self._pending_xids.setdefault(gpu_index, []).append(code)
 
     def _listen_xids(self) -> None:
         while not self._stop.is_set():
@@ -161,7 +215,11 @@ class Publisher:
     # ---- the service loop ----
 
     def run(self, sample_interval_s: float = 1.0, clock: Callable[[], datetime] = utcnow) -> None:
-        """Sample on a fixed cadence (no drift: the next round is scheduled from the monotonic clock)."""
+        """Sample on a fixed cadence (no drift: the next round is scheduled from the monotonic clock);
+        the senders run on their own thread meanwhile."""
+        senders = {id(s): s for s in (self.sender, self.hr_sender)}.values()
+        for sender in senders:
+            sender.start_background(clock)
         next_round = time.monotonic()
         while not self._stop.is_set():
             try:
@@ -175,6 +233,8 @@ class Publisher:
             else:
                 next_round = time.monotonic()  # fell behind: skip, do not burst
         self.finish(clock())
+        for sender in senders:
+            sender.stop_background(clock())
 
     def stop(self) -> None:
         self._stop.set()

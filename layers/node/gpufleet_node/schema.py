@@ -78,6 +78,14 @@ GPU_REMAPPED_ROWS_UNCORRECTABLE = Metric(
 )
 GPU_LOST = Metric("GPULost", "Count", "1 if NVML reported the GPU lost (fell off the bus) in the window", COUNTER)
 NVML_UP = Metric("NVMLUp", "Count", "1 while NVML answers on the instance, 0 when it does not", COUNTER)
+GPU_HEALTH_EVENTS = Metric(
+    "GPUHealthEvents",
+    "Count",
+    "Health summary of an instance or group: critical XIDs (CRITICAL_XIDS) + new double-bit ECC errors + new "
+    "uncorrectable remapped rows + samples of a lost GPU in the window. Sent only when non-zero (every mode), "
+    "so one series per instance screens its health and costs nothing while the GPUs are healthy",
+    COUNTER,
+)
 
 ALL_METRICS: Tuple[Metric, ...] = (
     GPU_UTILIZATION,
@@ -100,6 +108,7 @@ ALL_METRICS: Tuple[Metric, ...] = (
     GPU_REMAPPED_ROWS_UNCORRECTABLE,
     GPU_LOST,
     NVML_UP,
+    GPU_HEALTH_EVENTS,
 )
 METRICS_BY_NAME: Dict[str, Metric] = {m.name: m for m in ALL_METRICS}
 
@@ -121,6 +130,7 @@ HIGH_RESOLUTION_METRICS: Tuple[Metric, ...] = (GPU_UTILIZATION, GPU_MEMORY_USED_
 # `detail: essential` in the publisher config keeps only what the controller reads (scaling, OOM
 # forecasts, health) - about 11 series per GPU instead of 20 - since CloudWatch bills every series.
 ESSENTIAL_METRICS: Tuple[Metric, ...] = (
+    GPU_HEALTH_EVENTS,
     GPU_UTILIZATION,
     GPU_MEMORY_USED_PERCENT,
     GPU_MEMORY_USED,
@@ -137,6 +147,79 @@ ESSENTIAL_METRICS: Tuple[Metric, ...] = (
 # 63/64 row remapping, 74 NVLink, 79 fallen off the bus, 92 high single-bit ECC rate, 94/95 contained /
 # uncontained ECC errors. The OOM guard's health check defaults to these; the policy can change them.
 CRITICAL_XIDS: Tuple[int, ...] = (48, 63, 64, 74, 79, 92, 94, 95)
+
+# ---- How much detail a node sends (`detail` in /etc/gpufleet/publisher.json) ----
+# CloudWatch bills a custom metric ($0.30 a month in the first tier) for every hour in which it receives
+# data, and the controller's routine decisions read per-instance and per-group aggregates only. So the
+# default, `adaptive`, keeps a few aggregates always on and sends a GPU's own series only while they
+# matter; `full` (every metric per GPU) and `essential` (what the controller reads, per GPU) stay available.
+DETAIL_ADAPTIVE = "adaptive"
+DETAIL_ESSENTIAL = "essential"
+DETAIL_FULL = "full"
+DETAIL_MODES: Tuple[str, ...] = (DETAIL_ADAPTIVE, DETAIL_ESSENTIAL, DETAIL_FULL)
+DEFAULT_DETAIL = DETAIL_ADAPTIVE
+
+# Adaptive, always on per instance: utilization as a distribution over all GPUs and samples (min/max/
+# percentiles answer "all idle?" and "busiest GPU"), memory used percent as statistics over all GPUs
+# (Maximum = the fullest GPU: the scaler's idle check, the OOM guard's screening) and NVMLUp.
+ADAPTIVE_INSTANCE_METRICS: Tuple[Metric, ...] = (GPU_UTILIZATION, GPU_MEMORY_USED_PERCENT, NVML_UP)
+# Adaptive, always on per group; one series for all the group's nodes (target tracking reads the
+# Average of GPUUtilization, the fleet memory alarms the Maximum of GPUMemoryUsedPercent).
+ADAPTIVE_GROUP_METRICS: Tuple[Metric, ...] = (GPU_UTILIZATION, GPU_MEMORY_USED_PERCENT)
+# Event counters: in adaptive mode sent only when non-zero (a quiet GPU costs nothing; alarms on them
+# must treat missing data as not breaching). Per GPU and per instance; the GPU lost, XID and health
+# summary also per group. Power-cap throttling is the normal state of a busy GPU, not an event: it is
+# part of a GPU's detail instead.
+GPU_EVENT_COUNTERS: Tuple[Metric, ...] = (
+    GPU_XID_ERRORS,
+    GPU_ECC_DOUBLE_BIT,
+    GPU_REMAPPED_ROWS_UNCORRECTABLE,
+    GPU_LOST,
+    GPU_THROTTLE_HW_SLOWDOWN,
+    GPU_THROTTLE_THERMAL,
+)
+EVENT_COUNTERS: Tuple[Metric, ...] = (GPU_HEALTH_EVENTS, *GPU_EVENT_COUNTERS)
+ADAPTIVE_GROUP_EVENTS: Tuple[Metric, ...] = (GPU_HEALTH_EVENTS, GPU_XID_ERRORS, GPU_LOST)
+# What counts as a health event (summed into GPUHealthEvents; puts the GPU into detail for an hour).
+# XIDs count only when their code is in CRITICAL_XIDS: 13, 31, 43 and the like are usually the job's own
+# bug; GPUXidErrors still counts every XID NVML reports as critical.
+HEALTH_EVENT_METRICS: Tuple[Metric, ...] = (
+    GPU_XID_ERRORS,
+    GPU_ECC_DOUBLE_BIT,
+    GPU_REMAPPED_ROWS_UNCORRECTABLE,
+    GPU_LOST,
+)
+# A GPU's own series in adaptive mode, sent only while the GPU is "in detail": its memory is above the
+# threshold, it had a health event within DETAIL_HEALTH_HOLD_S, or detail is switched on for the
+# instance (`detail_gpus: always` or the instance tag TAG_DETAIL=on). These are what the OOM guard's
+# per-GPU forecast and on-call need: percent, MiB, size, the largest process.
+DETAIL_GPU_METRICS: Tuple[Metric, ...] = (
+    GPU_UTILIZATION,
+    GPU_MEMORY_USED_PERCENT,
+    GPU_MEMORY_USED,
+    GPU_MEMORY_TOTAL,
+    GPU_TOP_PROCESS_MEMORY,
+    GPU_PROCESS_COUNT,
+    GPU_THROTTLE_POWER_CAP,
+)
+# Memory threshold with hysteresis: a GPU enters detail in the window whose maximum reaches 70 % used and
+# leaves it after a window that stayed below 60 %. Why 70: the OOM guard warns at 90 % (or full within
+# 30 min) and fits its trend over a 15-minute window of one-minute points (at least 5). From 70 % to 90 %
+# a GPU leaking r %/min spends 20/r minutes: up to 1.3 %/min that is the guard's whole 15-minute window of
+# per-GPU points before the 90 % warning, up to 4 %/min still its 5 minimum points; typical leaks (cache
+# growth, fragmentation) are well below 1 %/min. Faster ones are caught on the instance's Maximum, which is
+# always on, so the trend itself is never missing - detail only names the GPU. Why 60: a job that hovers
+# around 70 % would otherwise switch its series on and off every few minutes; CloudWatch bills by the
+# hour, so a GPU that stays in detail costs no more than one that flaps.
+DETAIL_MEMORY_ON_PERCENT = 70.0
+DETAIL_MEMORY_OFF_PERCENT = 60.0
+# After a health event, the GPU's series stay on for an hour: the guard's health lookback and time for
+# on-call to look at the GPU's memory and utilization around the event.
+DETAIL_HEALTH_HOLD_S = 3600
+# Detail switched on for one instance (or, with PropagateAtLaunch, a whole ASG): the instance tag
+# gpufleet:detail=on, read like the group tags (instance metadata tags or ec2:DescribeTags).
+TAG_DETAIL = "gpufleet:detail"
+TAG_DETAIL_ON_VALUES: Tuple[str, ...] = ("on", "true", "always", "1")
 
 
 def group_dimensions(

@@ -20,6 +20,7 @@ from gpufleet.guard.core import (
     forecast_gpu,
     group_pressure,
     health_findings,
+    rising,
 )
 
 NOW = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)
@@ -171,11 +172,26 @@ def test_replacement_is_off_unless_the_policy_turns_it_on() -> None:
     assert not c.act and "off" in c.reason
 
 
-def test_group_pressure_needs_the_configured_share_of_gpus() -> None:
+def test_group_pressure_needs_the_configured_share_of_instances() -> None:
     at_risk = forecast_gpu(series([pct(95)] * 10), NOW, S)
-    fine = forecast_gpu(series([pct(20)] * 10), NOW, S)
+    same_node = at_risk.model_copy(update={"gpu": at_risk.gpu.model_copy(update={"gpu_index": 1})})
     s = OomSettings(scale_out_on_pressure=True, pressure_share=0.5)
-    assert group_pressure([at_risk, fine], {"asg:train": 2}, s) == {
-        "asg:train": "memory pressure: 1 of 2 GPUs at risk of running out of memory"
+    assert group_pressure([at_risk, same_node], {"asg:train": 2}, s) == {
+        "asg:train": "memory pressure: 1 of 2 instances have a GPU at risk of running out of memory"
     }
-    assert group_pressure([at_risk], {"asg:train": 3}, s) == {}
+    assert group_pressure([at_risk, same_node], {"asg:train": 3}, s) == {}  # two GPUs, one instance of three
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ([50.0 + 0.3 * i for i in range(10)], True),  # one leaking GPU of four lifts the average steadily
+        ([60.0] * 10, False),  # flat
+        ([60.0, 61.0] * 5, False),  # noise: no consistent rise
+        ([60.0 + 0.01 * i for i in range(10)], False),  # below the minimum rise
+        ([60.0, 61.0, 62.0], False),  # too few points
+    ],
+)
+def test_a_steadily_rising_average_is_flagged(values: list[float], expected: bool) -> None:
+    points = [(NOW + timedelta(minutes=i), v) for i, v in enumerate(values)]
+    assert rising(points, 5) is expected

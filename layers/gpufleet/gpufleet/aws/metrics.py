@@ -92,21 +92,21 @@ class GpuMetricsReader:
         values = self.fetch(queries, end - timedelta(seconds=lookback_s), end)
         return {k: (fmean(v) if v else None) for k, v in values.items()}
 
-    def list_gpus(self) -> list[tuple[str, int]]:
-        """(instance id, GPU index) of every GPU that published memory data in the last 3 hours
-        (ListMetrics, 500 per page)."""
+    def gpus_of(self, instance_id: str) -> list[int]:
+        """The GPU indexes of an instance that have series of their own now (ListMetrics on the instance's
+        dimension: a GPU has them while in detail, or while a counter of it is non-zero)."""
         found = set()
         kwargs: dict[str, Any] = {
             "Namespace": schema.NAMESPACE,
-            "MetricName": schema.GPU_MEMORY_USED.name,
+            "Dimensions": [{"Name": schema.DIM_INSTANCE_ID, "Value": instance_id}],
             "RecentlyActive": "PT3H",
         }
         while True:
             page = self.cloudwatch.list_metrics(**kwargs)
             for m in page.get("Metrics", []):
                 dims = {d["Name"]: d["Value"] for d in m.get("Dimensions", [])}
-                if set(dims) == set(schema.GPU_DIMENSIONS):
-                    found.add((dims[schema.DIM_INSTANCE_ID], int(dims[schema.DIM_GPU_INDEX])))
+                if set(dims) == set(schema.GPU_DIMENSIONS) and dims[schema.DIM_INSTANCE_ID] == instance_id:
+                    found.add(int(dims[schema.DIM_GPU_INDEX]))
             token = page.get("NextToken")
             if not token:
                 return sorted(found)

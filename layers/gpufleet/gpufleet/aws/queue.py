@@ -23,13 +23,14 @@ class EnqueueFailed(RuntimeError):
     pass
 
 
-def enqueue_or_log(outbox: NotificationQueue | None, notes: Sequence[Notification], logger: Any, emf: Any) -> None:
+def enqueue_or_log(outbox: NotificationQueue | None, notes: Sequence[Notification], logger: Any, emf: Any) -> bool:
     """Producers never let a queue outage undo or block what they decided: the notifications are logged
-    in full and counted (metric NotificationsNotQueued, alarmed in the template)."""
+    in full and counted (metric NotificationsNotQueued, alarmed in the template). False when they were
+    not queued (a caller with an outbox keeps it, so the next invocation sends them again)."""
     from aws_lambda_powertools.metrics import MetricUnit
 
     if not notes or outbox is None:
-        return
+        return True
     try:
         outbox.send(notes)
     except Exception:
@@ -37,6 +38,8 @@ def enqueue_or_log(outbox: NotificationQueue | None, notes: Sequence[Notificatio
             "notifications not queued", extra={"notifications": [n.model_dump(mode="json") for n in notes]}
         )
         emf.add_metric(name="NotificationsNotQueued", unit=MetricUnit.Count, value=len(notes))
+        return False
+    return True
 
 
 @dataclass

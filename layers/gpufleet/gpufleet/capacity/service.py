@@ -133,7 +133,7 @@ class SpotWatch:
         after, new = fold_failures(before, failures, now, policy.spot)
         plan, acted, owed = self._fallback(obs, after, new, now, event_id, policy)
         after = after.model_copy(update={"fallback_added": owed})
-        fallback = (acted, plan.reason) if plan is not None and acted is not None else None
+        fallback = (acted, plan.reason if plan else acted.reason) if acted is not None else None  # resumed: no plan
         streak_over = after.streak_started_at is not None and not new and obs.desired <= obs.in_service
         if streak_over and after.fallback_added == 0:
             after = after.model_copy(update={"streak_started_at": None, "notified_classes": ()})
@@ -150,25 +150,15 @@ class SpotWatch:
             region=self.ctx.region,
         )
         if new:
-            told = tuple(sorted({*after.notified_classes, *(f.failure_class for f in new)}))
-            after = after.model_copy(update={"notified_classes": told})
-        if not self.ctx.docs.save_changes(obs.ref.key, SPOT_SK, before, after):
+            classes = tuple(sorted({*after.notified_classes, *(f.failure_class for f in new)}))
+            after = after.model_copy(update={"notified_classes": classes})
+        # Tell first (the fallback change's audit and outbox go with it), remember after: a crash or a queue
+        # outage in between tells again next sweep rather than never.
+        told = self.ctx.executor.record([acted] if acted else [], policy, extra=notes, tell=False)
+        if told and not self.ctx.docs.save_changes(obs.ref.key, SPOT_SK, before, after):
             self.ctx.logger.warning("spot state changed concurrently; retried next sweep", extra={"group": obs.ref.key})
-        self.ctx.send(notes)
         self._report(obs, new)
-        return {
-            "group": obs.ref.key,
-            "new_failures": [
-                {"activity": f.activity_id, "class": str(f.failure_class), "offering": f.offering} for f in new
-            ],
-            "backoff_until": after.backoff_until.isoformat() if after.backoff_until else None,
-            "unavailable": sorted(after.unavailable),
-            "fallback_owed": after.fallback_added,
-            "fallback": plan.model_dump(mode="json") if plan else None,
-            "fallback_action": acted.model_dump(mode="json", exclude={"bounds", "needs_instance_metrics", "skipped"})
-            if acted
-            else None,
-        }
+        return _summary(obs, new, after, plan, acted)
 
     def _fallback(
         self,
@@ -195,6 +185,9 @@ class SpotWatch:
             return None, None, after.fallback_added
         fb_state = self.ctx.states([fb], policy)[fb.ref.key]
         owed = fb_state.owed.get(obs.ref.key, 0)
+        resumed = self.ctx.executor.resume(fb, fb_state, event_id, now)  # a change a crash left half done
+        if resumed is not None:
+            return None, resumed, owed_after(owed, resumed) if resumed.owed_to == obs.ref.key else owed
         plan = plan_fallback(obs, fb, settings, after, new, now, owed=owed)
         dry = self.ctx.dry(policy)
         decision = fallback_change(plan, fb, fb_settings, fb_state, now, event_id=event_id, global_dry_run=dry)
@@ -203,7 +196,7 @@ class SpotWatch:
             decision = fallback_change(plan, fb, fb_settings, fb_state, now, event_id=event_id, global_dry_run=dry)
         if decision is None:
             return plan, None, owed
-        acted = self.scaler.execute(decision, fb, fb_state, policy)
+        acted = self.scaler.carry_out(decision, fb, fb_state)
         return plan, acted, owed_after(owed, acted)
 
     def _report(self, obs: GroupObservation, new: list[LaunchFailure]) -> None:
@@ -214,3 +207,22 @@ class SpotWatch:
             )
         if new:
             self.ctx.emf.add_metric(name="LaunchFailures", unit=MetricUnit.Count, value=len(new))
+
+
+def _summary(
+    obs: GroupObservation, new: list[LaunchFailure], after: SpotState, plan: FallbackPlan | None, acted: Decision | None
+) -> dict[str, Any]:
+    """What one group's pass found and did, for the invocation's result."""
+    return {
+        "group": obs.ref.key,
+        "new_failures": [
+            {"activity": f.activity_id, "class": str(f.failure_class), "offering": f.offering} for f in new
+        ],
+        "backoff_until": after.backoff_until.isoformat() if after.backoff_until else None,
+        "unavailable": sorted(after.unavailable),
+        "fallback_owed": after.fallback_added,
+        "fallback": plan.model_dump(mode="json") if plan else None,
+        "fallback_action": acted.model_dump(mode="json", exclude={"bounds", "needs_instance_metrics", "skipped"})
+        if acted
+        else None,
+    }

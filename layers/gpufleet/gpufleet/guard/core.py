@@ -8,6 +8,7 @@ gaps do not raise false alarms. Time to full = headroom / slope.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -152,6 +153,21 @@ def forecast_gpu(series: MemorySeries, now: datetime, s: OomSettings) -> Forecas
     return Forecast(**base, risk=level, reason=reason)
 
 
+MIN_AVERAGE_RISE = 0.05  # percent per minute: below this an average is flat, whatever its thirds say
+
+
+def rising(points: Sequence[tuple[datetime, float]], min_points: int) -> bool:
+    """A consistent rise of the average (the thirds' medians in order): a leak hidden below a fuller,
+    flat GPU still lifts the average of all of them, diluted but steady."""
+    if len(points) < min_points:
+        return False
+    t0 = points[0][0]
+    slope, consistent = resistant_slope([((t - t0).total_seconds() / 60, v) for t, v in points])
+    steps = [b[1] - a[1] for a, b in itertools.pairwise(points)]
+    mostly_up = sum(1 for d in steps if d >= 0) >= 2 * len(steps) / 3  # noise goes both ways, a leak does not
+    return consistent and mostly_up and slope > MIN_AVERAGE_RISE
+
+
 # ---- health ----
 
 
@@ -246,17 +262,23 @@ def choose_replacements(
     return out
 
 
-def group_pressure(forecasts: Sequence[Forecast], gpus_per_group: dict[str, int], s: OomSettings) -> dict[str, str]:
-    """Groups where at least `pressure_share` of the GPUs are at WARNING or worse -> the reason."""
-    at_risk: dict[str, int] = {}
+def group_pressure(
+    forecasts: Sequence[Forecast], instances_per_group: dict[str, int], s: OomSettings
+) -> dict[str, str]:
+    """Groups where at least `pressure_share` of the in-service instances have a GPU at WARNING or worse
+    -> the reason. Counted per instance: a GPU's series exist only while it matters, so the guard knows
+    a group's instances, not how many GPUs it has."""
+    at_risk: dict[str, set[str]] = {}
     for f in forecasts:
         if f.risk is not Risk.OK:
-            at_risk[f.gpu.group] = at_risk.get(f.gpu.group, 0) + 1
+            at_risk.setdefault(f.gpu.group, set()).add(f.gpu.instance_id)
     out = {}
-    for group, n in at_risk.items():
-        total = gpus_per_group.get(group, 0)
-        if total and n / total >= s.pressure_share:
-            out[group] = f"memory pressure: {n} of {total} GPUs at risk of running out of memory"
+    for group, instances in at_risk.items():
+        total = instances_per_group.get(group, 0)
+        if total and len(instances) / total >= s.pressure_share:
+            out[group] = (
+                f"memory pressure: {len(instances)} of {total} instances have a GPU at risk of running out of memory"
+            )
     return out
 
 

@@ -6,7 +6,6 @@ what changed, and ask the scaler for capacity under group-wide memory pressure. 
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -16,7 +15,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from gpufleet.aws.documents import GUARD_SK
 from gpufleet.aws.fleet import FleetActuator
-from gpufleet.aws.metrics import GpuMetricsReader, SeriesQuery
+from gpufleet.aws.metrics import GpuMetricsReader
 from gpufleet.domain.models import Direction, GroupKind, GroupObservation, Trigger, TriggerKind
 from gpufleet.domain.policy import FleetPolicy
 from gpufleet.events import EventKind, parse_for
@@ -24,19 +23,16 @@ from gpufleet.guard.core import (
     Forecast,
     GpuRef,
     GuardState,
-    HealthCounts,
     HealthFinding,
-    MemorySeries,
     Replacement,
     Risk,
     begin_replacements,
     choose_replacements,
-    forecast_gpu,
     group_pressure,
-    health_findings,
     next_guard_state,
 )
 from gpufleet.guard.notes import GuardTeller, health_notes, risk_notes
+from gpufleet.guard.screen import GpuScreen, gpu_keys
 from gpufleet.notify.model import Notification
 from gpufleet.scaling.execution import ControlContext
 from gpufleet.scaling.service import Scaler
@@ -70,31 +66,11 @@ class OomGuard:
         events = parse_for(event, "oom_guard", ACCEPTS)
         return {"results": [self.evaluate(now, e.event_id) for e in events]}
 
-    def _inventory(self, managed_instances: set[str], now: datetime) -> list[tuple[str, int]]:
-        """The fleet's GPUs (ListMetrics), kept between runs of a warm function: listed again only when a
-        managed instance is unknown or the list is older than INVENTORY_MAX_AGE. A new node is not judged
-        before it has a few minutes of data anyway, so this costs no detection time."""
-        cached = self._gpu_inventory
-        if cached is not None:
-            listed_at, gpus = cached
-            known = {iid for iid, _ in gpus}
-            if now - listed_at < INVENTORY_MAX_AGE and managed_instances <= known | self._no_gpu_data:
-                return gpus
-        gpus = self.metrics.list_gpus()
-        self._gpu_inventory = (now, gpus)
-        self._no_gpu_data = managed_instances - {iid for iid, _ in gpus}
-        return gpus
-
     def evaluate(self, now: datetime, event_id: str) -> dict[str, Any]:
         policy = self.ctx.load_policy()
         managed = [obs for obs, _ in self.ctx.managed(policy)]
-        group_of = {i.instance_id: obs.ref.key for obs in managed for i in obs.instances}
-        inventory = self._inventory(set(group_of), now)
-        gpus = [
-            GpuRef(group=group_of[iid], instance_id=iid, gpu_index=idx) for iid, idx in inventory if iid in group_of
-        ]
-        forecasts, findings = GpuScreen(self.metrics).assess(gpus, now, policy)
         memory = self.ctx.docs.load_docs([obs.ref.key for obs in managed], GUARD_SK, GuardState)
+        forecasts, findings = GpuScreen(self.metrics).assess(managed, gpu_keys(memory.values()), now, policy)
         notes: list[Notification] = []
         replaced: list[Replacement] = []
         for obs in managed:
@@ -107,11 +83,11 @@ class OomGuard:
                 continue
             notes += group_notes
             replaced += group_replaced
-        pressured = self._pressure(gpus, forecasts, managed, now, event_id, policy)
+        pressured = self._pressure(forecasts, managed, now, event_id, policy)
         self._report(forecasts, findings, replaced)
         return {
             "event_id": event_id,
-            "gpus": len(gpus),
+            "gpus": len(forecasts),  # GPUs read in detail this run (the rest screened by aggregates)
             "at_risk": {f.gpu.key: f"{f.risk}: {f.reason}" for f in forecasts if f.risk is not Risk.OK},
             "unhealthy": {h.gpu.key: h.reason for h in findings},
             "replacements": [r.model_dump(mode="json") for r in replaced],
@@ -150,8 +126,9 @@ class OomGuard:
         done, failed = self._replace_all(obs, choices, begun, dry)
         tell = GuardTeller(key, now, event_id, self.ctx.region)
         notes = risk_notes(tell, before, mine_f) + health_notes(tell, before, mine_h, done)
-        self.ctx.send(notes)
         after = next_guard_state(begun, mine_f, mine_h, failed)
+        if not self.ctx.send(notes):  # not queued: remember nothing new, so the next run tells it again
+            after = after.model_copy(update={"risks": begun.risks, "unhealthy": begun.unhealthy})
         if not self.ctx.docs.save_changes(key, GUARD_SK, begun, after):
             self.ctx.logger.warning("guard state changed concurrently after acting", extra={"group": key})
         return notes, done
@@ -194,20 +171,16 @@ class OomGuard:
 
     def _pressure(
         self,
-        gpus: list[GpuRef],
         forecasts: list[Forecast],
         managed: list[GroupObservation],
         now: datetime,
         event_id: str,
         policy: FleetPolicy,
     ) -> dict[str, str]:
-        """Groups with `pressure_share` of their GPUs at risk ask the scaler for a step out."""
+        """Groups with `pressure_share` of their instances at risk ask the scaler for a step out."""
         if not policy.guard.memory.scale_out_on_pressure:
             return {}
-        per_group: dict[str, int] = defaultdict(int)
-        for g in gpus:
-            per_group[g.group] += 1
-        pressured = group_pressure(forecasts, dict(per_group), policy.guard.memory)
+        pressured = group_pressure(forecasts, {obs.ref.key: obs.in_service for obs in managed}, policy.guard.memory)
         refs = {obs.ref.key: obs.ref for obs in managed}
         for group_key, why in sorted(pressured.items()):
             self.scaler.request(refs[group_key], Direction.OUT, Trigger(kind=TriggerKind.OOM_GUARD), why, now, event_id)
@@ -228,80 +201,3 @@ class OomGuard:
         )
         emf.add_metric(name="GpuHealthFindings", unit=MetricUnit.Count, value=len(findings))
         emf.add_metric(name="InstancesReplaced", unit=MetricUnit.Count, value=sum(r.act for r in replaced))
-
-
-@dataclass
-class GpuScreen:
-    """Reads what the guard judges: two phases, because GetMetricData is billed per series requested."""
-
-    metrics: GpuMetricsReader
-
-    def assess(
-        self, gpus: list[GpuRef], now: datetime, policy: FleetPolicy
-    ) -> tuple[list[Forecast], list[HealthFinding]]:
-        """Two phases, because GetMetricData is billed per series requested: first one memory series per
-        GPU and four health counters per instance; then detail (MiB, top process, per-GPU counters) only
-        for the GPUs at risk and the instances with errors."""
-        guard = policy.guard
-        start = now - timedelta(minutes=max(guard.memory.window_minutes, guard.health.lookback_minutes))
-        health_since = now - timedelta(minutes=guard.health.lookback_minutes)
-        instances = sorted({g.instance_id for g in gpus})
-        first = [SeriesQuery(f"{g.key}|pct", schema.GPU_MEMORY_USED_PERCENT, _gpu_dims(g), "Maximum") for g in gpus]
-        first += [
-            SeriesQuery(f"{iid}|{name}", metric, ((schema.DIM_INSTANCE_ID, iid),), "Sum")
-            for iid in instances
-            for name, metric in _HEALTH_METRICS
-        ]
-        points = self.metrics.fetch_points(first, start, now) if first else {}
-
-        def total(key: str) -> float:
-            return sum(v for t, v in points[key] if t >= health_since)
-
-        percent = {g.key: sorted(points[f"{g.key}|pct"]) for g in gpus}
-        screened = {
-            g.key: forecast_gpu(MemorySeries(gpu=g, points=tuple(percent[g.key]), total_mib=100.0), now, guard.memory)
-            for g in gpus
-        }
-        at_risk = [g for g in gpus if screened[g.key].risk is not Risk.OK]
-        with_errors = {iid for iid in instances if any(total(f"{iid}|{name}") > 0 for name, _ in _HEALTH_METRICS)}
-        suspects = [g for g in gpus if g.instance_id in with_errors]
-        second = [
-            SeriesQuery(f"{g.key}|{n}", m, _gpu_dims(g), "Maximum")
-            for g in at_risk
-            for n, m in (("total", schema.GPU_MEMORY_TOTAL), ("top", schema.GPU_TOP_PROCESS_MEMORY))
-        ]
-        second += [
-            SeriesQuery(f"{g.key}|{name}", metric, _gpu_dims(g), "Sum")
-            for g in suspects
-            for name, metric in _HEALTH_METRICS
-        ]
-        if second:
-            points.update(self.metrics.fetch_points(second, start, now))
-        forecasts = [self._detailed(g, screened[g.key], percent[g.key], points, now, policy) for g in gpus]
-        counts = [
-            HealthCounts(gpu=g, **{name: total(f"{g.key}|{name}") for name, _ in _HEALTH_METRICS}) for g in suspects
-        ]
-        return forecasts, health_findings(counts, guard.health)
-
-    def _detailed(
-        self,
-        g: GpuRef,
-        screened: Forecast,
-        percent: list[tuple[datetime, float]],
-        points: dict[str, Any],
-        now: datetime,
-        policy: FleetPolicy,
-    ) -> Forecast:
-        """A GPU at risk forecast again in MiB with its top process; the others keep their screening."""
-        totals = points.get(f"{g.key}|total")
-        if screened.risk is Risk.OK or not totals:
-            return screened
-        mib = totals[0][1]
-        top = points[f"{g.key}|top"]
-        series = MemorySeries(
-            gpu=g,
-            points=tuple((t, v * mib / 100) for t, v in percent),
-            total_mib=mib,
-            top_process_mib=top[0][1] if top else None,
-        )
-        return forecast_gpu(series, now, policy.guard.memory)

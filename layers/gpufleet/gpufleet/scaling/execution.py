@@ -131,7 +131,7 @@ class Executor:
 
     def record(
         self, decisions: Sequence[Decision], policy: FleetPolicy, extra: Sequence[Notification] = (), tell: bool = True
-    ) -> None:
+    ) -> bool:
         """Audit every decision, log one line each, count outcomes and scale-in skips once per call, tell
         on-call about changes (unless the caller tells in its own words: `tell=False`), then clear the
         outboxes of the changes recorded."""
@@ -144,17 +144,19 @@ class Executor:
                 f"{d.group}: {d.action} ({d.outcome}) {d.reason}",
                 extra={"decision": d.model_dump(mode="json", exclude={"needs_instance_metrics"})},
             )
-        self.emf.add_metric(name="Decisions", unit=MetricUnit.Count, value=len(decisions))
+        if decisions:
+            self.emf.add_metric(name="Decisions", unit=MetricUnit.Count, value=len(decisions))
         for outcome, metric in _OUTCOME_METRICS.items():
             if outcomes[outcome]:
                 self.emf.add_metric(name=metric, unit=MetricUnit.Count, value=outcomes[outcome])
         for reason, n in skipped.items():
             self.emf.add_metric(name=_SKIP_METRICS[reason], unit=MetricUnit.Count, value=n)
         notes = (decision_notes(decisions, self.region, policy.notifications) if tell else []) + list(extra)
-        enqueue_or_log(self.queue, notes, self.logger, self.emf)
+        told = enqueue_or_log(self.queue, notes, self.logger, self.emf)
         committed, self._committed = self._committed, []
-        for group in committed:
+        for group in committed if told else ():  # not queued: the outbox stays for the next invocation
             self.state.clear_outbox(group, 1)
+        return told
 
     def flush_outbox(self, group: str, state: GroupState, policy: FleetPolicy) -> None:
         """Changes a crashed invocation committed but never audited or told: do it now (the audit key
@@ -162,10 +164,9 @@ class Executor:
         if not state.outbox:
             return
         self.audit.record(state.outbox, policy.audit_ttl_days)
-        enqueue_or_log(
-            self.queue, decision_notes(state.outbox, self.region, policy.notifications), self.logger, self.emf
-        )
-        self.state.clear_outbox(group, len(state.outbox))
+        notes = decision_notes(state.outbox, self.region, policy.notifications)
+        if enqueue_or_log(self.queue, notes, self.logger, self.emf):
+            self.state.clear_outbox(group, len(state.outbox))
 
 
 @dataclass(kw_only=True)
@@ -186,8 +187,9 @@ class ControlContext:
     def dry(self, policy: FleetPolicy) -> bool:
         return self.global_dry_run or policy.dry_run
 
-    def send(self, notes: Sequence[Notification]) -> None:
-        enqueue_or_log(self.executor.queue, notes, self.logger, self.emf)
+    def send(self, notes: Sequence[Notification]) -> bool:
+        """False when the notifications could not be queued (the caller keeps what it needs to retell)."""
+        return enqueue_or_log(self.executor.queue, notes, self.logger, self.emf)
 
     def managed(self, policy: FleetPolicy) -> list[tuple[GroupObservation, GroupSettings]]:
         """Every managed group (discovered by tag or named by a rule) with its settings."""

@@ -227,14 +227,12 @@ class Scaler:
             self.ctx.logger.exception("group failed; the others carry on", extra={"group": obs.ref.key})
             return decision.model_copy(update={"outcome": Outcome.FAILED, "detail": f"{type(exc).__name__}: {exc}"})
 
-    def execute(self, decision: Decision, obs: GroupObservation, state: GroupState, policy: FleetPolicy) -> Decision:
-        """A change decided by another controller (the spot fallback) executed, audited and told like
-        the scaler's own (a change left in progress on that group is finished first)."""
-        done = self.ctx.executor.resume(obs, state, decision.event_id, decision.at) or self.ctx.executor.execute(
+    def carry_out(self, decision: Decision, obs: GroupObservation, state: GroupState) -> Decision:
+        """A change decided by another controller (the spot fallback) carried out like the scaler's own:
+        a change left in progress on that group is finished first. The caller records and tells."""
+        return self.ctx.executor.resume(obs, state, decision.event_id, decision.at) or self.ctx.executor.execute(
             decision, obs, state
         )
-        self.ctx.executor.record([done], policy, tell=False)  # spot_watch tells it in the spot group's thread
-        return done
 
 
 def _no_action(group: str, trigger: Trigger, event_id: str, now: datetime, reason: str) -> Decision:

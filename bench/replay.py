@@ -1,0 +1,122 @@
+"""Replay benchmarks (issue 13): decision quality on the DLRM trace and the synthetic bursty workload,
+the policy sweep behind the README's recommended values, boot-delay and placement sensitivity, and the
+wall time of a whole 31-day replay with every baseline. `python -m bench.replay` runs only these.
+
+The plots land in bench/replay-dlrm.png and bench/replay-bursty.png (referenced from bench/README.md).
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+from pathlib import Path
+
+from gpufleet.domain.policy import FleetPolicy, parse_policy
+from gpufleet.replay.baselines import ClusterAutoscaler, oracle
+from gpufleet.replay.core import GpufleetController
+from gpufleet.replay.model import Placement, ReplayOptions, RunName, Trace
+from gpufleet.replay.policy import Workload, derived_max, recommended_policy
+from gpufleet.replay.report import compare, goals, table
+from gpufleet.replay.service import ALL_EXPERIMENTS, load_trace, plot
+from gpufleet.replay.simulate import Controller, run
+
+ROOT = Path(__file__).resolve().parents[1]
+DLRM = ROOT.parent / "shared" / "traces" / "alibaba-gpu-v2025-dlrm-instances.csv"
+SEED = 13
+SWEEP = {
+    "scaler defaults (band 30-80, step 1, cooldowns 300/600)": "defaults: {}",
+    "serving (recommended)": None,
+    "batch (recommended)": None,
+    "band 60-90, step 1": "defaults: {target: {low: 60, high: 90}, scale_in_step: '50%', scale_in_cooldown_s: 300}",
+    "band 60-95, step 10% / 300 s": (
+        "defaults: {target: {low: 60, high: 95}, scale_out_step: '10%', scale_in_step: '50%', scale_in_cooldown_s: 300}"
+    ),
+}
+
+
+def _traces() -> dict[str, Trace]:
+    found = {"bursty": load_trace("synthetic:bursty", SEED, 7)}
+    if DLRM.exists():
+        found = {"dlrm": load_trace(str(DLRM), SEED, 0), **found}
+    return found
+
+
+def _comparison_rows(label: str, trace: Trace, policy: FleetPolicy, options: ReplayOptions, png: str) -> list[str]:
+    started = time.perf_counter()
+    c = compare(trace, policy, options, random.Random(SEED))
+    wall = time.perf_counter() - started
+    with_experiments = compare(trace, policy, options, random.Random(SEED), experiments=ALL_EXPERIMENTS)
+    plot(c, ROOT / "bench" / png)
+    oracle_hours = c.result(RunName.ORACLE).node_hours
+    rows = [f"### {label}: {c.pods:,} pods, {c.horizon / 1440:.1f} days, placement {options.placement}", ""]
+    rows += table([r.result for r in c.runs], oracle_hours)
+    rows += ["", "Experiments:", "", *table([r.result for r in with_experiments.experiments], oracle_hours)]
+    rows += ["", "| goal | met | value |", "|---|---|---|"]
+    rows += [f"| {g.goal} | {'yes' if g.met else 'NO'} | {g.detail} |" for g in goals(c)]
+    rows += ["", f"Wall time, five policies in one process: {wall:.1f} s (plot: bench/{png}).", ""]
+    return rows
+
+
+def _gpufleet_only(trace: Trace, policy: FleetPolicy, options: ReplayOptions) -> tuple[float, float, int]:
+    best = oracle(trace.pods, trace.horizon, options)
+    top = derived_max(max(best.timeline.nodes), options.min_nodes, None)
+    g = GpufleetController(policy, options, top)
+    r = run(trace.pods, trace.horizon, g, options, initial_nodes=best.timeline.nodes[0]).result
+    return r.node_hours / best.result.node_hours, r.pending_gpu_minutes, r.pods_disrupted
+
+
+def policy_sweep(traces: dict[str, Trace]) -> list[str]:
+    """gpufleet alone under each candidate policy on every trace: what the recommended values rest on."""
+    options = ReplayOptions()
+    rows = ["| gpufleet policy | " + " | ".join(f"{k}: node-h vs oracle, pending GPU-min" for k in traces) + " |"]
+    rows.append("|---|" + "---|" * len(traces))
+    for label, yaml in SWEEP.items():
+        if yaml is None:
+            policy = recommended_policy(Workload.SERVING if label.startswith("serving") else Workload.BATCH)
+        else:
+            policy = parse_policy(yaml)
+        cells = []
+        for trace in traces.values():
+            ratio, pending, _ = _gpufleet_only(trace, policy, options)
+            cells.append(f"{ratio:.3f}x, {pending:,.0f}")
+        rows.append(f"| {label} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def boot_sensitivity(trace: Trace) -> list[str]:
+    """The cost of slow boots on the bursty workload: gpufleet (batch policy) and Cluster Autoscaler."""
+    rows = ["| boot minutes | gpufleet node-h vs oracle | gpufleet pending GPU-min | CA pending GPU-min |"]
+    rows.append("|---:|---:|---:|---:|")
+    policy = recommended_policy(Workload.BATCH)
+    for boot in (2, 5, 10, 15):
+        options = ReplayOptions(boot_minutes=boot)
+        ratio, pending, _ = _gpufleet_only(trace, policy, options)
+        best = oracle(trace.pods, trace.horizon, options)
+        ca: Controller = ClusterAutoscaler(options, derived_max(max(best.timeline.nodes), 1, None))
+        ca_pending = run(trace.pods, trace.horizon, ca, options, initial_nodes=best.timeline.nodes[0]).result
+        rows.append(f"| {boot} | {ratio:.3f}x | {pending:,.0f} | {ca_pending.pending_gpu_minutes:,.0f} |")
+    return rows
+
+
+def bench_replay() -> list[str]:
+    traces = _traces()
+    rows: list[str] = []
+    if "dlrm" in traces:
+        policy = recommended_policy(Workload.SERVING)
+        rows += _comparison_rows("DLRM v2025", traces["dlrm"], policy, ReplayOptions(), "replay-dlrm.png")
+    else:
+        rows += ["(DLRM trace not found next to the checkout: skipped)", ""]
+    bursty, batch = traces["bursty"], recommended_policy(Workload.BATCH)
+    rows += _comparison_rows("synthetic bursty (seed 13)", bursty, batch, ReplayOptions(), "replay-bursty.png")
+    pack = ReplayOptions(placement=Placement.PACK)
+    rows += _comparison_rows("synthetic bursty (seed 13)", bursty, batch, pack, "replay-bursty-pack.png")
+    rows += ["### Policy sweep (gpufleet alone, spread)", "", *policy_sweep(traces), ""]
+    rows += ["### Boot delay (synthetic bursty, batch policy)", "", *boot_sensitivity(bursty), ""]
+    return rows
+
+
+if __name__ == "__main__":
+    for line in bench_replay():
+        print(line, flush=True)
+    sys.exit(0)

@@ -1,0 +1,303 @@
+"""The whole cost of watching and controlling one 8-GPU node for a month, side by side (issue 14).
+
+`python -m bench.telemetry` (also part of `make bench`). Two measurements, both real code:
+
+1. A 30-day month of one node (the scenario below) through the real publisher on a simulated NVML
+   backend, in `adaptive` (the default), `essential` and `full`, and through gpumon.py's and the
+   CloudWatch agent's `nvidia_gpu` request patterns, each in its own process (bench/telemetry_run.py).
+   Counted: PutMetricData requests and series-hours (CloudWatch bills a custom metric for every hour in
+   which it receives data: $0.30/730 per series-hour in the first tier). The publisher samples every 10 s
+   of simulated time instead of every second (as the rehearsal does): windows stay 60 s, and neither the
+   requests nor the series-hours depend on the sampling rate.
+2. The controller's own reads, measured on moto server: a fleet of 2 ASGs x 10 nodes publishing in each
+   of our modes (real publisher, simulated GPUs), then one reconcile tick (`build_scaler`) and one
+   OOM-guard evaluation (`build_guard`; its ListMetrics inventory counted once per 15 evaluations, as a
+   warm function caches it), counting the metrics requested
+   by GetMetricData (sum of len(MetricDataQueries) per call, $0.01 per 1,000) and the other CloudWatch
+   requests ($0.01 per 1,000), scaled to a node-month at the default schedules (both every minute).
+   A scale-in check (instance metrics of a whole group) is measured too and added at most once per
+   scale-in cooldown (600 s) through every idle hour of the scenario - an upper bound.
+
+Group series are shared by the nodes of a group: a node pays 1/GROUP_NODES of them.
+
+The scenario (one p4d-class node, 8 x 80 GiB, Monday 2026-11-02 00:00 UTC for 30 days):
+- weekdays 08:00-20:00 busy: utilization 60-95 % (power-capped at >= 90 %), memory 35-54 %; nights and
+  weekends idle: utilization 0-2 %, memory 2-4 %;
+- memory above the detail threshold a few times: day 2 10:00-14:00 GPU 2 at 82 %; day 9 09:00-12:00
+  GPUs 5 and 6 at 76 %; day 16 13:00-15:00 GPU 4 hovering 72 % / 64 % every 5 minutes (hysteresis keeps
+  its series on instead of flapping); day 22 14:00-15:30 GPU 1 leaking 0.5 %/min from 50 % to 95 %, then
+  its process restarts;
+- one XID 94 (contained ECC error) on GPU 3, day 10 14:22.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+MONTH_START = datetime(2026, 11, 2, 0, 0, tzinfo=UTC)
+DAYS = 30
+SAMPLE_EVERY_S = 10
+GPUS = 8
+GROUP_NODES = 10
+HOURS_BILLED_PER_MONTH = 730  # CloudWatch prorates the monthly metric price by the hour over 730 h
+METRIC_MONTH = 0.30  # $ per custom metric-month, first 10,000 metrics
+REQUEST = 0.01 / 1000  # $ per PutMetricData / ListMetrics / other request
+GMD_METRIC = 0.01 / 1000  # $ per metric requested by GetMetricData
+TICKS_PER_MONTH = DAYS * 24 * 60  # reconcile and OOM guard every minute (ReconcileRate default)
+SCALE_IN_COOLDOWN_S = 600
+GUARD_INVENTORY_EVALS = 15  # a warm guard lists the fleet's GPUs again every 15 min (INVENTORY_MAX_AGE)
+POWER_CAP = 0x4  # nvml.THROTTLE_SW_POWER_CAP
+# The CloudWatch agent's nvidia_gpu measurements (AWS docs, CloudWatch-Agent-NVIDIA-GPU): 17 per GPU.
+AGENT_FIELDS = (
+    "utilization_gpu",
+    "temperature_gpu",
+    "power_draw",
+    "utilization_memory",
+    "fan_speed",
+    "memory_total",
+    "memory_used",
+    "memory_free",
+    "pcie_link_gen_current",
+    "pcie_link_width_current",
+    "encoder_stats_session_count",
+    "encoder_stats_average_fps",
+    "encoder_stats_average_latency",
+    "clocks_current_graphics",
+    "clocks_current_sm",
+    "clocks_current_memory",
+    "clocks_current_video",
+)
+DAY = 86400
+HOUR = 3600
+
+
+class Scenario:
+    """GPU values at any second of the month: (utilization %, memory used %, throttle reasons)."""
+
+    gpus = GPUS
+    seconds = DAYS * DAY
+    xids = ((10 * DAY + 14 * HOUR + 22 * 60, 3, 94),)  # (offset, GPU, XID code)
+
+    def at(self, offset: int, gpu: int) -> tuple[float, float, int]:
+        day, hour = divmod(offset, DAY)[0], (offset % DAY) // HOUR
+        if day % 7 < 5 and 8 <= hour < 20:
+            util = 60 + (gpu * 7 + hour * 3 + day) % 36
+            memory = 35.0 + (gpu * 5 + day) % 20
+        else:
+            util, memory = gpu % 3, 2.0 + gpu % 3
+        memory = self._episode(offset, day, gpu, memory)
+        return float(util), memory, POWER_CAP if util >= 90 else 0
+
+    @staticmethod
+    def _episode(offset: int, day: int, gpu: int, memory: float) -> float:
+        t = offset % DAY
+        if day == 2 and gpu == 2 and 10 * HOUR <= t < 14 * HOUR:
+            return 82.0
+        if day == 9 and gpu in (5, 6) and 9 * HOUR <= t < 12 * HOUR:
+            return 76.0
+        if day == 16 and gpu == 4 and 13 * HOUR <= t < 15 * HOUR:
+            return 72.0 if (t // 60) % 10 < 5 else 64.0
+        if day == 22 and gpu == 1 and 14 * HOUR <= t < 15 * HOUR + 30 * 60:
+            return 50.0 + 0.5 * (t - 14 * HOUR) / 60
+        return memory
+
+    def idle_hours(self) -> int:
+        return sum(1 for h in range(DAYS * 24) if not (h // 24 % 7 < 5 and 8 <= h % 24 < 20))
+
+
+# ---- 1. the month, per side ----
+
+SIDES = ("adaptive", "essential", "full", "gpumon", "agent")
+
+
+def run_side(side: str) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "layers" / "node")])}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "telemetry_run.py"), side],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def series_cost(result: dict[str, Any]) -> float:
+    hours = result["series_hours"]
+    per_node = hours["gpu"] + hours["instance"] + hours["group"] / GROUP_NODES
+    return per_node * METRIC_MONTH / HOURS_BILLED_PER_MONTH
+
+
+# ---- 2. the controller's reads, per mode ----
+
+
+def _publish(clients: Any, asg: str, mode: str, busy: bool, end: datetime, minutes: int = 6) -> list[str]:
+    """Every instance of `asg` publishes `minutes` of data ending at `end` through the real publisher."""
+    from gpufleet_node.identity import Identity
+    from gpufleet_node.nvml import SimulatedBackend
+    from gpufleet_node.publisher import Publisher, simulate
+    from gpufleet_node.sender import Sender
+
+    group = clients.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[asg])["AutoScalingGroups"][0]
+    ids = sorted(i["InstanceId"] for i in group["Instances"])
+    for n, iid in enumerate(ids):
+        backend = SimulatedBackend(gpus=GPUS, memory_total_mib=81920.0)
+        for g in range(GPUS):
+            backend.set(g, 50 + 3 * g if busy else 1, 45 if busy else 3)
+        if busy and n == 0:
+            backend.set(2, 60, 80)  # one GPU of the fleet above the detail threshold
+        pub = Publisher(backend, Identity(iid, "us-east-1", asg_name=asg), Sender(clients.cloudwatch), detail=mode)
+        pub.start(xid_thread=False)
+        for m in range(minutes):
+            start = end - timedelta(minutes=minutes - m)
+            simulate(pub, start, 60, every_s=30)
+            pub.close_windows(start + timedelta(seconds=59))
+    return ids
+
+
+def _reads(client: Any) -> dict[str, int]:
+    counts = {"metrics": 0, "calls": 0, "other": 0}
+
+    def gmd(params: dict[str, Any], **_: Any) -> None:
+        counts["metrics"] += len(params.get("MetricDataQueries", []))
+        counts["calls"] += 1
+
+    def other(model: Any, **_: Any) -> None:
+        if model.name != "GetMetricData":
+            counts["other"] += 1
+
+    client.meta.events.register("provide-client-params.cloudwatch.GetMetricData", gmd)
+    client.meta.events.register("before-call.cloudwatch", other)
+    return counts
+
+
+def _tick(scaler: Any, now: datetime, tag: str) -> dict[str, int]:
+    counts = _reads(scaler.metrics.cloudwatch)
+    scaler.handle({"gpufleet": "reconcile", "execution_id": tag, "scheduled_time": now.isoformat()}, now)
+    return dict(counts)
+
+
+def controller_reads(mode: str) -> dict[str, Any]:
+    """Build the fleet, publish, then measure a steady reconcile tick, a scale-in check and a warm
+    OOM-guard evaluation, each on its own counted client."""
+    import boto3
+    from aws_lambda_powertools import Logger, Metrics
+    from botocore.config import Config
+
+    from gpufleet.domain import defaults
+    from gpufleet.runtime import build_guard
+    from rehearsal import fleet
+    from rehearsal.moto import moto_server
+    from tests.integration.conftest import TABLE, Fleet
+
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    out = ROOT / "bench" / "out"
+    out.mkdir(exist_ok=True)
+    with moto_server() as server:
+        clients = fleet.Clients.create()
+        fleet.create_state_table(clients.dynamodb, TABLE)
+        for asg in ("bench-busy", "bench-idle"):
+            fleet.create_asg(clients, asg, min_size=1, max_size=20, desired=GROUP_NODES, tags=fleet.MANAGED_TAG)
+            _publish(clients, asg, mode, busy=asg == "bench-busy", end=now)
+        steady, scale_in = out / f"telemetry-steady-{mode}.yaml", out / f"telemetry-scalein-{mode}.yaml"
+        steady.write_text("dry_run: true\ndiscovery: {eks: false}\ndefaults: {target: {low: 1, high: 95}}\n")
+        scale_in.write_text("dry_run: true\ndiscovery: {eks: false}\n")
+        bench_fleet = Fleet(clients, steady, server.url, "")
+        tick = _tick(bench_fleet.scaler(), now, f"steady-{mode}")
+        check = _tick(bench_fleet.scaler(policy=scale_in.read_text()), now, f"scale-in-{mode}")
+        env = {defaults.ENV_STATE_TABLE: TABLE, defaults.ENV_POLICY_FILE: str(steady)}
+        guard = build_guard(Logger(service="bench", level="ERROR"), Metrics(namespace="GPUFleet/Bench"), env=env)
+        # moto server answers a few hundred GetMetricData queries in tens of seconds (CloudWatch: well under
+        # one), beyond the controller's 20 s read timeout: same calls, a patient client, no retries
+        guard.metrics.cloudwatch = boto3.client(
+            "cloudwatch", config=Config(read_timeout=900, retries={"max_attempts": 1})
+        )
+        counts = _reads(guard.metrics.cloudwatch)
+        guard.evaluate(now, f"guard-{mode}")  # a warm run asks the same, without ListMetrics (cached 15 min)
+    return {"nodes": 2 * GROUP_NODES, "tick": tick, "scale_in_check": check, "guard": dict(counts)}
+
+
+def controller_cost(reads: dict[str, Any], scenario: Scenario) -> tuple[float, float]:
+    """$ per node-month, (reconcile, OOM guard): every tick and evaluation, plus the scale-in checks'
+    extra reads (upper bound)."""
+    nodes = reads["nodes"]
+    per_tick = reads["tick"]["metrics"] * GMD_METRIC + reads["tick"]["other"] * REQUEST
+    per_eval = reads["guard"]["metrics"] * GMD_METRIC
+    per_eval += reads["guard"]["other"] * REQUEST / GUARD_INVENTORY_EVALS  # ListMetrics, cached 15 min
+    check_extra = (reads["scale_in_check"]["metrics"] - reads["tick"]["metrics"]) * GMD_METRIC
+    checks = scenario.idle_hours() * HOUR // SCALE_IN_COOLDOWN_S  # per group of GROUP_NODES
+    reconcile = per_tick * TICKS_PER_MONTH / nodes + check_extra * checks / GROUP_NODES
+    return float(reconcile), float(per_eval * TICKS_PER_MONTH / nodes)
+
+
+# ---- the table ----
+
+LABELS = {
+    "adaptive": "gpufleet `adaptive` (default)",
+    "essential": "gpufleet `essential`",
+    "full": "gpufleet `full`",
+    "gpumon": "gpumon.py pattern",
+    "agent": "CloudWatch agent `nvidia_gpu` (17/GPU)",
+}
+
+
+def rows(month: dict[str, dict[str, Any]], reads: dict[str, dict[str, Any]]) -> list[str]:
+    scenario = Scenario()
+    out = [
+        "| side | series-hours (GPU / instance / group) | PutMetricData requests | series $ | PutMetricData $ "
+        "| controller reads $ (GetMetricData metrics: reconcile tick + guard run, fleet of 20 nodes) "
+        "| total $/node-month | per 100 nodes |",
+        "|---|---|---:|---:|---:|---|---:|---:|",
+    ]
+    totals = {}
+    for side, r in month.items():
+        s, p = series_cost(r), r["requests"] * REQUEST
+        c = sum(controller_cost(reads[side], scenario)) if side in reads else 0.0
+        totals[side] = s + p + c
+        h = r["series_hours"]
+        what = (
+            f"{c:.2f} ({reads[side]['tick']['metrics']} + {reads[side]['guard']['metrics']})"
+            if side in reads
+            else "- (cannot drive gpufleet)"
+        )
+        out.append(
+            f"| {LABELS[side]} | {h['gpu']:,} / {h['instance']:,} / {h['group']:,} | {r['requests']:,} | {s:.2f} "
+            f"| {p:.2f} | {what} | **${totals[side]:.2f}** | ${100 * totals[side]:,.0f} |"
+        )
+    if "adaptive" in month and "adaptive" in reads:
+        a = month["adaptive"]
+        reconcile, guard = controller_cost(reads["adaptive"], scenario)
+        out.append("")
+        out.append(
+            f"telemetry cost per 8-GPU node-month: ${totals['adaptive']:.2f} all-in (adaptive, default: series "
+            f"${series_cost(a):.2f} + PutMetricData ${a['requests'] * REQUEST:.2f} + controller reads "
+            f"${reconcile + guard:.2f} = reconcile ${reconcile:.2f} + OOM guard ${guard:.2f}; goal <= $2.00) "
+            f"vs gpumon pattern ${totals.get('gpumon', 0):.2f}, CloudWatch agent ${totals.get('agent', 0):.2f}; "
+            f"{a['detail_gpu_hours']:.0f} GPU-hours of per-GPU detail in the month"
+        )
+    return out
+
+
+def bench_telemetry() -> list[str]:
+    """The month's five sides run in subprocesses while the controller's reads are measured here."""
+    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+        futures = {side: pool.submit(run_side, side) for side in SIDES}
+        reads = {mode: controller_reads(mode) for mode in ("adaptive", "essential", "full")}
+        month = {side: f.result() for side, f in futures.items()}
+    (ROOT / "bench" / "out" / "telemetry.json").write_text(json.dumps({"month": month, "reads": reads}, indent=1))
+    return rows(month, reads)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+    for line in bench_telemetry():
+        print(line, flush=True)

@@ -1,0 +1,155 @@
+"""One side of the telemetry-cost benchmark, in its own process: `python bench/telemetry_run.py SIDE`.
+
+SIDE is `adaptive`, `essential` or `full` (the real publisher on a simulated backend driven by the
+scenario in bench/telemetry.py, simulated clock, one sample per GPU every 10 s), or `gpumon` / `agent`
+(the request patterns of gpumon.py and the CloudWatch agent's `nvidia_gpu` plugin over the same
+scenario). Every side sends to a `Meter`, a stand-in CloudWatch client that counts requests, datums and
+series-hours (a series is namespace + name + dimensions; CloudWatch bills it for each hour in which it
+receives data). Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "layers" / "node")]
+
+from bench.telemetry import AGENT_FIELDS, MONTH_START, SAMPLE_EVERY_S, Scenario  # noqa: E402
+
+
+class Meter:
+    """FAKE CloudWatch (counting only): what was sent, priced later by bench/telemetry.py."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.datums = 0
+        self.series_hours: set[tuple[Any, int]] = set()
+        self._scope: dict[Any, str] = {}
+
+    def put_metric_data(self, Namespace: str, MetricData: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: N803
+        self.requests += 1
+        self.datums += len(MetricData)
+        for d in MetricData:
+            dims = tuple((x["Name"], x["Value"]) for x in d["Dimensions"])
+            key = (Namespace, d["MetricName"], dims)
+            self.series_hours.add((key, int(d["Timestamp"].timestamp()) // 3600))
+        return {}
+
+    def scope(self, key: Any) -> str:
+        """gpu (a GPU's own series), instance, or group (shared by every node of the group)."""
+        names = {n for n, _ in key[2]}
+        if names & {"GpuIndex", "GPUNumber", "index"}:
+            return "gpu"
+        return "instance" if "InstanceId" in names else "group"
+
+    def result(self) -> dict[str, Any]:
+        hours: dict[str, int] = {"gpu": 0, "instance": 0, "group": 0}
+        for key, _ in self.series_hours:
+            hours[self.scope(key)] += 1
+        series = {key for key, _ in self.series_hours}
+        return {
+            "requests": self.requests,
+            "datums": self.datums,
+            "series_hours": hours,
+            "series": len(series),
+            "series_by_scope": {s: sum(self.scope(k) == s for k in series) for s in hours},
+        }
+
+
+def ours(mode: str, scenario: Scenario) -> dict[str, Any]:
+    from gpufleet_node.identity import Identity
+    from gpufleet_node.nvml import SimulatedBackend
+    from gpufleet_node.publisher import Publisher
+    from gpufleet_node.sender import Sender
+
+    meter = Meter()
+    backend = SimulatedBackend(gpus=scenario.gpus, memory_total_mib=81920.0, power_limit_w=400.0)
+    identity = Identity("i-0bench", "us-east-1", "p4d.24xlarge", asg_name="bench-train")
+    publisher = Publisher(backend, identity, Sender(meter), detail=mode)
+    publisher.start(xid_thread=False)
+    xids = list(scenario.xids)
+    detail_minutes = 0
+    for offset in range(0, scenario.seconds, SAMPLE_EVERY_S):
+        for gpu in range(scenario.gpus):
+            backend.set(gpu, *scenario.at(offset, gpu))
+        while xids and xids[0][0] <= offset:
+            publisher.record_xid(xids[0][1], xids[0][2])
+            xids.pop(0)
+        publisher.step(MONTH_START + timedelta(seconds=offset))
+        if offset % 60 == 0 and publisher.selector is not None:
+            detail_minutes += len(publisher.selector.current)
+    publisher.finish(MONTH_START + timedelta(seconds=scenario.seconds))
+    return {**meter.result(), "detail_gpu_hours": detail_minutes / 60}
+
+
+def gpumon(scenario: Scenario) -> dict[str, Any]:
+    """gpumon.py's loop: every 10 s, per GPU, one PutMetricData with 4 datums; dimensions InstanceId,
+    ImageId, InstanceType, GPUNumber; namespace DeepLearningTrain."""
+    meter = Meter()
+    base = [
+        {"Name": "InstanceId", "Value": "i-0bench"},
+        {"Name": "ImageId", "Value": "ami-0bench"},
+        {"Name": "InstanceType", "Value": "p4d.24xlarge"},
+    ]
+    dims = [[*base, {"Name": "GPUNumber", "Value": str(g)}] for g in range(scenario.gpus)]
+    for offset in range(0, scenario.seconds, 10):
+        now = MONTH_START + timedelta(seconds=offset)
+        for g in range(scenario.gpus):
+            util, _, _ = scenario.at(offset, g)
+            values = (("GPU Usage", util), ("Memory Usage", util * 0.6), ("Power Usage (Watts)", 60 + 3.4 * util))
+            data = [{"MetricName": n, "Dimensions": dims[g], "Value": v, "Timestamp": now} for n, v in values]
+            data.append(
+                {"MetricName": "Temperature (C)", "Dimensions": dims[g], "Value": 35 + 0.4 * util, "Timestamp": now}
+            )
+            meter.put_metric_data(Namespace="DeepLearningTrain", MetricData=data)
+    return meter.result()
+
+
+def agent(scenario: Scenario) -> dict[str, Any]:
+    """The CloudWatch agent with the `nvidia_gpu` section listing its 17 measurements, 60 s collection:
+    one series per field per GPU with dimensions index, name, host (namespace CWAgent); the agent batches
+    up to 1,000 datums per PutMetricData and flushes every 60 s (force_flush_interval)."""
+    meter = Meter()
+    dims = [
+        [
+            {"Name": "index", "Value": str(g)},
+            {"Name": "name", "Value": "NVIDIA A100-SXM4-80GB"},
+            {"Name": "host", "Value": "ip-10-0-1-23.ec2.internal"},
+        ]
+        for g in range(scenario.gpus)
+    ]
+    for offset in range(0, scenario.seconds, 60):
+        now = MONTH_START + timedelta(seconds=offset)
+        data = []
+        for g in range(scenario.gpus):
+            util, mem, _ = scenario.at(offset, g)
+            for field in AGENT_FIELDS:
+                value = util if field == "utilization_gpu" else mem if field == "memory_used" else 0.0
+                data.append(
+                    {"MetricName": "nvidia_smi_" + field, "Dimensions": dims[g], "Value": value, "Timestamp": now}
+                )
+        for i in range(0, len(data), 1000):
+            meter.put_metric_data(Namespace="CWAgent", MetricData=data[i : i + 1000])
+    return meter.result()
+
+
+def main(side: str) -> dict[str, Any]:
+    scenario = Scenario()
+    started = time.process_time()
+    if side == "gpumon":
+        result = gpumon(scenario)
+    elif side == "agent":
+        result = agent(scenario)
+    else:
+        result = ours(side, scenario)
+    return {**result, "side": side, "cpu_s": round(time.process_time() - started, 1)}
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(sys.argv[1])))

@@ -1,0 +1,196 @@
+"""gpufleet in the replay: the scaler's reconcile tick, minute by minute, on the simulated group.
+
+Nothing here decides. Each minute builds the `GroupObservation` the real scaler would read (desired =
+nodes in the group, gpu_utilization = the group's average over the policy's lookback, per-instance
+busiest-GPU utilization and memory only when the core asks for them, as `Scaler.reconcile` does), calls
+`scaling.core.decide_reconcile` with the policy's own `GroupSettings`, and applies the `Decision` the
+way the executor does: desired raised by launching nodes, the named victims terminated, and the cooldown
+mark committed like `StateStore.commit` (raises capacity -> last_scale_out_at, else last_scale_in_at).
+
+Signals: reconcile ticks only. The policy's alarms are CloudWatch alarms that step through the same
+`_Ctx.step` with the same cooldowns; an alarm at the band's edge adds nothing a one-minute tick on the
+same metric does not, so the replay relies on the target band (the README says so).
+
+`Experiment` switches are what the replay evaluated beyond today's scaler, clearly labelled; the report
+names them in the run's name. None of them changes a rule of the core: drain by attrition only cordons
+nodes in the simulated scheduler, the pending signal (pending pods' GPUs added to the work) and booting
+counted (booting nodes added to the capacity) only change the utilization fed in, and the proportional
+step only chooses the step size the core then bounds and cools down.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from datetime import datetime, timedelta
+from statistics import fmean
+
+from gpufleet.domain.models import (
+    Action,
+    Decision,
+    Frozen,
+    GroupKind,
+    GroupObservation,
+    GroupRef,
+    GroupState,
+    InstanceObservation,
+    SkipReason,
+)
+from gpufleet.domain.policy import FleetPolicy, GroupSettings, Step
+from gpufleet.replay.model import ReplayOptions, RunName
+from gpufleet.replay.simulate import Cluster, Node, default_termination
+from gpufleet.scaling.core import decide_reconcile
+
+GROUP = GroupRef(kind=GroupKind.ASG, name="replay")
+RECENTLY_BUSY = 50.0  # percent reported for a node whose last pod left within the lookback window
+HELD_MEMORY = 50.0  # a GPU with a pod on it holds memory: at least this percent is reported as used
+
+
+class Experiment(Frozen):
+    """Variants the replay evaluated; none is what the scaler does today."""
+
+    drain_by_attrition: bool = False  # cordon the least-loaded node when scale-in finds none idle
+    pending_signal: bool = False  # utilization counts pending pods' GPUs (demand / capacity)
+    proportional_step: bool = False  # scale-out step sized to bring utilization back under the band's high
+    booting_counted: bool = False  # utilization over ready + booting nodes (capacity already on its way)
+
+    @property
+    def label(self) -> str:
+        names = ("drain_by_attrition", "pending_signal", "proportional_step", "booting_counted")
+        return "+".join(name.replace("_", "-") for name in names if getattr(self, name))
+
+
+def group_settings(policy: FleetPolicy) -> GroupSettings:
+    """The settings the scaler would use for a tagged ASG named 'replay', dry-run off (the replay asks
+    what would happen if it acted)."""
+    tags = {policy.discovery.tag_key: policy.discovery.tag_value}
+    settings = policy.settings_for(GROUP, tags)
+    if settings is None:
+        raise ValueError("the policy manages no group named 'replay' nor tagged groups: nothing to replay")
+    return settings.model_copy(update={"dry_run": False})
+
+
+def instance_observation(node: Node, t: int, lookback: int) -> InstanceObservation:
+    """What the metrics reader would return for a node: busiest GPU's allocated share (the documented
+    assumption: utilization = allocated share) and memory held by its pods; Pending while booting."""
+    if node.ready_at > t:
+        return InstanceObservation(instance_id=node.node_id, lifecycle_state="Pending")
+    if node.pods:
+        share = node.busiest_share()
+        util, mem = share, max(share, HELD_MEMORY)
+    elif t - node.emptied_at < lookback:
+        util = mem = RECENTLY_BUSY
+    else:
+        util = mem = 0.0
+    return InstanceObservation(instance_id=node.node_id, gpu_utilization=util, gpu_memory_percent=mem)
+
+
+class GpufleetController:
+    """The real decision core driving the simulated group once a minute."""
+
+    def __init__(
+        self, policy: FleetPolicy, options: ReplayOptions, max_nodes: int, experiment: Experiment | None = None
+    ) -> None:
+        self.experiment = experiment or Experiment()
+        self.name = str(RunName.GPUFLEET) + (f" [{self.experiment.label}]" if self.experiment.label else "")
+        self.settings = group_settings(policy)
+        self.options = options
+        self.max_nodes = max_nodes
+        self.lookback = max(1, policy.metric_lookback_s // 60)
+        self.samples: deque[tuple[int, float]] = deque()
+        self.state = GroupState()
+        self.decisions: dict[Action, int] = dict.fromkeys(Action, 0)
+
+    def now(self, t: int) -> datetime:
+        return self.options.start + timedelta(minutes=t)
+
+    def signal(self, cluster: Cluster) -> float | None:
+        """The group's utilization as the scaler reads it, or (experiments) with pending pods' GPUs added
+        to the work and/or booting nodes added to the capacity."""
+        e = self.experiment
+        if not e.pending_signal and not e.booting_counted:
+            return cluster.utilization()
+        work = cluster.used_milli + (cluster.pending_milli if e.pending_signal else 0)
+        capacity = cluster.ready_milli + (len(cluster.booting) * self.options.node_milli if e.booting_counted else 0)
+        if not cluster.ready and not work:
+            return None
+        return work / max(capacity, self.options.node_milli) * 100.0
+
+    def average(self, cluster: Cluster, t: int) -> float | None:
+        """Mean of the per-minute group averages over the lookback window (GpuMetricsReader's answer)."""
+        value = self.signal(cluster)
+        if value is not None:
+            self.samples.append((t, value))
+        while self.samples and self.samples[0][0] <= t - self.lookback:
+            self.samples.popleft()
+        return fmean(v for _, v in self.samples) if self.samples else None
+
+    def settings_for_tick(self, cluster: Cluster, util: float | None, desired: int) -> GroupSettings:
+        """The policy's settings, or (experiment) a scale-out step that brings the ready nodes' utilization
+        back to the band's high in one change."""
+        band = self.settings.target
+        if not self.experiment.proportional_step or util is None or util <= band.high:
+            return self.settings
+        counted = len(cluster.ready) + (len(cluster.booting) if self.experiment.booting_counted else 0)
+        wanted = math.ceil(max(counted, 1) * util / band.high) - desired
+        if wanted <= self.settings.scale_out_step.size(desired):
+            return self.settings
+        return self.settings.model_copy(update={"scale_out_step": Step(value=wanted)})
+
+    def tick(self, cluster: Cluster, t: int) -> None:
+        util = self.average(cluster, t)
+        now = self.now(t)
+        obs = GroupObservation(
+            ref=GROUP,
+            min_size=self.options.min_nodes,
+            max_size=self.max_nodes,
+            desired=len(cluster.nodes),
+            gpu_utilization=util,
+        )
+        settings = self.settings_for_tick(cluster, util, obs.desired)
+        decision = self.decide(obs, settings, now)
+        if decision.needs_instance_metrics:
+            instances = tuple(instance_observation(n, t, self.lookback) for n in cluster.nodes.values())
+            obs = obs.model_copy(update={"instances": instances, "instance_metrics_loaded": True})
+            decision = self.decide(obs, settings, now)
+        self.decisions[decision.action] += 1
+        self.apply(decision, cluster, t)
+        if self.experiment.drain_by_attrition:
+            self.drain(decision, cluster, util)
+
+    def decide(self, obs: GroupObservation, settings: GroupSettings, now: datetime) -> Decision:
+        return decide_reconcile(obs, settings, self.state, now, event_id=f"replay-{now:%Y%m%d%H%M}")
+
+    def apply(self, decision: Decision, cluster: Cluster, t: int) -> None:
+        """What Executor.execute + FleetActuator.apply + StateStore.commit do with a decided change."""
+        if not decision.changes_capacity:
+            return
+        if decision.victims:
+            cluster.terminate(decision.victims, t)
+        elif decision.desired > decision.current:
+            cluster.launch(decision.desired - decision.current, t)
+        else:  # lowered without named victims (above max): the ASG's termination policy picks
+            cluster.terminate(default_termination(cluster, decision.current - decision.desired, t), t)
+        cluster.actions += 1
+        stamp = {"last_scale_out_at" if decision.raises_capacity else "last_scale_in_at": decision.at}
+        self.state = self.state.model_copy(update={**stamp, "version": self.state.version + 1})
+
+    def drain(self, decision: Decision, cluster: Cluster, util: float | None) -> None:
+        """Experiment: when the core wanted to scale in but found no idle node, stop placing pods on the
+        least-loaded nodes (as many as its scale-in step, no more than the nodes beyond what the band's
+        high needs) so they empty by attrition and the core removes them as idle; hand them back to the
+        scheduler as soon as utilization is no longer below the band's low."""
+        draining = [n for n in cluster.ready if n.cordoned]
+        band = self.settings.target
+        if decision.action is Action.SCALE_OUT or util is None or util >= band.low:
+            for node in draining:
+                cluster.cordon(node, False)
+            return
+        if not (decision.action is Action.HOLD and decision.skipped.get(SkipReason.BUSY, 0) > 0):
+            return
+        needed = math.ceil(cluster.used_milli / (self.options.node_milli * band.high / 100))
+        surplus = len(cluster.ready) - max(needed, self.options.min_nodes)
+        want = min(self.settings.scale_in_step.size(decision.current), surplus) - len(draining)
+        open_nodes = sorted((n for n in cluster.ready if not n.cordoned), key=lambda n: (n.used, -n.launched_at))
+        for node in open_nodes[: max(want, 0)]:
+            cluster.cordon(node)

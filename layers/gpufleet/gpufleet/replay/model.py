@@ -1,0 +1,117 @@
+"""What a replay reads and what it reports: pods, options, per-run results and timelines.
+
+Times are whole minutes from the trace start: the scaler reconciles once a minute, so nothing finer
+changes a decision, and integers keep the 31-day loop cheap.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+
+from pydantic import Field
+
+from gpufleet.domain.models import Frozen
+
+MILLI_PER_GPU = 1000
+# g5.48xlarge (8x A10G), us-east-1 on-demand, Linux: the README's default node price (see its sources).
+DEFAULT_NODE_PRICE = 16.288
+DEFAULT_START = datetime(2026, 1, 5, tzinfo=UTC)  # a Monday, so schedule windows in a policy make sense
+
+
+class TraceFormat(StrEnum):
+    DLRM_V2025 = "alibaba-gpu-v2025-dlrm"
+    PODS_V2023 = "alibaba-gpu-v2023-pods"
+    SYNTHETIC = "synthetic-bursty"
+
+
+class Placement(StrEnum):
+    """kube-scheduler's NodeResourcesFit scoring: LeastAllocated (the default) spreads, MostAllocated packs."""
+
+    SPREAD = "spread"
+    PACK = "pack"
+
+
+class RunName(StrEnum):
+    GPUFLEET = "gpufleet"
+    ORACLE = "oracle"
+    STATIC_PEAK = "static-peak"
+    ASG_TARGET_TRACKING = "asg-target-tracking"
+    CLUSTER_AUTOSCALER = "cluster-autoscaler"
+
+
+class Pod(Frozen):
+    """One pod (or DLRM instance): `gpus` whole GPUs on one node, or a `milli` share of one GPU.
+
+    `duration` is how long it runs once started (None: past the end of the trace); a disrupted pod
+    starts again and needs all of it again."""
+
+    name: str
+    arrival: int = Field(ge=0)
+    duration: int | None = Field(default=None, ge=1)
+    gpus: int = Field(default=1, ge=1)
+    milli: int = Field(default=MILLI_PER_GPU, ge=1, le=MILLI_PER_GPU)
+
+    @property
+    def whole(self) -> bool:
+        return self.milli >= MILLI_PER_GPU
+
+    @property
+    def demand_milli(self) -> int:
+        """GPU demand in thousandths of a GPU."""
+        return self.gpus * MILLI_PER_GPU if self.whole else self.milli
+
+
+class Trace(Frozen):
+    """A workload: its pods (sorted by arrival) and the minutes it covers."""
+
+    format: TraceFormat
+    source: str
+    pods: tuple[Pod, ...]
+    horizon: int = Field(ge=1)
+    skipped: int = 0  # rows without a GPU request (CPU-only pods, DLRM CPU nodes)
+
+
+class ReplayOptions(Frozen):
+    """One replay's fixed world: node shape, boot delay, price, scheduler placement, group bounds."""
+
+    gpus_per_node: int = Field(default=8, ge=1, le=64)
+    boot_minutes: int = Field(default=5, ge=0, le=120)
+    node_price: float = Field(default=DEFAULT_NODE_PRICE, gt=0)
+    placement: Placement = Placement.SPREAD
+    min_nodes: int = Field(default=1, ge=0)
+    max_nodes: int | None = Field(default=None, ge=1)
+    start: datetime = DEFAULT_START
+    tt_target: float = Field(default=70.0, gt=0, lt=100)  # asg-target-tracking's target value (GPU %)
+    seed: int = 13
+
+    @property
+    def node_milli(self) -> int:
+        return self.gpus_per_node * MILLI_PER_GPU
+
+
+class RunResult(Frozen):
+    """One policy's totals over the whole trace: exactly the keys `report.json` promises."""
+
+    name: str
+    node_hours: float
+    gpu_hours_provisioned: float
+    gpu_hours_used: float
+    pending_gpu_minutes: float
+    pods_disrupted: int
+    lost_gpu_hours: float
+    scaling_actions: int
+    cost_usd: float
+
+
+class Timeline(Frozen):
+    """Per-minute samples of one run, for the plot: nodes billed, GPUs allocated, GPUs pending."""
+
+    nodes: tuple[int, ...]
+    used_gpus: tuple[float, ...]
+    pending_gpus: tuple[float, ...]
+
+
+class RunOutcome(Frozen):
+    result: RunResult
+    timeline: Timeline

@@ -1,0 +1,331 @@
+"""`gpufleet replay`'s glue: read the trace or the group's CloudWatch history, run the pure replay with a
+progress bar (tqdm), write report.json / report.md / capacity.png (matplotlib) and print the table.
+
+CloudWatch history is read with batched GetMetricData: at most 500 series per call and at most 1,440
+one-minute datapoints per series per call (CloudWatch's limit), so a long range is split into days.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from gpufleet.domain import defaults
+from gpufleet.domain.models import GroupKind, GroupRef
+from gpufleet.domain.policy import FleetPolicy, parse_policy
+from gpufleet.replay.core import Experiment, group_settings
+from gpufleet.replay.history import History, HistoryReport, InstanceSeries, history_md, replay_history
+from gpufleet.replay.model import Placement, ReplayOptions, Trace
+from gpufleet.replay.policy import Workload, recommended_policy, workload_of
+from gpufleet.replay.report import Comparison, compare, report_json, report_md
+from gpufleet.replay.traces import bursty_trace, parse_trace, to_v2023_csv
+from gpufleet_node import schema
+
+MAX_POINTS_PER_CALL = 1440  # CloudWatch: datapoints per series per GetMetricData call
+SYNTHETIC = "synthetic:bursty"
+ALL_EXPERIMENTS = (
+    Experiment(proportional_step=True),
+    Experiment(pending_signal=True),
+    Experiment(pending_signal=True, proportional_step=True),
+    Experiment(booting_counted=True),
+    Experiment(drain_by_attrition=True),
+    Experiment(drain_by_attrition=True, pending_signal=True, proportional_step=True, booting_counted=True),
+)
+
+
+def load_trace(spec: str, seed: int, days: int) -> Trace:
+    """A trace file in either Alibaba format, or `synthetic:bursty` (seeded)."""
+    if spec == SYNTHETIC:
+        return bursty_trace(random.Random(seed), days=days)
+    with open(spec, newline="") as f:
+        return parse_trace(f, Path(spec).name)
+
+
+def load_policy(path: str | None, workload: Workload) -> tuple[FleetPolicy, str]:
+    """The policy file given, else the README's recommended policy for the workload."""
+    if path:
+        return parse_policy(Path(path).read_text(), path), path
+    return recommended_policy(workload), f"recommended ({workload})"
+
+
+def options_from(args: argparse.Namespace) -> ReplayOptions:
+    return ReplayOptions(
+        gpus_per_node=args.gpus_per_node,
+        boot_minutes=args.boot_minutes,
+        node_price=args.node_price,
+        placement=Placement(args.placement),
+        min_nodes=args.min_nodes,
+        max_nodes=args.max_nodes,
+        tt_target=args.tt_target,
+        seed=args.seed,
+    )
+
+
+def _progress(total: int, enabled: bool) -> tuple[Callable[[int], None] | None, Callable[[], None]]:
+    """A tqdm bar over simulated minutes (all runs), on stderr; nothing when disabled."""
+    if not enabled:
+        return None, lambda: None
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, unit="min", unit_scale=True, desc="replay", file=sys.stderr, leave=False)
+    return bar.update, bar.close
+
+
+def run_comparison(
+    trace: Trace, policy: FleetPolicy, options: ReplayOptions, experiments: Sequence[Experiment], show: bool
+) -> Comparison:
+    update, close = _progress(trace.horizon * (4 + len(experiments)), show)
+    try:
+        return compare(trace, policy, options, random.Random(options.seed), experiments=experiments, progress=update)
+    finally:
+        close()
+
+
+def write_outputs(c: Comparison, out: Path, policy_label: str, trace: Trace) -> str:
+    """report.json, report.md, capacity.png (and the synthetic trace as a v2023 CSV, to replay again)."""
+    out.mkdir(parents=True, exist_ok=True)
+    doc = report_json(c)
+    doc["policy"] = policy_label
+    (out / "report.json").write_text(json.dumps(doc, indent=2) + "\n")
+    md = report_md(c).replace("\n\n", f"\n\nPolicy: {policy_label}.\n\n", 1)
+    (out / "report.md").write_text(md)
+    plot(c, out / "capacity.png")
+    if trace.source.startswith("synthetic"):
+        (out / "synthetic-bursty.csv").write_text(to_v2023_csv(trace))
+    return md
+
+
+def _hourly(values: Sequence[float], how: Callable[[Sequence[float]], float]) -> list[float]:
+    return [how(values[i : i + 60]) for i in range(0, len(values), 60)]
+
+
+def plot(c: Comparison, path: Path) -> None:
+    """Demand, each policy's provisioned GPUs and each policy's pending GPUs, hourly (max within the
+    hour for capacity and pending, mean for demand)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(13, 7.5), sharex=True, height_ratios=(3, 1.4))
+    hours = list(range(0, c.horizon, 60))
+    x = [h / 1440 for h in hours]
+    top.plot(x, _hourly(c.demand_gpus, lambda v: sum(v) / len(v)), color="black", lw=2.2, label="demand (GPUs)")
+    for k, outcome in enumerate(c.runs):
+        gpus = [n * c.options.gpus_per_node for n in outcome.timeline.nodes]
+        top.plot(x, _hourly(gpus, max), lw=1.1, color=f"C{k}", label=f"{outcome.result.name} capacity")
+        pending = outcome.timeline.pending_gpus
+        if any(pending):
+            bottom.plot(x, _hourly(pending, max), lw=1.0, color=f"C{k}", label=outcome.result.name)
+    top.set_ylabel("GPUs")
+    top.set_title(f"{c.source}: demand vs provisioned GPUs (placement {c.options.placement})")
+    top.legend(loc="upper left", fontsize=8, ncols=2)
+    bottom.set_ylabel("pending GPUs")
+    bottom.set_xlabel("day")
+    if bottom.lines:
+        bottom.legend(loc="upper left", fontsize=8, ncols=3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def replay_trace_cli(args: argparse.Namespace) -> int:
+    trace = load_trace(args.trace, args.seed, args.days)
+    policy, label = load_policy(args.policy, Workload(args.workload) if args.workload else workload_of(trace.format))
+    options = options_from(args)
+    experiments = ALL_EXPERIMENTS if args.experiments else ()
+    c = run_comparison(trace, policy, options, experiments, show=not args.no_progress)
+    md = write_outputs(c, Path(args.out), label, trace)
+    print(md, end="")
+    print(f"\nwritten: {args.out}/report.json, report.md, capacity.png")
+    return 0
+
+
+# ---- CloudWatch history ----
+
+
+@dataclass(frozen=True)
+class Series:
+    key: str
+    namespace: str
+    metric: str
+    dimensions: tuple[tuple[str, str], ...]
+    stat: str
+
+
+def _spans(start: datetime, end: datetime) -> Iterator[tuple[datetime, datetime]]:
+    step = timedelta(minutes=MAX_POINTS_PER_CALL)
+    while start < end:
+        yield start, min(end, start + step)
+        start += step
+
+
+def fetch_minutes(
+    cloudwatch: Any, series: Sequence[Series], start: datetime, end: datetime
+) -> dict[str, dict[int, float]]:
+    """Per series key: {minute index from start: value}. <= 500 series and <= 1,440 minutes per call."""
+    out: dict[str, dict[int, float]] = {s.key: {} for s in series}
+    for i in range(0, len(series), defaults.GET_METRIC_DATA_MAX_QUERIES):
+        batch = series[i : i + defaults.GET_METRIC_DATA_MAX_QUERIES]
+        queries = [
+            {
+                "Id": f"q{k}",
+                "MetricStat": {
+                    "Metric": {
+                        "Namespace": s.namespace,
+                        "MetricName": s.metric,
+                        "Dimensions": [{"Name": n, "Value": v} for n, v in s.dimensions],
+                    },
+                    "Period": 60,
+                    "Stat": s.stat,
+                },
+                "ReturnData": True,
+            }
+            for k, s in enumerate(batch)
+        ]
+        for lo, hi in _spans(start, end):
+            token: str | None = None
+            while True:
+                kw: dict[str, Any] = {"MetricDataQueries": queries, "StartTime": lo, "EndTime": hi}
+                if token:
+                    kw["NextToken"] = token
+                page = cloudwatch.get_metric_data(**kw)
+                for res in page.get("MetricDataResults", []):
+                    values = out[batch[int(res["Id"][1:])].key]
+                    for ts, v in zip(res.get("Timestamps", []), res.get("Values", []), strict=False):
+                        values[int((ts - start).total_seconds() // 60)] = float(v)
+                token = page.get("NextToken")
+                if not token:
+                    break
+    return out
+
+
+def group_asg(ref: GroupRef, autoscaling: Any, eks: Any) -> dict[str, Any] | None:
+    """The ASG holding the group's instances (an EKS node group's own ASG), or None."""
+    name = ref.name
+    if ref.kind is GroupKind.EKS_NODEGROUP:
+        ng = eks.describe_nodegroup(clusterName=ref.cluster, nodegroupName=ref.name)["nodegroup"]
+        asgs = ng.get("resources", {}).get("autoScalingGroups", [])
+        if not asgs:
+            return None
+        name = asgs[0]["name"]
+    found = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"]
+    return found[0] if found else None
+
+
+def members(asg: dict[str, Any], autoscaling: Any) -> list[str]:
+    """Instances that were in the group: the current ones plus every id its scaling activities name."""
+    ids = {i["InstanceId"] for i in asg.get("Instances", [])}
+    kwargs: dict[str, Any] = {"AutoScalingGroupName": asg["AutoScalingGroupName"]}
+    while True:
+        page = autoscaling.describe_scaling_activities(**kwargs)
+        for a in page.get("Activities", []):
+            ids.update(re.findall(r"\bi-[0-9a-f]+\b", f"{a.get('Description', '')} {a.get('Cause', '')}"))
+        if not page.get("NextToken"):
+            return sorted(ids)
+        kwargs["NextToken"] = page["NextToken"]
+
+
+def read_history(ref: GroupRef, days: int, end: datetime, clients: dict[str, Any]) -> History:
+    """The group's minutes from CloudWatch: GPU utilization and memory (GPUFleet group series), in-service
+    count (AWS/AutoScaling GroupInServiceInstances, else instances reporting), each instance's series."""
+    end = end.replace(second=0, microsecond=0)
+    start = end - timedelta(days=days)
+    asg = group_asg(ref, clients["autoscaling"], clients["eks"])
+    ids = members(asg, clients["autoscaling"]) if asg else []
+    dims = tuple(_group_dims(ref).items())
+    series = [
+        Series("util", schema.NAMESPACE, schema.GPU_UTILIZATION.name, dims, "Average"),
+        Series("mem", schema.NAMESPACE, schema.GPU_MEMORY_USED_PERCENT.name, dims, "Average"),
+    ]
+    if asg:
+        asg_dims = (("AutoScalingGroupName", asg["AutoScalingGroupName"]),)
+        series.append(Series("count", "AWS/AutoScaling", "GroupInServiceInstances", asg_dims, "Average"))
+    for iid in ids:
+        inst = ((schema.DIM_INSTANCE_ID, iid),)
+        series.append(Series(f"{iid}/util", schema.NAMESPACE, schema.GPU_UTILIZATION.name, inst, "Maximum"))
+        series.append(Series(f"{iid}/mem", schema.NAMESPACE, schema.GPU_MEMORY_USED_PERCENT.name, inst, "Maximum"))
+    got = fetch_minutes(clients["cloudwatch"], series, start, end)
+    minutes = days * 1440
+    instances = tuple(
+        InstanceSeries(
+            instance_id=iid,
+            utilization=tuple(got[f"{iid}/util"].get(t) for t in range(minutes)),
+            memory=tuple(got[f"{iid}/mem"].get(t) for t in range(minutes)),
+        )
+        for iid in ids
+        if got[f"{iid}/util"] or got[f"{iid}/mem"]
+    )
+    counts = got.get("count", {})
+    in_service: tuple[int | None, ...] = (
+        tuple(round(counts[t]) if t in counts else None for t in range(minutes))
+        if counts
+        else tuple(sum(1 for s in instances if s.utilization[t] is not None) or None for t in range(minutes))
+    )
+    return History(
+        group=ref,
+        start=start,
+        gpu_utilization=tuple(got["util"].get(t) for t in range(minutes)),
+        in_service=in_service,
+        instances=instances,
+        min_size=int(asg["MinSize"]) if asg else 0,
+        max_size=int(asg["MaxSize"]) if asg else 1000,
+    )
+
+
+def _group_dims(ref: GroupRef) -> dict[str, str]:
+    if ref.kind is GroupKind.EKS_NODEGROUP:
+        return schema.group_dimensions(cluster_name=ref.cluster, nodegroup_name=ref.name)
+    return schema.group_dimensions(asg_name=ref.name)
+
+
+def history_report(
+    ref: GroupRef, end: datetime, clients: dict[str, Any], args: argparse.Namespace
+) -> tuple[HistoryReport, str]:
+    """Read the history and replay it under the policy given (default: the batch recommendation)."""
+    history = read_history(ref, args.days, end, clients)
+    policy, label = load_policy(args.policy, Workload(args.workload or Workload.BATCH))
+    lookback = max(1, policy.metric_lookback_s // 60)
+    report = replay_history(history, group_settings(policy), lookback, args.gpus_per_node, args.boot_minutes)
+    return report, label
+
+
+def replay_history_cli(args: argparse.Namespace) -> int:
+    import boto3
+
+    from gpufleet.aws.clients import RETRY_CONFIG
+
+    ref = GroupRef.parse_key(args.from_cloudwatch)
+    session = boto3.session.Session()
+    clients = {
+        n: session.client(n, endpoint_url=args.endpoint, config=RETRY_CONFIG)
+        for n in ("cloudwatch", "autoscaling", "eks")
+    }
+    report, label = history_report(ref, datetime.now(UTC), clients, args)
+    md = history_md(report).replace("\n\n", f"\n\nPolicy: {label}.\n\n", 1)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "history.json").write_text(report.model_dump_json(indent=2) + "\n")
+    (out / "history.md").write_text(md)
+    print(md, end="")
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    """`gpufleet replay`: a trace (or `synthetic:bursty`), or a group's CloudWatch history."""
+    if bool(args.trace) == bool(args.from_cloudwatch):
+        print("error: give exactly one of --trace FILE and --from-cloudwatch GROUP", file=sys.stderr)
+        return 2
+    try:
+        return replay_history_cli(args) if args.from_cloudwatch else replay_trace_cli(args)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

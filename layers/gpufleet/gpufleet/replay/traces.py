@@ -1,0 +1,186 @@
+"""Workload traces: the public Alibaba GPU formats (detected by their header) and a seeded bursty
+synthetic batch workload. Pure: lines in, a `Trace` out; the caller opens files and owns the rng.
+
+Both Alibaba formats give creation, scheduled and deletion times in seconds from the trace start. A pod
+arrives at its creation time (empty/NaN: it existed before the trace, so it arrives at 0) and, once our
+scheduler starts it, runs for as long as it ran in the real cluster: deletion - scheduled (or - creation
+when it was never scheduled); an empty/NaN deletion means it outlived the trace.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Iterable
+from typing import Protocol
+
+from gpufleet.replay.model import MILLI_PER_GPU, Pod, Trace, TraceFormat
+
+DLRM_COLUMNS = frozenset({"instance_sn", "role", "gpu_request", "creation_time", "scheduled_time", "deletion_time"})
+V2023_COLUMNS = frozenset({"name", "num_gpu", "gpu_milli", "creation_time", "scheduled_time", "deletion_time"})
+V2023_HEADER = (
+    "name",
+    "cpu_milli",
+    "memory_mib",
+    "num_gpu",
+    "gpu_milli",
+    "gpu_spec",
+    "qos",
+    "pod_phase",
+    "creation_time",
+    "deletion_time",
+    "scheduled_time",
+)
+
+
+class TraceError(ValueError):
+    """The file is not one of the formats the replay reads, or a row is unreadable."""
+
+
+class Rng(Protocol):
+    """What the synthetic generator needs from `random.Random` (passed in, seeded by the caller)."""
+
+    def random(self) -> float: ...
+
+    def expovariate(self, lambd: float) -> float: ...
+
+    def lognormvariate(self, mu: float, sigma: float) -> float: ...
+
+    def randint(self, a: int, b: int) -> int: ...
+
+
+def _seconds(raw: str | None) -> float | None:
+    """A trace time: None when empty or NaN (the README's 'before/after the trace')."""
+    if raw is None or not raw.strip():
+        return None
+    value = float(raw)
+    return None if math.isnan(value) else value
+
+
+def _pod(name: str, times: tuple[float | None, float | None, float | None], gpus: int, milli: int) -> Pod:
+    created, scheduled, deleted = times
+    arrival_s = created or 0.0
+    started_s = scheduled if scheduled is not None else arrival_s
+    duration = None if deleted is None else max(1, math.ceil((deleted - started_s) / 60))
+    return Pod(name=name, arrival=int(arrival_s // 60), duration=duration, gpus=gpus, milli=milli)
+
+
+def detect_format(header: Iterable[str]) -> TraceFormat:
+    columns = {c.strip() for c in header}
+    if columns >= DLRM_COLUMNS:
+        return TraceFormat.DLRM_V2025
+    if columns >= V2023_COLUMNS:
+        return TraceFormat.PODS_V2023
+    raise TraceError(
+        "unknown trace format: expected the Alibaba GPU v2025 DLRM instance list "
+        f"({', '.join(sorted(DLRM_COLUMNS))}) or the v2023 pod list ({', '.join(sorted(V2023_COLUMNS))}); "
+        f"got columns {', '.join(sorted(columns)) or '(none)'}"
+    )
+
+
+def _row_pod(fmt: TraceFormat, row: dict[str, str]) -> Pod | None:
+    """The pod a row describes, or None when it asks for no GPU."""
+    times = (_seconds(row["creation_time"]), _seconds(row["scheduled_time"]), _seconds(row["deletion_time"]))
+    if fmt is TraceFormat.DLRM_V2025:
+        request = float(row["gpu_request"] or 0)
+        name = row["instance_sn"]
+        if request <= 0:
+            return None
+        if request < 1:
+            return _pod(name, times, 1, round(request * MILLI_PER_GPU))
+        return _pod(name, times, math.ceil(request), MILLI_PER_GPU)
+    gpus = int(float(row["num_gpu"] or 0))
+    milli = int(float(row["gpu_milli"] or 0))
+    if gpus <= 0:
+        return None
+    share = gpus == 1 and 0 < milli < MILLI_PER_GPU
+    return _pod(row["name"], times, gpus, milli if share else MILLI_PER_GPU)
+
+
+def parse_trace(lines: Iterable[str], source: str = "trace") -> Trace:
+    """Read either Alibaba format; the header decides which. Rows without a GPU request are counted, not
+    replayed (the DLRM CPU nodes, CPU-only pods)."""
+    reader = csv.DictReader(lines)
+    fmt = detect_format(reader.fieldnames or ())
+    pods: list[Pod] = []
+    skipped = 0
+    last_s = 0.0
+    for number, row in enumerate(reader, start=2):
+        try:
+            pod = _row_pod(fmt, row)
+            stamps = [_seconds(row[k]) for k in ("creation_time", "scheduled_time", "deletion_time")]
+        except (KeyError, ValueError, TypeError) as exc:
+            raise TraceError(f"{source}:{number}: unreadable row ({exc})") from None
+        last_s = max([last_s, *(s for s in stamps if s is not None)])
+        if pod is None:
+            skipped += 1
+        else:
+            pods.append(pod)
+    pods.sort(key=lambda p: p.arrival)
+    horizon = max(math.ceil(last_s / 60) + 1, max((p.arrival + 1 for p in pods), default=1))
+    return Trace(format=fmt, source=source, pods=tuple(pods), horizon=horizon, skipped=skipped)
+
+
+def to_v2023_csv(trace: Trace) -> str:
+    """A trace written in the v2023 pod-list format (how the synthetic workload is saved and re-read)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(V2023_HEADER)
+    for p in trace.pods:
+        created = p.arrival * 60
+        deleted = "" if p.duration is None else str(created + p.duration * 60)
+        milli = p.milli if not p.whole else MILLI_PER_GPU
+        row = (p.name, 8000, 32768, p.gpus, milli, "", "BE", "Succeeded", created, deleted, created)
+        writer.writerow(row)
+    return out.getvalue()
+
+
+# ---- the synthetic bursty batch workload ----
+
+SERVICES = 16  # long-running 1-GPU inference pods, present all along
+NIGHT_RATE, DAY_RATE = 0.05, 0.25  # background job arrivals per minute (night 20-08 h, day 08-20 h)
+BURSTS_PER_DAY = (2, 4)  # e.g. hyper-parameter sweeps or a team's nightly batch, between 08 and 22 h
+BURST_JOBS_MIN, BURST_JOBS_MEAN_EXTRA, BURST_SPREAD_MIN = 20, 40, 15
+MEDIAN_MINUTES, SIGMA, MAX_MINUTES = 45.0, 1.0, 16 * 60
+
+
+def _job_shape(rng: Rng) -> tuple[int, int]:
+    """(gpus, milli): 45 % 1 GPU, 20 % 2, 20 % 4, 10 % 8, 5 % a quarter or half of one GPU."""
+    x = rng.random()
+    for limit, gpus in ((0.45, 1), (0.65, 2), (0.85, 4), (0.95, 8)):
+        if x < limit:
+            return gpus, MILLI_PER_GPU
+    return 1, 250 if rng.random() < 0.5 else 500
+
+
+def _job(rng: Rng, name: str, arrival: int) -> Pod:
+    gpus, milli = _job_shape(rng)
+    minutes = min(MAX_MINUTES, max(2, int(rng.lognormvariate(math.log(MEDIAN_MINUTES), SIGMA))))
+    return Pod(name=name, arrival=arrival, duration=minutes, gpus=gpus, milli=milli)
+
+
+def bursty_trace(rng: Rng, days: int = 7) -> Trace:
+    """A bursty batch workload: a few long-running services, a day/night background of jobs and 2-4
+    bursts a day of 20+ jobs each (1-8 GPUs or a GPU share, log-normal run times, median 45 min).
+
+    Seeded by the caller's rng, so `random.Random(13)` gives the same trace on every machine."""
+    horizon = days * 1440
+    pods = [Pod(name=f"svc-{i}", arrival=0, duration=None) for i in range(SERVICES)]
+    t = 0.0
+    while True:
+        hour = int(t // 60) % 24
+        t += rng.expovariate(DAY_RATE if 8 <= hour < 20 else NIGHT_RATE)
+        if t >= horizon:
+            break
+        pods.append(_job(rng, f"job-{len(pods)}", int(t)))
+    for day in range(days):
+        for _ in range(rng.randint(*BURSTS_PER_DAY)):
+            start = day * 1440 + rng.randint(8 * 60, 22 * 60)
+            for _ in range(BURST_JOBS_MIN + int(rng.expovariate(1 / BURST_JOBS_MEAN_EXTRA))):
+                arrival = min(horizon - 1, start + rng.randint(0, BURST_SPREAD_MIN))
+                pods.append(_job(rng, f"burst-{len(pods)}", arrival))
+    pods.sort(key=lambda p: p.arrival)
+    return Trace(
+        format=TraceFormat.SYNTHETIC, source=f"synthetic bursty, {days} days", pods=tuple(pods), horizon=horizon
+    )

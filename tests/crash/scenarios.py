@@ -1,0 +1,363 @@
+"""The action scenarios the crash-point harness breaks: each builds its fleet in moto, delivers one event
+to the real function, and states the invariants that must hold whatever call failed.
+
+Invariants (all scenarios): each decision changes capacity at most once; desired never leaves bounds;
+no change goes unaudited or unnotified; no critical notification is lost; a post repeats at most once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import boto3
+from aws_lambda_powertools import Logger, Metrics
+
+from gpufleet.aws.audit import AuditLog
+from gpufleet.aws.state import StateStore
+from gpufleet.cli import LocalLambdaContext
+from gpufleet.domain import defaults
+from gpufleet.domain.models import Outcome
+from gpufleet.notify.model import Notification, NotificationKind, Severity, note
+from gpufleet.runtime import build_guard, build_notifier, build_scaler, build_spot_watch
+from gpufleet_node import schema
+from rehearsal import fleet
+from tests.crash.harness import World
+
+TABLE = "gpufleet-state"
+ROOT = Path(__file__).resolve().parents[2]
+SPOT_FULL = (
+    "Could not launch Spot Instances. UnfulfillableCapacity - Unable to fulfill capacity due to your request "
+    "configuration. Please adjust your request and try again. Launching EC2 instance failed."
+)
+
+
+def _logger() -> Logger:
+    return Logger(service="crash", level="CRITICAL")
+
+
+_BUILT: dict[tuple[str, str], Any] = {}
+
+
+def warm(kind: str, env: dict[str, str], build: Any) -> Any:
+    """The same function object across a scenario's runs, as a warm Lambda container (its state lives in
+    moto, reset before each run). Building clients for every run would double the suite's time."""
+    key = (kind, json.dumps(env, sort_keys=True))
+    if key not in _BUILT:
+        _BUILT[key] = build()
+    return _BUILT[key]
+
+
+def _event(name: str) -> dict[str, Any]:
+    return dict(json.loads((ROOT / "events" / "scaler" / name).read_text()))
+
+
+class _Fleet(World):
+    """A managed ASG `train-spot`, the state table, the notification queue, one function's env."""
+
+    def __init__(self, policy: str, tmp: Path, desired: int = 2, max_size: int = 8) -> None:
+        self.clients = fleet.Clients.create()
+        fleet.create_state_table(self.clients.dynamodb, TABLE)
+        fleet.create_asg(
+            self.clients, "train-spot", min_size=1, max_size=max_size, desired=desired, tags=fleet.MANAGED_TAG
+        )
+        self.stack = fleet.create_notification_stack(slack_secret=None)
+        self.policy = tmp / "policy.yaml"
+        self.policy.write_text(policy)
+        self.env = {
+            defaults.ENV_STATE_TABLE: TABLE,
+            defaults.ENV_POLICY_FILE: str(self.policy),
+            defaults.ENV_NOTIFY_QUEUE_URL: self.stack.queue_url,
+        }
+        self.notes: list[Notification] = []
+
+    def desired(self, asg: str = "train-spot") -> int:
+        g = self.clients.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[asg])["AutoScalingGroups"][0]
+        return int(g["DesiredCapacity"])
+
+    def instances(self, asg: str = "train-spot") -> list[str]:
+        g = self.clients.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[asg])["AutoScalingGroups"][0]
+        return sorted(i["InstanceId"] for i in g["Instances"])
+
+    def queued(self) -> list[Notification]:
+        self.notes += [
+            Notification.model_validate_json(m["Body"]) for m in fleet.drain(boto3.client("sqs"), self.stack.queue_url)
+        ]
+        return self.notes
+
+    def audited(self, group: str) -> list[Any]:
+        return [d for d in AuditLog(self.clients.dynamodb, TABLE).recent(group, 50) if d.outcome is Outcome.APPLIED]
+
+    def change_told_and_audited(self, group: str) -> list[str]:
+        problems = []
+        if not self.audited(group):
+            problems.append(f"{group}: the change was never audited")
+        if not any(n.group == group or group in n.title for n in self.queued()):
+            problems.append(f"{group}: the change was never told")
+        state = StateStore(self.clients.dynamodb, TABLE).load([group])[group]
+        if state.intent is not None or state.outbox:
+            problems.append(f"{group}: left unfinished (intent {state.intent is not None}, outbox {len(state.outbox)})")
+        return problems
+
+    def put_gpu(self, instance_id: str, util: float, mem: float, at: datetime) -> None:
+        dims = [{"Name": schema.DIM_INSTANCE_ID, "Value": instance_id}]
+        data = [
+            {"MetricName": schema.GPU_UTILIZATION.name, "Dimensions": dims, "Value": util, "Timestamp": at},
+            {"MetricName": schema.GPU_MEMORY_USED_PERCENT.name, "Dimensions": dims, "Value": mem, "Timestamp": at},
+        ]
+        self.clients.cloudwatch.put_metric_data(Namespace=schema.NAMESPACE, MetricData=data)
+
+
+class _ScalerWorld(_Fleet):
+    def __init__(self, policy: str, tmp: Path, **kw: Any) -> None:
+        super().__init__(policy, tmp, **kw)
+        self.scaler, idem = warm(
+            "scaler", self.env, lambda: build_scaler(_logger(), Metrics(namespace="Crash"), env=self.env)
+        )
+        idem.register_lambda_context(LocalLambdaContext("scaler", timeout_s=120))  # type: ignore[arg-type]
+
+    def later(self, now: datetime) -> None:
+        tick = {"gpufleet": "reconcile", "execution_id": f"later-{now:%H%M}", "scheduled_time": now.isoformat()}
+        self.scaler.handle(tick, now)
+
+
+class AlarmScaleOut(_ScalerWorld):
+    def __init__(self, tmp: Path) -> None:
+        super().__init__("defaults: {scale_out_step: 1, scale_out_cooldown_s: 300}\n", tmp)
+        fleet.put_gpu_alarm(
+            self.clients.cloudwatch,
+            "gpufleet-train-gpu-high",
+            {"AutoScalingGroupName": "train-spot"},
+            direction="out",
+            threshold=85,
+            evaluation_periods=1,
+        )
+
+    def deliver(self, now: datetime) -> None:
+        self.scaler.handle(_event("eventbridge-alarm-asg-high.json"), now)
+
+    def violations(self) -> list[str]:
+        got = self.desired()
+        return (
+            [f"desired {got}, expected exactly one step 2 -> 3"] if got != 3 else []
+        ) + self.change_told_and_audited("asg:train-spot")
+
+
+class ScaleInTwoVictims(_ScalerWorld):
+    def __init__(self, tmp: Path, now: datetime) -> None:
+        policy = (
+            "defaults: {scale_in_step: 2, scale_in_cooldown_s: 300, idle: {gpu_utilization: 5, memory_percent: 10}}\n"
+        )
+        super().__init__(policy, tmp, desired=4)
+        fleet.put_gpu_alarm(
+            self.clients.cloudwatch,
+            "gpufleet-train-gpu-low",
+            {"AutoScalingGroupName": "train-spot"},
+            direction="in",
+            threshold=20,
+            evaluation_periods=1,
+        )
+        ids = self.instances()
+        self.busy, self.idle = ids[:2], ids[2:]
+        for minute in range(1, 4):
+            for iid in ids:
+                self.put_gpu(
+                    iid, 0 if iid in self.idle else 90, 1 if iid in self.idle else 70, now - timedelta(minutes=minute)
+                )
+
+    def deliver(self, now: datetime) -> None:
+        self.scaler.handle(_event("alarm-action-asg-low.json"), now)
+
+    def violations(self) -> list[str]:
+        problems = self.change_told_and_audited("asg:train-spot")
+        if self.instances() != sorted(self.busy) or self.desired() != 2:
+            problems.append(
+                f"expected exactly the two idle instances removed: left {self.instances()}, desired {self.desired()}"
+            )
+        return problems
+
+
+class ScheduleWindow(_ScalerWorld):
+    POLICY = """
+groups:
+  - name: train-spot
+    kind: asg
+    schedules: [{name: day, cron: "0 8 * * *", timezone: UTC, duration_minutes: 600, min: 3, desired: 4}]
+"""
+
+    def __init__(self, tmp: Path) -> None:
+        super().__init__(self.POLICY, tmp)
+
+    def deliver(self, now: datetime) -> None:
+        tick = {"gpufleet": "reconcile", "execution_id": "window-1", "scheduled_time": now.isoformat()}
+        self.scaler.handle(tick, now)
+
+    def violations(self) -> list[str]:
+        got = self.desired()
+        return ([f"desired {got}, expected the window's 4"] if got != 4 else []) + self.change_told_and_audited(
+            "asg:train-spot"
+        )
+
+
+_SPOT_POLICY = """
+defaults: {scale_out_cooldown_s: 60, scale_in_cooldown_s: 60}
+groups: [{name: train-ondemand, kind: asg, target: {enabled: false}}]
+spot:
+  groups: [{group: asg:train-spot, fallback: {group: asg:train-ondemand, wait_minutes: 5}}]
+"""
+
+
+class _SpotWorld(_Fleet):
+    def __init__(self, tmp: Path) -> None:
+        super().__init__(_SPOT_POLICY, tmp)
+        fleet.create_asg(self.clients, "train-ondemand", min_size=0, max_size=3, desired=0, tags=fleet.MANAGED_TAG)
+        self.watch = warm(
+            "spot_watch", self.env, lambda: build_spot_watch(_logger(), Metrics(namespace="Crash"), env=self.env)
+        )
+
+    def deliver(self, now: datetime) -> None:
+        self.watch.handle({"gpufleet": "reconcile", "execution_id": "spot-1", "scheduled_time": now.isoformat()}, now)
+
+    def later(self, now: datetime) -> None:
+        self.watch.handle(
+            {"gpufleet": "reconcile", "execution_id": f"spot-{now:%H%M}", "scheduled_time": now.isoformat()}, now
+        )
+
+    def owed(self) -> int:
+        state = StateStore(self.clients.dynamodb, TABLE).load(["asg:train-ondemand"])["asg:train-ondemand"]
+        return state.owed.get("asg:train-spot", 0)
+
+
+class FallbackRaise(_SpotWorld):
+    def __init__(self, tmp: Path, now: datetime, endpoint: str) -> None:
+        super().__init__(tmp)
+        before = set(self.instances())
+        self.clients.autoscaling.set_desired_capacity(AutoScalingGroupName="train-spot", DesiredCapacity=5)
+        fleet.hold_out_of_service(self.clients.autoscaling, "train-spot", sorted(set(self.instances()) - before))
+        for minutes in (6, 1):
+            fleet.inject_failed_launch(endpoint, "train-spot", now - timedelta(minutes=minutes), SPOT_FULL)
+
+    def violations(self) -> list[str]:
+        problems = self.change_told_and_audited("asg:train-ondemand")
+        if (self.desired("train-ondemand"), self.owed()) != (3, 3):
+            problems.append(f"fallback desired {self.desired('train-ondemand')}, owed {self.owed()}; expected 3 and 3")
+        return problems
+
+
+class FallbackHandBack(_SpotWorld):
+    def __init__(self, tmp: Path, now: datetime) -> None:
+        super().__init__(tmp)
+        self.clients.autoscaling.set_desired_capacity(AutoScalingGroupName="train-ondemand", DesiredCapacity=2)
+        for iid in self.instances("train-ondemand"):  # idle, as their publishers keep reporting
+            for minute in range(-25, 4):
+                self.put_gpu(iid, 0, 1, now - timedelta(minutes=minute))
+        self.clients.dynamodb.put_item(
+            TableName=TABLE,
+            Item={
+                "pk": {"S": "GROUP#asg:train-ondemand"},
+                "sk": {"S": "STATE"},
+                "version": {"N": "1"},
+                "owed#asg:train-spot": {"N": "2"},
+            },
+        )
+        doc = json.dumps({"streak_started_at": (now - timedelta(minutes=30)).isoformat(), "fallback_added": 2})
+        self.clients.dynamodb.put_item(
+            TableName=TABLE,
+            Item={"pk": {"S": "GROUP#asg:train-spot"}, "sk": {"S": "SPOT"}, "version": {"N": "1"}, "doc": {"S": doc}},
+        )
+
+    def violations(self) -> list[str]:
+        problems = self.change_told_and_audited("asg:train-ondemand")
+        if (self.desired("train-ondemand"), self.owed()) != (0, 0):
+            problems.append(f"fallback desired {self.desired('train-ondemand')}, owed {self.owed()}; expected 0 and 0")
+        return problems
+
+
+class OomReplacement(_Fleet):
+    later_minutes = (1, 2, 6, 20)  # the guard runs every minute; an XID stays in its 5-minute lookback
+    POLICY = "guard: {health: {replace_unhealthy: true, max_replacements_per_hour: 1, min_healthy_percent: 50}}\n"
+
+    def __init__(self, tmp: Path, now: datetime) -> None:
+        super().__init__(self.POLICY, tmp, desired=3)
+        self.sick = self.instances()[0]
+        dims = [{"Name": schema.DIM_INSTANCE_ID, "Value": self.sick}]
+        gpu = [*dims, {"Name": schema.DIM_GPU_INDEX, "Value": "0"}]
+        at = now - timedelta(minutes=1)
+        self.clients.cloudwatch.put_metric_data(
+            Namespace=schema.NAMESPACE,
+            MetricData=[
+                {"MetricName": schema.GPU_XID_ERRORS.name, "Dimensions": d, "Value": 1.0, "Timestamp": at}
+                for d in (dims, gpu)
+            ]
+            + [{"MetricName": schema.GPU_MEMORY_USED.name, "Dimensions": gpu, "Value": 100.0, "Timestamp": at}]
+            + [{"MetricName": schema.GPU_MEMORY_USED_PERCENT.name, "Dimensions": gpu, "Value": 10.0, "Timestamp": at}],
+        )
+        self.guard = warm(
+            "oom_guard", self.env, lambda: build_guard(_logger(), Metrics(namespace="Crash"), env=self.env)
+        )
+        self.guard._gpu_inventory = None  # a new fleet: no GPU list from the previous run
+
+    def deliver(self, now: datetime) -> None:
+        self.guard.handle({"gpufleet": "reconcile", "execution_id": "guard-1", "scheduled_time": now.isoformat()}, now)
+
+    def later(self, now: datetime) -> None:
+        self.guard.handle(
+            {"gpufleet": "reconcile", "execution_id": f"guard-{now:%H%M}", "scheduled_time": now.isoformat()}, now
+        )
+
+    def violations(self) -> list[str]:
+        g = self.clients.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=["train-spot"])[
+            "AutoScalingGroups"
+        ][0]
+        unhealthy = sorted(i["InstanceId"] for i in g["Instances"] if i["HealthStatus"].upper() == "UNHEALTHY")
+        problems = [] if unhealthy == [self.sick] else [f"unhealthy {unhealthy}, expected exactly {self.sick}"]
+        critical = [
+            n for n in self.queued() if n.severity is Severity.CRITICAL and n.kind is NotificationKind.GPU_HEALTH
+        ]
+        if not critical:
+            problems.append("the CRITICAL GPU failure notification was lost")
+        return problems
+
+
+class NotifierPost(World):
+    def __init__(self, tmp: Path, now: datetime, slack: Any) -> None:
+        self.receiver, url = slack
+        self.receiver.received.clear()
+        clients = fleet.Clients.create()
+        fleet.create_state_table(clients.dynamodb, TABLE)
+        self.stack = fleet.create_notification_stack(slack_secret=url + "/services/T0/B0/crash")
+        policy = tmp / "policy.yaml"
+        policy.write_text(
+            "notifications: {grouping: {group_wait_s: 0, group_interval_s: 0}, default_route: {slack: true, sns: true}}\n"
+        )
+        env = self.stack.env(TABLE, str(policy))
+        self.notifier = warm("notifier", env, lambda: build_notifier(_logger(), Metrics(namespace="Crash"), env=env))
+        self.notifier._silences = None
+        self.body = note(
+            NotificationKind.SCALING,
+            Severity.CRITICAL,
+            "asg:train-spot",
+            "asg:train-spot: failed to scale 2 -> 3",
+            at=now,
+            source="crash",
+            id_parts=("crash", "post"),
+        ).model_dump_json()
+
+    def deliver(self, now: datetime) -> None:
+        self.notifier.handle_message(self.body, now)
+
+    def later(self, now: datetime) -> None:
+        self.notifier.sweep(now)
+
+    def violations(self) -> list[str]:
+        posts = Counter(json.dumps(r.payload.get("text")) for r in self.receiver.received)
+        sns = fleet.drain(boto3.client("sqs"), self.stack.sns_inbox_url)
+        problems = []
+        if not posts or any(n > 2 for n in posts.values()):
+            problems.append(f"Slack posts {dict(posts)}: expected one, a repeat at most once")
+        if not 1 <= len(sns) <= 2:
+            problems.append(f"SNS published {len(sns)} times: expected one, a repeat at most once")
+        return problems

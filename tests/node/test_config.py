@@ -1,0 +1,60 @@
+"""/etc/gpufleet/publisher.json: every mistake is exit code 2 and one line naming the field and the value
+(never a traceback and exit 1). Python >= 3.9."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpufleet_node import config, schema
+from gpufleet_node.__main__ import EXIT_CONFIG, main
+
+REPO = Path(__file__).resolve().parents[2]
+
+BAD = [
+    ('{"log_level": "LOUD"}', ["log_level", "'LOUD'"]),
+    ('{"window_s": 1000000000000000000000000000000}', ["window_s", "1000000000000000000000"]),
+    ('{"sample_interval_s": 1e400}', ["sample_interval_s", "inf"]),
+    ('{"sample_interval_s": NaN}', ["sample_interval_s", "nan"]),
+    ('{"buffer_max_age_s": 100000000000000000000}', ["buffer_max_age_s", "100000000000000000000"]),
+    ('{"buffer_max_age_s": 60}', ["buffer_max_age_s", "60"]),
+    ('{"buffer_max_age_s": 200, "window_s": 120}', ["buffer_max_age_s 200", "window_s 120"]),
+    ('{"window_s": true}', ["window_s", "True"]),
+    ('{"detail": "verbose"}', ["detail", "'verbose'", "adaptive"]),
+    ('{"detail_gpus": "sometimes"}', ["detail_gpus", "'sometimes'"]),
+    ('{"detail_memory_off_percent": 80}', ["detail_memory_off_percent", "80", "70"]),
+    ('{"tag_refresh_s": 5}', ["tag_refresh_s", "5"]),
+    ('{"region": "../../etc"}', ["region", "'../../etc'"]),
+    ('{"endpoint_url": "ftp://x"}', ["endpoint_url", "'ftp://x'"]),
+    ('{"identity_cache": "relative.json"}', ["identity_cache", "'relative.json'"]),
+    ("[" * 20000 + "]" * 20000, ["nested too deeply"]),
+    ("{" + " " * 70000 + "}", ["larger than"]),
+    ('{"sample_interval": 1}', ["unknown key 'sample_interval'"]),
+    ("[1, 2]", ["expected a JSON object"]),
+    ("{not json", ["unreadable"]),
+]
+
+
+@pytest.mark.parametrize(("text", "said"), BAD, ids=[b[1][0][:30] for b in BAD])
+def test_a_bad_value_is_exit_code_2_with_the_field_and_the_value(tmp_path, capsys, text, said):
+    path = tmp_path / "publisher.json"
+    path.write_text(text)
+    assert main(["--config", str(path)]) == EXIT_CONFIG
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    for part in said:
+        assert part in err[0]
+
+
+def test_defaults_and_the_shipped_file_are_valid_and_adaptive():
+    assert config.load(None)["detail"] == schema.DEFAULT_DETAIL == "adaptive"
+    shipped = config.load(str(REPO / "ami" / "publisher.json"))
+    assert shipped["detail"] == "adaptive" and shipped["detail_gpus"] == "auto"
+    assert set(json.loads((REPO / "ami" / "publisher.json").read_text())) <= set(config.DEFAULTS)
+
+
+def test_the_log_level_is_case_insensitive(tmp_path):
+    path = tmp_path / "publisher.json"
+    path.write_text('{"log_level": "debug", "detail": "full", "buffer_max_age_s": 600}')
+    loaded = config.load(str(path))
+    assert loaded["log_level"] == "DEBUG" and loaded["detail"] == "full"

@@ -1,0 +1,118 @@
+"""gpufleet in the replay: the real core decides, the replay applies like the executor, and the labelled
+experiments only cordon, change the signal fed in, or choose the step size."""
+
+from __future__ import annotations
+
+from gpufleet.domain.models import Action
+from gpufleet.domain.policy import parse_policy
+from gpufleet.replay.core import Experiment, GpufleetController, instance_observation
+from gpufleet.replay.model import MILLI_PER_GPU, Pod, ReplayOptions
+from gpufleet.replay.simulate import Cluster, run
+
+OPTS = ReplayOptions(gpus_per_node=4, boot_minutes=3)
+POLICY = parse_policy(
+    """
+metric_lookback_s: 300
+defaults:
+  target: {low: 40, high: 80}
+  scale_out_step: 1
+  scale_out_cooldown_s: 300
+  scale_in_step: 1
+  scale_in_cooldown_s: 600
+"""
+)
+
+
+def _cluster(pods: list[Pod], nodes: int) -> Cluster:
+    cluster = Cluster(pods, OPTS)
+    cluster.launch(nodes, -10, booted=True)
+    cluster.advance(0)
+    return cluster
+
+
+def test_scale_out_follows_the_band_and_the_cooldown_marks_like_the_executor() -> None:
+    pods = [Pod(name=f"p{i}", arrival=0, duration=None) for i in range(8)]
+    cluster = _cluster(pods, 2)  # 100 %
+    g = GpufleetController(POLICY, OPTS, 10)
+    g.tick(cluster, 0)
+    assert len(cluster.nodes) == 3 and len(cluster.booting) == 1
+    assert g.state.last_scale_out_at == OPTS.start and g.state.version == 1 and cluster.actions == 1
+    for t in range(1, 5):
+        g.tick(cluster, t)
+    assert len(cluster.nodes) == 3  # scale-out cooldown (300 s)
+    g.tick(cluster, 5)
+    assert len(cluster.nodes) == 4
+
+
+def test_scale_in_removes_only_nodes_idle_for_the_lookback_and_never_disrupts() -> None:
+    pods = [Pod(name="a", arrival=0, duration=None), Pod(name="b", arrival=0, duration=20)]
+    cluster = _cluster(pods, 4)  # spread: a and b on two nodes; 2 of 16 GPUs = 12.5 %
+    g = GpufleetController(POLICY, OPTS, 10)
+    removed: list[int] = []
+    for t in range(0, 60):
+        cluster.advance(t)
+        before = len(cluster.nodes)
+        g.tick(cluster, t)
+        if len(cluster.nodes) < before:
+            removed.append(t)
+    assert removed[:2] == [0, 10]  # one idle node per scale-in cooldown (600 s)
+    assert cluster.disrupted == 0
+    assert len(cluster.nodes) == 1 and cluster.node_of[0] is not None  # a's node stays
+    assert g.decisions[Action.SCALE_IN] >= 3
+
+
+def test_a_node_whose_last_pod_just_left_is_still_busy_for_the_lookback() -> None:
+    pods = [Pod(name="a", arrival=0, duration=3)]
+    cluster = _cluster(pods, 1)
+    (node,) = cluster.nodes.values()
+    cluster.advance(3)
+    assert not node.pods
+    assert instance_observation(node, 5, 5).gpu_utilization == 50.0
+    assert instance_observation(node, 8, 5).gpu_utilization == 0.0
+    booting = cluster.launch(1, 8)[0]
+    assert instance_observation(booting, 9, 5).lifecycle_state == "Pending"
+
+
+def test_gpufleet_never_disrupts_a_pod_on_a_random_workload() -> None:
+    pods = [Pod(name=f"p{i}", arrival=(i * 7) % 400, duration=5 + (i * 13) % 90, gpus=1 + i % 3) for i in range(200)]
+    pods.sort(key=lambda p: p.arrival)
+    for experiment in (Experiment(), Experiment(drain_by_attrition=True, pending_signal=True, proportional_step=True)):
+        out = run(pods, 500, GpufleetController(POLICY, OPTS, 30, experiment), OPTS, initial_nodes=1)
+        assert out.result.pods_disrupted == 0 and out.result.lost_gpu_hours == 0
+
+
+def test_pending_signal_lets_gpufleet_see_demand_beyond_capacity() -> None:
+    pods = [Pod(name=f"p{i}", arrival=0, duration=None) for i in range(12)]
+    plain, seeing = (
+        GpufleetController(POLICY, OPTS, 10),
+        GpufleetController(POLICY, OPTS, 10, Experiment(pending_signal=True)),
+    )
+    cluster = _cluster(pods, 2)
+    assert plain.signal(cluster) == 100.0  # utilization cannot say how much is missing
+    assert seeing.signal(cluster) == 150.0
+    assert seeing.name == "gpufleet [pending-signal]"
+
+
+def test_proportional_step_sizes_the_step_to_the_gap() -> None:
+    g = GpufleetController(POLICY, OPTS, 100, Experiment(proportional_step=True, pending_signal=True))
+    pods = [Pod(name=f"p{i}", arrival=0, duration=None) for i in range(40)]
+    cluster = _cluster(pods, 2)  # 8 GPUs for 40: the signal says 500 %
+    g.tick(cluster, 0)
+    assert len(cluster.nodes) == 2 + 11  # ceil(2 x 500 / 80) - 2, in one change (the core bounds it)
+
+
+def test_drain_by_attrition_cordons_the_least_loaded_node_until_it_empties() -> None:
+    pods = [Pod(name="long", arrival=0, duration=None), Pod(name="short", arrival=0, duration=30, milli=500)]
+    pods += [Pod(name="late", arrival=5, duration=None)]
+    cluster = _cluster(pods, 2)  # spread: one pod per node, 19 %: the core wants to scale in, none is idle
+    g = GpufleetController(POLICY, OPTS, 10, Experiment(drain_by_attrition=True))
+    g.tick(cluster, 0)
+    cordoned = [n for n in cluster.nodes.values() if n.cordoned]
+    assert len(cordoned) == 1 and list(cordoned[0].pods) == [1]  # the least loaded: the half-GPU pod
+    cluster.advance(5)
+    assert cluster.node_of[2] is not cordoned[0]  # new work avoids the draining node
+    for t in range(6, 60):
+        cluster.advance(t)
+        g.tick(cluster, t)
+    assert len(cluster.nodes) == 1 and cluster.disrupted == 0
+    assert cluster.used_milli == 2 * MILLI_PER_GPU
