@@ -51,7 +51,7 @@ class FaultInjector:
                 self.fired = f"{client.meta.service_model.service_name}:{operation}"
                 if self.mode == "error":
                     raise ClientError({"Error": {"Code": "InternalFailure", "Message": "injected"}}, operation)
-                result = self._original(client, operation, params)
+                self._original(client, operation, params)  # it takes effect; the answer is what is lost
                 raise ReadTimeoutError(endpoint_url=f"injected-after-effect:{operation}")
         return self._original(client, operation, params)
 

@@ -331,7 +331,8 @@ class NotifierPost(World):
         self.stack = fleet.create_notification_stack(slack_secret=url + "/services/T0/B0/crash")
         policy = tmp / "policy.yaml"
         policy.write_text(
-            "notifications: {grouping: {group_wait_s: 0, group_interval_s: 0}, default_route: {slack: true, sns: true}}\n"
+            "notifications: {grouping: {group_wait_s: 0, group_interval_s: 0},\n"
+            "                default_route: {slack: true, sns: true}}\n"
         )
         env = self.stack.env(TABLE, str(policy))
         self.notifier = warm("notifier", env, lambda: build_notifier(_logger(), Metrics(namespace="Crash"), env=env))

@@ -128,7 +128,8 @@ def test_group_memory_pressure_scales_out_through_the_scaler(gpu_fleet: Fleet) -
     for node in gpu_fleet.instances():
         publish(node, 10, lambda m, g: 93)  # every GPU above WARNING
     result = guard(gpu_fleet, stack.queue_url, pressure=True).evaluate(NOW, "tick-1")
-    assert result["pressure"] == {"asg:train-spot": "memory pressure: 2 of 2 instances have a GPU at risk of running out of memory"}
+    why = "memory pressure: 2 of 2 instances have a GPU at risk of running out of memory"
+    assert result["pressure"] == {"asg:train-spot": why}
     assert gpu_fleet.desired() == 3  # one step, the scaler's bounds and cooldowns applied
     kinds = {n.kind for n in queued(stack.queue_url)}
     assert kinds == {"oom", "scaling"}
