@@ -48,8 +48,9 @@ def create_state_table(dynamodb: Any, name: str) -> None:
 _IMAGES: dict[str, str] = {}  # endpoint -> a moto AMI id (moto ships the same images after every reset)
 
 
-def _launch_template(ec2: Any) -> str:
-    name = "gpufleet-gpu-node"
+def _launch_template(ec2: Any, market: str | None = None) -> str:
+    """The GPU node launch template; `market="spot"` sets InstanceMarketOptions as a spot group's has."""
+    name = "gpufleet-gpu-node" + (f"-{market}" if market else "")
     existing = ec2.describe_launch_templates(Filters=[{"Name": "launch-template-name", "Values": [name]}])
     if existing["LaunchTemplates"]:
         return name
@@ -57,16 +58,24 @@ def _launch_template(ec2: Any) -> str:
         ec2.meta.endpoint_url,
         ec2.describe_images()["Images"][0]["ImageId"],  # moto's list is long: read once
     )
-    ec2.create_launch_template(
-        LaunchTemplateName=name, LaunchTemplateData={"ImageId": image, "InstanceType": INSTANCE_TYPE}
-    )
+    data: dict[str, Any] = {"ImageId": image, "InstanceType": INSTANCE_TYPE}
+    if market:
+        data["InstanceMarketOptions"] = {"MarketType": market}
+    ec2.create_launch_template(LaunchTemplateName=name, LaunchTemplateData=data)
     return name
 
 
 def create_asg(
-    clients: Clients, name: str, *, min_size: int, max_size: int, desired: int, tags: dict[str, str] | None = None
+    clients: Clients,
+    name: str,
+    *,
+    min_size: int,
+    max_size: int,
+    desired: int,
+    tags: dict[str, str] | None = None,
+    market: str | None = None,
 ) -> None:
-    template = _launch_template(clients.ec2)
+    template = _launch_template(clients.ec2, market)
     clients.autoscaling.create_auto_scaling_group(
         AutoScalingGroupName=name,
         LaunchTemplate={"LaunchTemplateName": template, "Version": "$Latest"},

@@ -203,7 +203,7 @@ class Rehearsal:
     def setup(self) -> Any:
         c = self.clients
         fleet.create_state_table(c.dynamodb, TABLE)
-        fleet.create_asg(c, TRAIN.name, min_size=1, max_size=8, desired=2, tags=fleet.MANAGED_TAG)
+        fleet.create_asg(c, TRAIN.name, min_size=1, max_size=8, desired=2, tags=fleet.MANAGED_TAG, market="spot")
         fleet.create_asg(c, FALLBACK.name, min_size=0, max_size=4, desired=0, tags=fleet.MANAGED_TAG)
         self.backing_asg[TRAIN.key] = TRAIN.name
         self.backing_asg[FALLBACK.key] = FALLBACK.name

@@ -62,7 +62,13 @@ class _Fleet(World):
         self.clients = fleet.Clients.create()
         fleet.create_state_table(self.clients.dynamodb, TABLE)
         fleet.create_asg(
-            self.clients, "train-spot", min_size=1, max_size=max_size, desired=desired, tags=fleet.MANAGED_TAG
+            self.clients,
+            "train-spot",
+            min_size=1,
+            max_size=max_size,
+            desired=desired,
+            tags=fleet.MANAGED_TAG,
+            market="spot",
         )
         self.stack = fleet.create_notification_stack(slack_secret=None)
         self.policy = tmp / "policy.yaml"

@@ -69,7 +69,7 @@ def gpu_fleet(aws: str, tmp_path: Path) -> Fleet:
     """train-spot ASG (2 of max 8) and ml/infer-gpu node group (2 of max 5), both tagged, with alarms."""
     clients = fleet.Clients.create()
     fleet.create_state_table(clients.dynamodb, TABLE)
-    fleet.create_asg(clients, "train-spot", min_size=1, max_size=8, desired=2, tags=fleet.MANAGED_TAG)
+    fleet.create_asg(clients, "train-spot", min_size=1, max_size=8, desired=2, tags=fleet.MANAGED_TAG, market="spot")
     backing = fleet.create_nodegroup(
         clients, "ml", "infer-gpu", min_size=1, max_size=5, desired=2, tags=fleet.MANAGED_TAG
     )

@@ -167,7 +167,7 @@ def test_invoke_every_spot_watch_sample_event(gpu_fleet: Fleet, path: Path) -> N
         [group] = run["groups"]
         expected = {
             "spot-capacity": "spot-capacity",
-            "insufficient-capacity": "spot-capacity",
+            "insufficient-capacity": "on-demand-capacity",  # EC2's on-demand wording: no fallback
             "vcpu-quota": "quota",
             "subnet-full": "subnet-ip-exhaustion",
         }[path.stem.removeprefix("launch-unsuccessful-")]

@@ -180,4 +180,4 @@ def build_spot_watch(
 
     scaler, _ = build_scaler(logger, emf, env, session)
     fleet = scaler.ctx.fleet
-    return SpotWatch(scaler.ctx, scaler, LaunchActivityReader(fleet.autoscaling, fleet.eks))
+    return SpotWatch(scaler.ctx, scaler, LaunchActivityReader(fleet.autoscaling, fleet.eks, client("ec2", session)))

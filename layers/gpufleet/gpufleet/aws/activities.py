@@ -4,9 +4,12 @@ node group health issues (e.g. AsgInstanceLaunchFailures)."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
+
+from gpufleet.aws.fleet import capacity_type_from_word
+from gpufleet.domain.models import CapacityType
 
 if TYPE_CHECKING:
     from mypy_boto3_autoscaling import AutoScalingClient
@@ -21,6 +24,22 @@ FAILED_STATUSES = ("Failed", "Cancelled")
 class LaunchActivityReader:
     autoscaling: AutoScalingClient
     eks: EKSClient
+    ec2: Any = None
+    _markets: dict[tuple[str, str], CapacityType] = field(default_factory=dict)
+
+    def market_of(self, template: tuple[str, str]) -> CapacityType:
+        """A launch template version's market (InstanceMarketOptions.MarketType), cached per version:
+        spot, capacity-block, else on-demand."""
+        if template not in self._markets:
+            ref, version = template
+            key = "LaunchTemplateId" if ref.startswith("lt-") else "LaunchTemplateName"
+            found = self.ec2.describe_launch_template_versions(**{key: ref}, Versions=[version])[
+                "LaunchTemplateVersions"
+            ]
+            data = found[0].get("LaunchTemplateData", {}) if found else {}
+            market = str(data.get("InstanceMarketOptions", {}).get("MarketType", "on-demand"))
+            self._markets[template] = capacity_type_from_word(market) if found else CapacityType.UNKNOWN
+        return self._markets[template]
 
     def failed_since(self, asg_name: str, since: datetime) -> list[ActivityTypeDef]:
         """Failed/cancelled activities of one ASG that started after `since` (stops paging at older ones)."""

@@ -79,6 +79,16 @@ def _instance_types(asg: dict[str, Any]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(found))
 
 
+def _launch_template(asg: dict[str, Any]) -> tuple[str, str] | None:
+    """A group launched straight from a launch template (no mixed-instances policy): its market is in the
+    template's InstanceMarketOptions, read only when a failure needs it (capacity.service)."""
+    spec = asg.get("LaunchTemplate")
+    if not spec or asg.get("MixedInstancesPolicy"):
+        return None
+    ref = spec.get("LaunchTemplateId") or spec.get("LaunchTemplateName")
+    return (str(ref), str(spec.get("Version") or "$Default")) if ref else None
+
+
 def _asg_observation(asg: dict[str, Any]) -> GroupObservation:
     tags = {t["Key"]: t.get("Value", "") for t in asg.get("Tags", [])}
     tagged = capacity_type_from_word(tags.get(TAG_CAPACITY_TYPE))
@@ -93,6 +103,7 @@ def _asg_observation(asg: dict[str, Any]) -> GroupObservation:
         asg_tags=tags,
         capacity_type=tagged if tagged is not CapacityType.UNKNOWN else _mixed_instances_market(asg),
         instance_types=_instance_types(asg),
+        launch_template=_launch_template(asg),
     )
 
 

@@ -54,7 +54,7 @@ def fold_failures(
         delay = min(p.backoff_max_s, p.backoff_initial_s * 2 ** (level - 1))
         until = f.at + timedelta(seconds=delay)
         last = max(last, f.at) if last else f.at
-        if f.failure_class is FailureClass.SPOT_CAPACITY:
+        if f.failure_class in (FailureClass.SPOT_CAPACITY, FailureClass.ON_DEMAND_CAPACITY):
             unavailable[f.offering] = f.at + timedelta(seconds=p.unavailable_ttl_s)
         if f.failure_class.falls_back and streak is None:
             streak = f.at

@@ -58,7 +58,7 @@ def failure_notes(tell: _Teller, before: SpotState, after: SpotState, new: list[
             "next retry (backoff)": f"{after.backoff_until:%H:%M:%S} UTC" if after.backoff_until else "-",
             "fix": fs[-1].hint,
         }
-        severity = Severity.WARNING if cls.falls_back else Severity.CRITICAL
+        severity = Severity.CRITICAL if cls.needs_a_fix else Severity.WARNING
         out.append(tell(f"{len(fs)} launch(es) failed: {cls}", facts, fs[-1].message, severity, str(cls)))
     return out
 

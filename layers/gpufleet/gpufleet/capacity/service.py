@@ -17,7 +17,7 @@ from gpufleet.aws.documents import SPOT_SK
 from gpufleet.capacity.classify import FailureSource, LaunchFailure, describe_failure
 from gpufleet.capacity.core import FallbackPlan, SpotState, fallback_change, fold_failures, owed_after, plan_fallback
 from gpufleet.capacity.notes import spot_notes
-from gpufleet.domain.models import Decision, GroupKind, GroupObservation, GroupRef
+from gpufleet.domain.models import CapacityType, Decision, GroupKind, GroupObservation, GroupRef
 from gpufleet.domain.policy import FleetPolicy
 from gpufleet.events import EventKind, parse_for
 from gpufleet.events.model import LaunchUnsuccessful
@@ -65,6 +65,7 @@ class SpotWatch:
         obs = next((o for o, _ in self.ctx.managed(policy) if (o.asg_name or o.ref.name) == launch.asg_name), None)
         if obs is None:
             return {"event_id": launch.event_id, "ignored": f"{launch.asg_name} is not a managed group"}
+        obs = self._with_market(obs)
         failure = _failure(
             obs,
             launch.activity_id,
@@ -95,8 +96,16 @@ class SpotWatch:
         self.ctx.emf.add_metric(name="SpotGroupsSwept", unit=MetricUnit.Count, value=len(results))
         return {"event_id": event_id, "groups": results, "groups_managed": len(managed)}
 
+    def _with_market(self, obs: GroupObservation) -> GroupObservation:
+        """A plain launch-template group's market, from the template (read only when a failure needs it)."""
+        if obs.capacity_type is not CapacityType.UNKNOWN or obs.launch_template is None:
+            return obs
+        return obs.model_copy(update={"capacity_type": self.activities.market_of(obs.launch_template)})
+
     def _failures(self, obs: GroupObservation, now: datetime) -> list[LaunchFailure]:
         asg = obs.asg_name or obs.ref.name
+        activities = self.activities.failed_since(asg, now - SWEEP_LOOKBACK)
+        obs = self._with_market(obs) if activities else obs
         found = [
             _failure(
                 obs,
@@ -107,7 +116,7 @@ class SpotWatch:
                 activity_az(a),
                 FailureSource.SWEEP,
             )
-            for a in self.activities.failed_since(asg, now - SWEEP_LOOKBACK)
+            for a in activities
         ]
         if obs.ref.kind is GroupKind.EKS_NODEGROUP and obs.ref.cluster and not found:
             for issue in self.activities.nodegroup_issues(obs.ref.cluster, obs.ref.name):

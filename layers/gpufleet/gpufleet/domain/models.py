@@ -150,6 +150,7 @@ class GroupObservation(Frozen):
     asg_tags: dict[str, str] = Field(default_factory=dict)  # the backing ASG's own tags (EKS tags it, not us)
     capacity_type: CapacityType = CapacityType.UNKNOWN
     instance_types: tuple[str, ...] = ()  # what the group may launch, when its configuration says
+    launch_template: tuple[str, str] | None = None  # (id or name, version) of a plain launch-template group
 
     @property
     def in_service(self) -> int:
