@@ -50,7 +50,9 @@ def invoke_scaler(fleet: Fleet, event: Path) -> subprocess.CompletedProcess[str]
     return invoke_function("scaler", fleet, event)
 
 
-def invoke_function(function: str, fleet: Fleet, event: Path) -> subprocess.CompletedProcess[str]:
+def invoke_function(
+    function: str, fleet: Fleet, event: Path, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return gpufleet(
         "invoke",
         function,
@@ -62,6 +64,7 @@ def invoke_function(function: str, fleet: Fleet, event: Path) -> subprocess.Comp
         str(fleet.policy_path),
         "--table",
         TABLE,
+        extra_env=extra_env,
     )
 
 

@@ -63,14 +63,15 @@ class _AlarmAction(Lenient):
 
 
 def _muted_by(detail: _AlarmDetail) -> str | None:
-    """The mute rule(s) named in muteDetail, or 'a mute rule' when it names none."""
+    """The mute rule named in muteDetail (`mutedByArn` ends in `alarm-mute-rule:<name>`), or 'a mute rule'
+    when it names none."""
     mute = detail.muteDetail
     if not mute:
         return None
-    for key in ("mutedBy", "muteRules", "muteRuleNames", "muteRuleName", "muteRuleArn"):
+    for key in ("mutedByArn", "mutedBy", "muteRules", "muteRuleNames", "muteRuleName", "muteRuleArn"):
         value = mute.get(key)
         if isinstance(value, str) and value:
-            return value[:200]
+            return value.rpartition(":alarm-mute-rule:")[2][:200] or value[:200]
         if isinstance(value, list) and value:
             return ", ".join(str(v) for v in value)[:200]
     return "a mute rule"

@@ -15,7 +15,7 @@ from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Valid
 
 from gpufleet.domain.errors import InvalidEvent, describe_validation_error
 
-EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)  # sam local generate-event and SDK fixtures use the epoch
 LATEST = datetime(2100, 1, 1, tzinfo=UTC)
 MAX_TEXT = 2048  # alarm names are <= 255; status messages and reasons are clipped, not rejected
 

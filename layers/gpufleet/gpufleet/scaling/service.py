@@ -116,6 +116,10 @@ class Scaler:
         described = self.alarms.describe(alarm.alarm_name)
         if described is None:
             return f"alarm {alarm.alarm_name} delivered by SNS does not exist in CloudWatch: no action"
+        suppressed = described.get("ActionsSuppressedBy") not in (None, "", "None")
+        if suppressed:
+            by = described["ActionsSuppressedBy"]
+            return f"alarm {alarm.alarm_name} delivered by SNS has its actions suppressed ({by}): no action"
         if described.get("StateValue") != str(alarm.state) or not described.get("ActionsEnabled", True):
             now_state, enabled = described.get("StateValue"), described.get("ActionsEnabled")
             return (
