@@ -82,6 +82,7 @@ def test_runtime_is_python313_arm64_and_layers_build_for_arm64(template: dict[st
 
 @pytest.mark.parametrize("function", ["ScalerFunction", "OomGuardFunction", "SpotWatchFunction"])
 def test_scaling_calls_are_limited_to_tagged_resources(template: dict[str, Any], function: str) -> None:
+    """Every statement of a scaling function's own policy is one of three kinds; nothing else slips in."""
     policies = template["Resources"][function]["Properties"]["Policies"]
     statements = [s for p in policies if isinstance(p, dict) and "Statement" in p for s in p["Statement"]]
     mutating = {
@@ -92,10 +93,22 @@ def test_scaling_calls_are_limited_to_tagged_resources(template: dict[str, Any],
     }
     for s in statements:
         actions = s["Action"] if isinstance(s["Action"], list) else [s["Action"]]
+        cond = s.get("Condition", {})
         if mutating & set(actions):
-            cond = s["Condition"]["StringEquals"]
-            assert any(k.endswith(f"ResourceTag/{defaults.TAG_MANAGED}") for k in cond), s["Sid"]
-            assert set(cond.values()) == {defaults.TAG_MANAGED_VALUE}
+            tags = cond["StringEquals"]
+            assert any(k.endswith(f"ResourceTag/{defaults.TAG_MANAGED}") for k in tags), s["Sid"]
+            assert set(tags.values()) == {defaults.TAG_MANAGED_VALUE}
+        elif actions == ["autoscaling:CreateOrUpdateTags"]:
+            # Adoption: only EKS backing groups, only our managed tag, only its one value.
+            assert cond["Null"] == {"autoscaling:ResourceTag/eks:nodegroup-name": "false"}, s["Sid"]
+            assert cond["ForAllValues:StringEquals"] == {"aws:TagKeys": [defaults.TAG_MANAGED]}
+            assert cond["StringEquals"] == {f"aws:RequestTag/{defaults.TAG_MANAGED}": defaults.TAG_MANAGED_VALUE}
+        elif all(a.startswith("dynamodb:") for a in actions):
+            # State: only items under the function's own leading keys, and never a Scan.
+            assert "dynamodb:Scan" not in actions, s["Sid"]
+            assert cond["Null"] == {"dynamodb:LeadingKeys": "false"}, s["Sid"]
+            keys = cond["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]
+            assert keys and all(k.startswith(("GROUP#", "IDEMPOTENCY#")) for k in keys), s["Sid"]
         else:
             assert all(re.match(r"^\w+:(Describe|List|Get)", a) for a in actions), s["Sid"]
 
@@ -118,17 +131,24 @@ def test_alarm_rule_is_filtered_by_prefix_and_failures_reach_the_dlq(template: d
 
 
 def test_notifier_iam_is_limited_to_its_own_resources(template: dict[str, Any]) -> None:
+    """The notifier runs under its own role: its queue, its DLQ, its topic, incident/silence items, its secret."""
     res = template["Resources"]
     fn = res["NotifierFunction"]["Properties"]
-    templated = {
-        next(iter(p)): p[next(iter(p))] for p in fn["Policies"] if isinstance(p, dict) and "Statement" not in p
-    }
-    assert templated["DynamoDBCrudPolicy"] == {"TableName": {"Ref": "StateTable"}}
-    assert templated["SNSPublishMessagePolicy"] == {"TopicName": {"GetAtt": "NotificationTopic.TopicName"}}
-    queues = [p["SQSSendMessagePolicy"]["QueueName"] for p in fn["Policies"] if "SQSSendMessagePolicy" in p]
-    assert queues == [{"GetAtt": "NotificationQueue.QueueName"}, {"GetAtt": "NotificationDLQ.QueueName"}]
-    [conditional] = [p for p in fn["Policies"] if "If" in p]
-    [secret_read] = conditional["If"][1]["Statement"]
+    assert fn["Role"] == {"GetAtt": "NotifierRole.Arn"}
+    role = res["NotifierRole"]["Properties"]
+    [own] = [p for p in role["Policies"] if isinstance(p, dict) and p.get("PolicyName") == "notifier"]
+    by_sid = {s["Sid"]: s for s in own["PolicyDocument"]["Statement"]}
+    assert by_sid["ConsumeOwnQueueOnly"]["Resource"] == {"GetAtt": "NotificationQueue.Arn"}
+    assert by_sid["FlushNudgesAndRejects"]["Resource"] == [
+        {"GetAtt": "NotificationQueue.Arn"},
+        {"GetAtt": "NotificationDLQ.Arn"},
+    ]
+    state = by_sid["IncidentsAndSilencesOnly"]
+    assert state["Condition"]["ForAllValues:StringEquals"] == {"dynamodb:LeadingKeys": ["INCIDENT", "SILENCE"]}
+    assert "dynamodb:Scan" not in state["Action"]
+    assert by_sid["PublishToOwnTopic"]["Resource"] == {"Ref": "NotificationTopic"}
+    [conditional] = [p for p in role["Policies"] if "If" in p]
+    [secret_read] = conditional["If"][1]["PolicyDocument"]["Statement"]
     assert secret_read["Action"] == "secretsmanager:GetSecretValue"
     assert secret_read["Resource"] == {"Ref": "SlackSecretArn"}
     # The secret's ARN is configuration; its value is never in the template or the environment.

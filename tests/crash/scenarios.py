@@ -24,6 +24,10 @@ from gpufleet.domain.models import Outcome
 from gpufleet.notify.model import Notification, NotificationKind, Severity, note
 from gpufleet.runtime import build_guard, build_notifier, build_scaler, build_spot_watch
 from gpufleet_node import schema
+from gpufleet_node.identity import Identity
+from gpufleet_node.nvml import SimulatedBackend
+from gpufleet_node.publisher import Publisher, simulate
+from gpufleet_node.sender import Sender
 from rehearsal import fleet
 from tests.crash.harness import World
 
@@ -289,22 +293,25 @@ class OomReplacement(_Fleet):
     def __init__(self, tmp: Path, now: datetime) -> None:
         super().__init__(self.POLICY, tmp, desired=3)
         self.sick = self.instances()[0]
-        dims = [{"Name": schema.DIM_INSTANCE_ID, "Value": self.sick}]
-        gpu = [*dims, {"Name": schema.DIM_GPU_INDEX, "Value": "0"}]
-        at = now - timedelta(minutes=1)
-        self.clients.cloudwatch.put_metric_data(
-            Namespace=schema.NAMESPACE,
-            MetricData=[
-                {"MetricName": schema.GPU_XID_ERRORS.name, "Dimensions": d, "Value": 1.0, "Timestamp": at}
-                for d in (dims, gpu)
-            ]
-            + [{"MetricName": schema.GPU_MEMORY_USED.name, "Dimensions": gpu, "Value": 100.0, "Timestamp": at}]
-            + [{"MetricName": schema.GPU_MEMORY_USED_PERCENT.name, "Dimensions": gpu, "Value": 10.0, "Timestamp": at}],
-        )
+        self._publish(self.sick, now, lost_gpu=1)
         self.guard = warm(
             "oom_guard", self.env, lambda: build_guard(_logger(), Metrics(namespace="Crash"), env=self.env)
         )
         self.guard._gpu_inventory = None  # a new fleet: no GPU list from the previous run
+
+    def _publish(self, instance_id: str, now: datetime, lost_gpu: int) -> None:
+        """Five minutes of the real publisher (adaptive detail, as deployed): a GPU falls off the bus."""
+        backend = SimulatedBackend(gpus=2)
+        identity = Identity(instance_id, "us-east-1", asg_name="train-spot")
+        pub = Publisher(backend, identity, Sender(self.clients.cloudwatch), detail=schema.DETAIL_ADAPTIVE)
+        pub.start(xid_thread=False)
+        start = now - timedelta(minutes=5)
+        for m in range(5):
+            if m == 3:
+                backend.lost.add(lost_gpu)
+                pub.record_xid(lost_gpu, 79)
+            simulate(pub, start + timedelta(minutes=m), 60, every_s=10)
+            pub.close_windows(start + timedelta(minutes=m, seconds=59))
 
     def deliver(self, now: datetime) -> None:
         self.guard.handle({"gpufleet": "reconcile", "execution_id": "guard-1", "scheduled_time": now.isoformat()}, now)
