@@ -9,6 +9,7 @@ message and then stall past the client's timeout (an answer lost after the post 
 from __future__ import annotations
 
 import contextlib
+import html
 import json
 import threading
 import time
@@ -19,6 +20,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
+
+JSON = {"Content-Type": "application/json"}
 
 
 @dataclass
@@ -31,13 +34,15 @@ class Received:
 @dataclass
 class SlackReceiver:
     """Misbehaviour is scripted per request: `script` is consumed first, then `default` applies.
-    Script entries: "ok", "429:<seconds>", "500", "503", "stall:<seconds>" (record, then answer late)."""
+    Script entries: "ok", "429:<seconds>", "500", "503", "stall:<seconds>" (record, then answer late),
+    "400:<error>" (refuse the post as Slack does: HTTP 400 and the error for a webhook, ok=false for the API)."""
 
     script: deque[str] = field(default_factory=deque)
     down_until: float = 0.0  # monotonic; answer 503 without recording while down
     clock: Callable[[], float] = time.monotonic
     received: list[Received] = field(default_factory=list)
     answers: list[str] = field(default_factory=list)
+    refused: list[Received] = field(default_factory=list)
     on_message: Callable[[Received], None] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _ts: int = 0
@@ -93,6 +98,12 @@ def _handler(receiver: SlackReceiver) -> type[BaseHTTPRequestHandler]:
                 if "blocks" in payload:
                     payload["blocks"] = json.loads(payload["blocks"])
             api = self.path.startswith("/api/")
+            if behaviour.startswith("400:"):
+                error = behaviour.split(":", 1)[1]
+                receiver.refused.append(Received(self.path, payload, answered=True))
+                if api:
+                    return self._reply(200, json.dumps({"ok": False, "error": error}).encode(), JSON)
+                return self._reply(400, error.encode())
             if behaviour.startswith("stall"):
                 receiver.record(self.path, payload, answered=False)
                 time.sleep(float(behaviour.split(":")[1]))
@@ -102,7 +113,7 @@ def _handler(receiver: SlackReceiver) -> type[BaseHTTPRequestHandler]:
             ts = receiver.record(self.path, payload, answered=True)
             if api:
                 body = json.dumps({"ok": True, "channel": payload.get("channel"), "ts": ts}).encode()
-                return self._reply(200, body, {"Content-Type": "application/json"})
+                return self._reply(200, body, JSON)
             return self._reply(200, b"ok")
 
     return Handler
@@ -138,4 +149,4 @@ def describe(payload: dict[str, Any]) -> list[str]:
             lines.append("  " + " ".join(e["text"] for e in block["elements"]).replace("`", ""))
         elif kind == "actions":
             lines.append("  links: " + ", ".join(e["text"]["text"] for e in block["elements"]))
-    return lines or [payload.get("text", "")]
+    return [html.unescape(line) for line in lines] or [payload.get("text", "")]  # as Slack shows entities

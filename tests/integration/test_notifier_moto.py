@@ -117,7 +117,7 @@ def test_a_notification_reaches_slack_as_block_kit_and_sns_with_filterable_attri
     [msg] = notify.receiver.received
     assert msg.path.startswith("/services/")
     assert msg.payload["blocks"][0]["type"] == "header"
-    assert "scaled 4 -> 6" in msg.payload["text"]
+    assert "scaled 4 -&gt; 6" in msg.payload["text"]  # escaped as Slack requires; shown as "->"
     [sns] = notify.sns_messages()
     assert len(sns["Subject"]) <= 100
     assert sns["MessageAttributes"]["severity"]["Value"] == "critical"
@@ -199,6 +199,38 @@ def test_critical_reaches_sns_when_slack_fails_even_on_a_slack_only_route(aws: s
     assert len(failed) == 1  # retried later for Slack
     [sns] = h.sns_messages()
     assert sns["MessageAttributes"]["severity"]["Value"] == "critical"
+
+
+@pytest.mark.parametrize("mode", ["webhook", "bot"])
+def test_a_post_slack_refuses_goes_to_the_dlq_with_the_reason_and_critical_still_reaches_sns(
+    aws: str, tmp_path: Path, mode: str
+) -> None:
+    """A 4xx (webhook) or ok=false (Web API) is not retried: no redelivery could fix it. The rendered
+    payload goes to the DLQ with Slack's error, the record succeeds, and a critical one still pages via SNS."""
+    policy = IMMEDIATE.replace("severities: [info]", "severities: [critical]")
+    error = "invalid_blocks" if mode == "webhook" else "channel_not_found"
+    secret = (
+        "{base}/services/" + WEBHOOK_SECRET_PART
+        if mode == "webhook"
+        else json.dumps({"bot_token": "xoxb-" + WEBHOOK_SECRET_PART, "channel": "#gone"})
+    )
+    receiver = SlackReceiver(script=__import__("collections").deque([f"400:{error}"]))
+    with slack_receiver(receiver) as (rx, base):
+        h = harness(tmp_path, policy, secret, rx, base)
+        h.send(notification(1, Severity.CRITICAL))
+        failed, _ = h.deliver()
+        h.send(notification(2, Severity.CRITICAL))  # the next incident posts normally
+        h.deliver()
+    assert failed == []  # not retried
+    assert rx.answers == [f"400:{error}", "ok"] and len(rx.refused) == 1 and len(rx.received) == 1
+    [rejected] = h.dlq()
+    reason = rejected["MessageAttributes"]["rejected_reason"]["StringValue"]
+    assert reason.startswith("Slack rejected the post:") and error in reason
+    assert WEBHOOK_SECRET_PART not in json.dumps(rejected)
+    assert json.loads(rejected["Body"])["blocks"] == rx.refused[0].payload["blocks"]  # what was refused, kept
+    # Slack-only route: the refused incident pages through SNS, the one Slack took does not.
+    [sns] = h.sns_messages()
+    assert sns["MessageAttributes"]["severity"]["Value"] == "critical" and "(1)" in sns["Subject"] + sns["Message"]
 
 
 def test_bot_token_mode_threads_updates_under_the_first_post(aws: str, tmp_path: Path) -> None:

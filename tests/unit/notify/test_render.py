@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 
 import pytest
@@ -13,8 +14,15 @@ from gpufleet.events.queue import InvalidMessage, parse_message
 from gpufleet.notify.incidents import merge_notification, plan_delivery
 from gpufleet.notify.model import NotificationKind, Severity, console_links, note
 from gpufleet.notify.policy import FlapDamping, Grouping
-from gpufleet.notify.render import SNS_SUBJECT_MAX, render_slack, render_sns
-from gpufleet.notify.slack import SlackConfig
+from gpufleet.notify.render import (
+    SNS_MESSAGE_MAX_BYTES,
+    SNS_SUBJECT_MAX,
+    escape,
+    mrkdwn,
+    render_slack,
+    render_sns,
+)
+from gpufleet.notify.slack import SlackConfig, payload_problems
 
 T0 = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
 
@@ -45,7 +53,7 @@ def test_slack_message_has_severity_group_facts_reason_and_console_links() -> No
     kinds = [b["type"] for b in payload["blocks"]]
     assert kinds[:2] == ["header", "section"] and "actions" in kinds
     fields = " ".join(f["text"] for f in payload["blocks"][1]["fields"])
-    assert "`eks:ml/infer-gpu`" in fields and "2 -> 3" in fields
+    assert "`eks:ml/infer-gpu`" in fields and "2 -&gt; 3" in fields  # escaped for mrkdwn; Slack shows 2 -> 3
     urls = [e["url"] for e in payload["blocks"][-1]["elements"]]
     assert any("#/clusters/ml/nodegroups/infer-gpu" in u for u in urls)
     assert any("alarmsV2:alarm/gpufleet-infer-gpu-high" in u for u in urls)
@@ -105,3 +113,47 @@ def test_unusable_slack_secrets_are_refused_without_echoing_them(secret: str) ->
     with pytest.raises(ValueError, match="Slack secret") as err:
         SlackConfig.from_secret(secret)
     assert "xoxb" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("written", "sent"),
+    [
+        ("<!channel>", "&lt;!channel&gt;"),
+        ("<@U123> please", "&lt;@U123&gt; please"),
+        ("<https://evil.example|docs>", "&lt;https://evil.example|docs&gt;"),
+        ("a & b", "a &amp; b"),
+        ("&lt; already", "&amp;lt; already"),  # shown as written, not decoded
+        ("*bold* _it_ `code`", "*bold* _it_ `code`"),  # formatting is harmless and kept
+    ],
+)
+def test_user_text_in_mrkdwn_is_shown_never_acted_on(written: str, sent: str) -> None:
+    assert escape(written) == sent
+    assert mrkdwn(written, 3000)["text"] == sent
+
+
+@pytest.mark.parametrize("limit", range(2, 14))
+def test_clipping_escaped_text_never_cuts_an_entity_in_two(limit: int) -> None:
+    text = mrkdwn("<<<&&&>>>", limit)["text"]
+    assert len(text) <= limit
+    assert re.fullmatch(r"(&lt;|&amp;|&gt;)*…?", text), text
+
+
+def test_a_mention_in_a_title_or_group_reaches_slack_escaped_everywhere_slack_parses() -> None:
+    payload = render_slack(delivery("<!channel> scaled", facts={"<!here>": "<!everyone>"}))
+    parsed = [payload["text"]] + [
+        obj["text"]
+        for block in payload["blocks"]
+        for obj in [block.get("text"), *block.get("fields", []), *block.get("elements", [])]
+        if isinstance(obj, dict) and obj.get("type") == "mrkdwn"
+    ]
+    assert parsed and not [t for t in parsed if "<!" in t]
+    assert payload_problems(payload) == []
+
+
+def test_sns_message_is_clipped_to_the_sns_limit_on_a_character_boundary() -> None:
+    huge = {f"fact {i}": "é" * 1000 for i in range(20)}  # multi-byte: bytes, not characters, are the limit
+    d = delivery("t", facts=huge).model_copy(update={"reason": "🔥" * 70_000})
+    _, message, attributes = render_sns(d)
+    assert len(message.encode("utf-8")) <= SNS_MESSAGE_MAX_BYTES
+    message.encode("utf-8").decode("utf-8")  # no split character
+    assert message.startswith("[CRITICAL] t") and all(a["StringValue"] for a in attributes.values())

@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+import re
+
 from pydantic import ValidationError
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029\s]+")
+ONE_LINE_MAX = 500
+
+
+def one_line(text: str, limit: int = ONE_LINE_MAX) -> str:
+    """Text safe for a one-line error: control characters and line breaks (an event's own keys may hold
+    them) become single spaces, and it is clipped, so a log line or a DLQ reason is never split."""
+    flat = _CONTROL.sub(" ", text).strip()
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 class InvalidEvent(ValueError):
-    """The event can't be understood; nothing was changed."""
+    """The event can't be understood; nothing was changed. The message is always one line."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message))
 
 
 class UnsupportedEvent(InvalidEvent):
@@ -35,7 +50,8 @@ def _format_loc(loc: tuple[int | str, ...]) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         elif not str(part).startswith("function-"):  # pydantic's validator frames add noise
-            out += f".{part}" if out else str(part)
+            name = one_line(str(part), limit=40)  # a key is input too: it may be huge or hold line breaks
+            out += f".{name}" if out else name
     return out or "(document)"
 
 

@@ -67,7 +67,8 @@ _EVENTBRIDGE: dict[tuple[str, str], EventBridgeParser] = {
 def _record_source(record: Any) -> str:
     if not isinstance(record, dict):
         return ""
-    return str(record.get("EventSource") or record.get("eventSource") or ("aws:sns" if "Sns" in record else ""))
+    source = record.get("EventSource") or record.get("eventSource") or ("aws:sns" if "Sns" in record else "")
+    return source if isinstance(source, str) else ""
 
 
 def _from_records(event: dict[str, Any]) -> list[InboundEvent]:
@@ -96,6 +97,13 @@ def _from_eventbridge(event: dict[str, Any]) -> InboundEvent:
 
 def parse_event(event: Any) -> list[InboundEvent]:
     """All typed events in one raw Lambda event (an SNS batch may carry several alarms)."""
+    try:
+        return _parse(event)
+    except RecursionError:  # a value nested thousands deep, wherever it sits
+        raise InvalidEvent("event is nested too deeply to be an AWS event") from None
+
+
+def _parse(event: Any) -> list[InboundEvent]:
     if not isinstance(event, dict):
         raise InvalidEvent(f"expected a JSON object, got {type(event).__name__}")
     if "Records" in event:

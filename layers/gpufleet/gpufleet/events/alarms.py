@@ -19,9 +19,9 @@ from gpufleet.events.model import AlarmEvent, AlarmSource, ScheduleTick
 
 
 class _Metric(Lenient):
-    namespace: str | None = None
-    name: str | None = None
-    dimensions: dict[str, str] = Field(default_factory=dict)
+    namespace: Name | None = None
+    name: Name | None = None
+    dimensions: dict[Name, Name] = Field(default_factory=dict)
 
 
 class _MetricStat(Lenient):
@@ -125,13 +125,13 @@ def from_alarm_action(event: dict[str, Any]) -> AlarmEvent:
 
 
 class _SnsDimension(Lenient):
-    name: str
-    value: str
+    name: Name
+    value: Name
 
 
 class _SnsMetric(Lenient):
-    Namespace: str | None = None
-    MetricName: str | None = None
+    Namespace: Name | None = None
+    MetricName: Name | None = None
     Dimensions: list[_SnsDimension] = Field(default_factory=list)
 
 
@@ -144,8 +144,8 @@ class _SnsMetricQuery(Lenient):
 
 
 class _SnsTrigger(Lenient):
-    MetricName: str | None = None
-    Namespace: str | None = None
+    MetricName: Name | None = None
+    Namespace: Name | None = None
     Dimensions: list[_SnsDimension] = Field(default_factory=list)
     Metrics: list[_SnsMetricQuery] = Field(default_factory=list)
 

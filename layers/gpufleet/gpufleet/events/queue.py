@@ -8,7 +8,7 @@ import json
 
 from pydantic import ValidationError
 
-from gpufleet.domain.errors import describe_validation_error
+from gpufleet.domain.errors import describe_validation_error, one_line
 from gpufleet.notify.model import Notification
 
 MAX_BODY = 256 * 1024  # SQS's own message limit
@@ -16,7 +16,10 @@ MAX_DEPTH = 8  # a notification is three levels deep (links); anything much deep
 
 
 class InvalidMessage(ValueError):
-    """A queue message that no retry can fix."""
+    """A queue message that no retry can fix; the message (the DLQ reason) is always one short line."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message))
 
 
 class Flush(str):

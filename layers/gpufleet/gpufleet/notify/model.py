@@ -16,6 +16,7 @@ from urllib.parse import quote
 from pydantic import Field
 
 from gpufleet.domain.models import Frozen, GroupKind, GroupRef
+from gpufleet.domain.values import Name, Timestamp
 
 # Sizes a notification may have; `note()` clips to them and the notifier rejects anything larger.
 MAX_TITLE = 300
@@ -63,26 +64,26 @@ class NotificationKind(StrEnum):
 
 
 class Link(Frozen):
-    title: str = Field(min_length=1, max_length=MAX_LINK_TITLE)
-    url: str = Field(min_length=1, max_length=MAX_URL)
+    title: Name = Field(min_length=1, max_length=MAX_LINK_TITLE)
+    url: Name = Field(min_length=1, max_length=MAX_URL)
 
 
 class Notification(Frozen):
     """One message on the notification queue. `notification_id` is stable per fact, so a producer's
     retry or a duplicate SQS delivery folds into the incident once."""
 
-    notification_id: str = Field(min_length=1, max_length=200)
+    notification_id: Name = Field(min_length=1, max_length=200)
     kind: NotificationKind
     severity: Severity
-    group: str = Field(min_length=1, max_length=300)
-    incident_key: str = Field(min_length=1, max_length=400)
-    title: str = Field(min_length=1, max_length=MAX_TITLE)
-    facts: dict[str, str] = Field(default_factory=dict, max_length=MAX_FACTS)
-    reason: str = Field(default="", max_length=MAX_REASON)
+    group: Name = Field(min_length=1, max_length=300)
+    incident_key: Name = Field(min_length=1, max_length=400)
+    title: Name = Field(min_length=1, max_length=MAX_TITLE)
+    facts: dict[Name, Name] = Field(default_factory=dict, max_length=MAX_FACTS)
+    reason: Name = Field(default="", max_length=MAX_REASON)
     links: tuple[Link, ...] = Field(default=(), max_length=MAX_LINKS)
     state: IncidentState = IncidentState.FIRING
-    at: datetime
-    source: str = Field(default="", max_length=64)  # producing function, for the audit trail
+    at: Timestamp  # aware, 1970-2100: an incident sorts and expires by it
+    source: Name = Field(default="", max_length=64)  # producing function, for the audit trail
 
 
 def clip(text: str, limit: int) -> str:

@@ -7,6 +7,7 @@ repeats firing incidents and picks up anything a lost nudge left behind.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ from gpufleet.notify.incidents import (
 )
 from gpufleet.notify.model import Notification, Severity
 from gpufleet.notify.render import render_slack, render_sns
-from gpufleet.notify.slack import SlackFailed, SlackPoster
+from gpufleet.notify.slack import SlackFailed, SlackPoster, SlackRejected
 
 MAX_WRITE_CONFLICTS = 8
 SILENCE_CACHE = timedelta(seconds=30)
@@ -161,6 +162,7 @@ class Notifier:
         done = set(incident.channels_done)
         thread_ts = None
         slack_error: str | None = None
+        slack_refused = False
         if slack is not None and "slack" not in done:
             try:
                 thread_ts = slack.post(
@@ -168,11 +170,18 @@ class Notifier:
                 )
                 done.add("slack")
                 self._count("slack-posts")
+            except SlackRejected as exc:  # no retry can fix it: to the DLQ with the reason, the incident moves on
+                self.queue.reject(json.dumps(render_slack(delivery)), f"Slack rejected the post: {exc}")
+                self.logger.error("Slack rejected a post; sent to the DLQ", extra={"error": str(exc)})
+                done.add("slack")
+                slack_refused = True
+                self._count("slack-rejected")
             except SlackFailed as exc:
                 slack_error = str(exc)
                 self._count("slack-failures")
-        # Critical notifications reach SNS even when their route is Slack-only and Slack is down.
-        wants_sns = route.sns or (slack_error is not None and delivery.severity is Severity.CRITICAL)
+        # Critical notifications reach SNS even when their route is Slack-only and Slack is down or refused.
+        slack_lost = slack_error is not None or slack_refused
+        wants_sns = route.sns or (slack_lost and delivery.severity is Severity.CRITICAL)
         sns_error: str | None = None
         if self.sns is not None and wants_sns and "sns" not in done:
             try:

@@ -11,20 +11,78 @@ from dataclasses import dataclass
 from typing import Any
 
 from slack_sdk import WebClient
-from slack_sdk.errors import SlackApiError
+from slack_sdk.errors import SlackApiError, SlackObjectFormationError
 from slack_sdk.http_retry.builtin_handlers import (
     ConnectionErrorRetryHandler,
     RateLimitErrorRetryHandler,
     ServerErrorRetryHandler,
 )
 from slack_sdk.http_retry.handler import RetryHandler
+from slack_sdk.models.blocks import Block
 from slack_sdk.webhook import WebhookClient
 
 from gpufleet.domain import defaults
+from gpufleet.notify.render import (
+    SLACK_BLOCKS_MAX,
+    SLACK_BUTTON_TEXT_MAX,
+    SLACK_FIELD_MAX,
+    SLACK_TEXT_MAX,
+    SLACK_URL_MAX,
+)
 
 
 class SlackFailed(RuntimeError):
-    """Slack did not confirm the post (after slack-sdk's own retries)."""
+    """Slack did not confirm the post (after slack-sdk's own retries); redelivery may succeed."""
+
+
+class SlackRejected(SlackFailed):
+    """Slack refused the post itself (a 4xx other than 429: invalid_blocks, channel_not_found, ...):
+    retrying the same post cannot succeed, so it goes to the DLQ with the reason and the incident moves on."""
+
+
+# Block Kit limits slack-sdk's models do not check (they check e.g. the header's 150 characters) are
+# the renderer's: one source for what is clipped and what is checked.
+
+
+def _text_problems(i: int, block: dict[str, Any]) -> list[str]:
+    problems = []
+    for field in block.get("fields") or []:
+        if len(field.get("text", "")) > SLACK_FIELD_MAX:
+            problems.append(f"block {i}: a field is longer than {SLACK_FIELD_MAX}")
+    text = (block.get("text") or {}).get("text", "")
+    if block.get("type") == "section" and len(text) > SLACK_TEXT_MAX:
+        problems.append(f"block {i}: section text is longer than {SLACK_TEXT_MAX}")
+    for element in block.get("elements") or []:
+        label = (
+            (element.get("text") or {}).get("text") if isinstance(element.get("text"), dict) else element.get("text")
+        )
+        if element.get("type") == "button":
+            if not (label or "").strip() or len(label or "") > SLACK_BUTTON_TEXT_MAX:
+                problems.append(f"block {i}: a button's text is empty or longer than {SLACK_BUTTON_TEXT_MAX}")
+            if not 0 < len(element.get("url", "")) <= SLACK_URL_MAX:
+                problems.append(f"block {i}: a button's url is empty or longer than {SLACK_URL_MAX}")
+        elif isinstance(label, str) and len(label) > SLACK_TEXT_MAX:
+            problems.append(f"block {i}: an element's text is longer than {SLACK_TEXT_MAX}")
+    return problems
+
+
+def payload_problems(payload: dict[str, Any]) -> list[str]:
+    """What Slack would reject in a payload: slack-sdk's own model checks, then the limits they miss."""
+    blocks = payload.get("blocks") or []
+    problems = [f"{len(blocks)} blocks (Slack takes {SLACK_BLOCKS_MAX})"] if len(blocks) > SLACK_BLOCKS_MAX else []
+    if not str(payload.get("text", "")).strip():
+        problems.append("empty notification text")
+    for i, raw in enumerate(blocks):
+        try:
+            block = Block.parse(raw)
+            if block is None:
+                problems.append(f"block {i}: unknown block type {raw.get('type')!r}")
+                continue
+            block.validate_json()
+        except SlackObjectFormationError as exc:
+            problems.append(f"block {i}: {exc}")
+        problems += _text_problems(i, raw)
+    return problems
 
 
 def retry_handlers() -> list[RetryHandler]:
@@ -89,7 +147,11 @@ class SlackPoster:
         return self._web is not None
 
     def post(self, payload: dict[str, Any], channel: str | None = None, thread_ts: str | None = None) -> str | None:
-        """Returns the message ts in bot mode (the incident's thread), None for webhooks."""
+        """Returns the message ts in bot mode (the incident's thread), None for webhooks. A payload Slack
+        would reject is refused here, before it is sent."""
+        problems = payload_problems(payload)
+        if problems:
+            raise SlackRejected("payload not sent, Slack would reject it: " + "; ".join(problems[:5]))
         try:
             if self._web is not None:
                 resp = self._web.chat_postMessage(
@@ -103,11 +165,31 @@ class SlackPoster:
             assert self._webhook is not None
             answer = self._webhook.send(text=payload["text"], blocks=payload["blocks"], unfurl_links=False)
         except SlackApiError as exc:
-            raise SlackFailed(
-                f"Slack API error {exc.response.get('error')!r} (HTTP {exc.response.status_code})"
-            ) from None
+            status, error = exc.response.status_code, exc.response.get("error")
+            kind = SlackRejected if _refused(status) or error in REFUSALS else SlackFailed
+            raise kind(f"Slack API error {error!r} (HTTP {status})") from None
         except (OSError, ValueError) as exc:  # URLError, timeouts, connection resets
             raise SlackFailed(f"Slack unreachable: {type(exc).__name__}") from None
         if answer.status_code != 200:
-            raise SlackFailed(f"Slack webhook answered HTTP {answer.status_code}: {answer.body[:200]!r}")
+            kind = SlackRejected if _refused(answer.status_code) else SlackFailed
+            raise kind(f"Slack webhook answered HTTP {answer.status_code}: {answer.body[:200]!r}")
         return None
+
+
+# Web API errors that no retry of the same post can fix (HTTP 200 with ok=false).
+REFUSALS = frozenset(
+    {
+        "invalid_blocks",
+        "invalid_arguments",
+        "invalid_blocks_format",
+        "msg_too_long",
+        "channel_not_found",
+        "not_in_channel",
+        "is_archived",
+        "no_text",
+    }
+)
+
+
+def _refused(status: int) -> bool:
+    return 400 <= status < 500 and status != 429
