@@ -77,7 +77,7 @@ sam-build: $(SAM_VENV)/bin/.installed
 
 .PHONY: unit
 unit: venv
-	$(BIN)/pytest -q -p no:cacheprovider tests/unit
+	GPUFLEET_FUZZ_SCALE=0.05 $(BIN)/pytest -q -p no:cacheprovider tests/unit
 
 # Coverage of the shipped packages over the whole suite; the figure is quoted in the README.
 .PHONY: pytest

@@ -198,91 +198,153 @@ def bench_publisher(minutes: int = 30, gpus: int = 8) -> list[str]:
     return rows
 
 
+GMD_METRIC_PRICE = 0.01 / 1000  # GetMetricData: $ per metric requested; ListMetrics: $ per request
+EVALUATIONS_PER_MONTH = 30 * 24 * 60  # the OOM guard runs every minute
+# The guard before issue 14 read every GPU's memory series plus 4 health counters per instance each
+# evaluation: measured 2026-11-22 on this benchmark (bench/README.md, "OOM guard").
+GUARD_SERIES_BEFORE = 15_178
+
+
 class SyntheticCloudWatch:
     """FAKE CloudWatch for the 10,000-GPU guard benchmark (moto server would need minutes to scan that many
-    series): answers ListMetrics and GetMetricData with deterministic synthetic series and counts calls."""
+    series). Answers as the adaptive publisher's fleet would: group and instance aggregates (fullest GPU,
+    average, health summary) always, a GPU's own series only while it is in detail (>= 70 % or a health
+    event). One GPU in `leak_every` leaks 1.5 %/min (0: none); one in 4,001 had an XID. Counts calls and
+    metrics requested."""
 
-    def __init__(self, instances: int, gpus: int, now: datetime) -> None:
+    MINUTES = 15
+
+    def __init__(self, groups: int, instances_per_group: int, gpus: int, now: datetime, leak_every: int) -> None:
         from gpufleet_node import schema
 
-        self.schema = schema
-        self.instances, self.gpus, self.now = instances, gpus, now
+        self.schema, self.now, self.gpus, self.leak_every = schema, now, gpus, leak_every
+        self.groups = {
+            f"g{g:03d}": [f"i-{g * instances_per_group + n:05d}" for n in range(instances_per_group)]
+            for g in range(groups)
+        }
         self.calls: dict[str, int] = {"ListMetrics": 0, "GetMetricData": 0, "series": 0}
+
+    @staticmethod
+    def _seed(iid: str, gpu: int) -> int:
+        return int(iid[2:]) * 8 + gpu
+
+    def memory(self, iid: str, gpu: int) -> list[float]:
+        """Percent used, oldest first."""
+        seed = self._seed(iid, gpu)
+        if self.leaks(iid, gpu):
+            return [50 + 1.5 * m for m in range(self.MINUTES)]
+        return [40.0 + seed % 45] * self.MINUTES
+
+    def leaks(self, iid: str, gpu: int) -> bool:
+        return self.leak_every > 0 and self._seed(iid, gpu) % self.leak_every == 0
+
+    def xid(self, iid: str, gpu: int) -> list[float]:
+        return [0.0] * (self.MINUTES - 1) + [1.0 if self._seed(iid, gpu) % 4001 == 0 else 0.0]
+
+    def in_detail(self, iid: str, gpu: int) -> bool:
+        return self.memory(iid, gpu)[-1] >= 70 or sum(self.xid(iid, gpu)) > 0
 
     def list_metrics(self, **kwargs: Any) -> dict[str, Any]:
         self.calls["ListMetrics"] += 1
-        page = int(kwargs.get("NextToken", "0"))
-        every = [(i, g) for i in range(self.instances) for g in range(self.gpus)]
-        chunk = every[page * 500 : (page + 1) * 500]
-        out: dict[str, Any] = {
-            "Metrics": [
-                {"Dimensions": [{"Name": "InstanceId", "Value": f"i-{i:05d}"}, {"Name": "GpuIndex", "Value": str(g)}]}
-                for i, g in chunk
-            ]
-        }
-        if (page + 1) * 500 < len(every):
-            out["NextToken"] = str(page + 1)
-        return out
+        iid = kwargs["Dimensions"][0]["Value"]
+        dims = [
+            [{"Name": "InstanceId", "Value": iid}, {"Name": "GpuIndex", "Value": str(g)}]
+            for g in range(self.gpus)
+            if self.in_detail(iid, g)
+        ]
+        return {"Metrics": [{"MetricName": "GPUMemoryUsedPercent", "Dimensions": d} for d in dims]}
+
+    def _aggregate(self, instances: list[str], name: str, stat: str) -> list[float]:
+        per_gpu = [
+            self.xid(i, g) if name == self.schema.GPU_HEALTH_EVENTS.name else self.memory(i, g)
+            for i in instances
+            for g in range(self.gpus)
+        ]
+        if name == self.schema.GPU_HEALTH_EVENTS.name:
+            return [sum(col) for col in zip(*per_gpu, strict=True)]
+        return [max(col) if stat == "Maximum" else statistics.fmean(col) for col in zip(*per_gpu, strict=True)]
+
+    def _series(self, name: str, stat: str, dims: dict[str, str]) -> list[float]:
+        schema = self.schema
+        if schema.DIM_GPU_INDEX in dims:
+            iid, gpu = dims[schema.DIM_INSTANCE_ID], int(dims[schema.DIM_GPU_INDEX])
+            if not self.in_detail(iid, gpu):
+                return []
+            if name == schema.GPU_MEMORY_USED_PERCENT.name:
+                return self.memory(iid, gpu)
+            if name == schema.GPU_MEMORY_TOTAL.name:
+                return [81920.0] * self.MINUTES
+            if name == schema.GPU_TOP_PROCESS_MEMORY.name:
+                return [30000.0] * self.MINUTES
+            return self.xid(iid, gpu) if name == schema.GPU_XID_ERRORS.name else []
+        instances = (
+            [dims[schema.DIM_INSTANCE_ID]] if schema.DIM_INSTANCE_ID in dims else self.groups[dims[schema.DIM_ASG_NAME]]
+        )
+        return self._aggregate(instances, name, stat)
 
     def get_metric_data(self, MetricDataQueries: list[dict[str, Any]], **_: Any) -> dict[str, Any]:  # noqa: N803
         self.calls["GetMetricData"] += 1
         self.calls["series"] += len(MetricDataQueries)
         results = []
         for q in MetricDataQueries:
-            metric = q["MetricStat"]["Metric"]
-            dims = {d["Name"]: d["Value"] for d in metric["Dimensions"]}
-            seed = int(dims["InstanceId"][2:]) * 8 + int(dims.get("GpuIndex", 0))
-            name = metric["MetricName"]
-            stamps = [self.now - timedelta(minutes=m) for m in range(15)]
-            if name == self.schema.GPU_MEMORY_USED_PERCENT.name:
-                leak = 1.5 if seed % 97 == 0 else 0.0  # ~1 % of GPUs leak 1.5 %/min
-                values = [40 + seed % 50 + leak * (14 - m) - leak * 14 for m in range(15)]
-            elif name == self.schema.GPU_MEMORY_TOTAL.name:
-                values = [81920.0] * 15
-            elif name == self.schema.GPU_TOP_PROCESS_MEMORY.name:
-                values = [30000.0] * 15
-            elif name == self.schema.GPU_XID_ERRORS.name and seed % 4001 == 0:
-                values = [1.0] + [0.0] * 14
-            else:
-                values = [0.0] * 15
+            stat = q["MetricStat"]
+            dims = {d["Name"]: d["Value"] for d in stat["Metric"]["Dimensions"]}
+            values = self._series(stat["Metric"]["MetricName"], stat["Stat"], dims)[::-1]  # newest first
+            stamps = [self.now - timedelta(minutes=m) for m in range(len(values))]
             results.append({"Id": q["Id"], "Timestamps": stamps, "Values": values})
         return {"MetricDataResults": results}
 
 
-def bench_guard(gpus: int = 10_000, per_instance: int = 8, repeat: int = 5) -> list[str]:
-    """The OOM guard over 10,000 GPUs: GetMetricData calls (fake CloudWatch), forecast time (pure)."""
+def _guard_reads(gpus: int, per_instance: int, group_size: int, leak_every: int) -> str:
+    """One OOM-guard screening over the synthetic fleet: what it read, what it found, what that costs."""
     from gpufleet.aws.metrics import GpuMetricsReader
-    from gpufleet.guard.core import GpuRef, MemorySeries, OomSettings, forecast_gpu
+    from gpufleet.domain.policy import FleetPolicy
+    from gpufleet.guard.screen import GpuScreen
 
     instances = gpus // per_instance
-    fake = SyntheticCloudWatch(instances, per_instance, NOW)
-    reader = GpuMetricsReader(fake)
-    inventory = reader.list_gpus()
-    refs = [GpuRef(group=f"asg:g{i // 8}", instance_id=iid, gpu_index=g) for i, (iid, g) in enumerate(inventory)]
-    from aws_lambda_powertools import Logger, Metrics
-
-    from gpufleet.domain.policy import FleetPolicy
-    from gpufleet.guard.service import OomGuard
-
-    # Only `_assess` is exercised: the parts it does not touch are left empty.
-    guard = OomGuard(
-        fleet=None,  # type: ignore[arg-type]
-        actuator=None,  # type: ignore[arg-type]
-        metrics=reader,
-        state=None,  # type: ignore[arg-type]
-        scaler=None,  # type: ignore[arg-type]
-        load_policy=FleetPolicy,
-        logger=Logger(level="ERROR"),
-        emf=Metrics(),
+    fake = SyntheticCloudWatch(instances // group_size, group_size, per_instance, NOW, leak_every)
+    groups = [
+        GroupObservation(
+            ref=GroupRef(kind=GroupKind.ASG, name=name),
+            min_size=0,
+            max_size=group_size * 2,
+            desired=group_size,
+            asg_name=name,
+            instances=tuple(InstanceObservation(instance_id=i) for i in members),
+        )
+        for name, members in fake.groups.items()
+    ]
+    started = time.perf_counter()
+    forecasts, findings = GpuScreen(GpuMetricsReader(fake)).assess(groups, set(), NOW, FleetPolicy())
+    took = time.perf_counter() - started
+    at_risk = sum(f.risk != "ok" for f in forecasts)
+    leaking = sum(fake.leaks(i, g) for ms in fake.groups.values() for i in ms for g in range(per_instance))
+    month = (fake.calls["series"] + fake.calls["ListMetrics"]) * EVALUATIONS_PER_MONTH * GMD_METRIC_PRICE
+    before = GUARD_SERIES_BEFORE * EVALUATIONS_PER_MONTH * GMD_METRIC_PRICE
+    return (
+        f"| OOM guard reads, {gpus:,} GPUs ({instances:,} nodes, {len(groups)} groups), {leaking} leaking at once "
+        f"| GetMetricData {fake.calls['GetMetricData']} calls, {fake.calls['series']:,} metrics; ListMetrics "
+        f"{fake.calls['ListMetrics']}; {len(forecasts)} GPUs read, {at_risk} at risk, {len(findings)} health "
+        f"findings; {took * 1000:.0f} ms | **${month:,.0f}/month** at 1 evaluation/min (before: "
+        f"{GUARD_SERIES_BEFORE:,} metrics, ${before:,.0f}/month); goal <= $1,000 |"
     )
-    forecasts, findings = guard._assess(refs, NOW, FleetPolicy())
+
+
+def bench_guard(gpus: int = 10_000, per_instance: int = 8, group_size: int = 10, repeat: int = 5) -> list[str]:
+    """The OOM guard over 10,000 GPUs (fake CloudWatch as the adaptive publisher's fleet would answer):
+    one evaluation's reads through the real screening with no leak, 10 and ~100 leaking at once, priced
+    per month at one evaluation per minute against the per-GPU design it replaced; and the forecast's
+    compute time if every GPU had to be forecast (pure)."""
+    from gpufleet.guard.core import GpuRef, MemorySeries, OomSettings, forecast_gpu
+
+    rows = [_guard_reads(gpus, per_instance, group_size, every) for every in (0, 997, 97)]
     series = [
         MemorySeries(
-            gpu=r,
+            gpu=GpuRef(group="asg:g", instance_id=f"i-{i // 8:05d}", gpu_index=i % 8),
             points=tuple((NOW - timedelta(minutes=14 - m), 20 + (i % 70) + 0.05 * m * (i % 3)) for m in range(15)),
             total_mib=100.0,
         )
-        for i, r in enumerate(refs)
+        for i in range(gpus)
     ]
     s = OomSettings()
     times = []
@@ -292,18 +354,11 @@ def bench_guard(gpus: int = 10_000, per_instance: int = 8, repeat: int = 5) -> l
         for x in series:
             forecast_gpu(x, NOW, s)
         times.append(time.perf_counter() - started)
-    screening = gpus + instances * 4
-    at_risk = sum(f.risk != "ok" for f in forecasts)
     return [
-        f"| OOM guard, {gpus} GPUs on {instances} instances (fake CloudWatch) | "
-        f"ListMetrics {fake.calls['ListMetrics']}, GetMetricData {fake.calls['GetMetricData']} "
-        f"for {fake.calls['series']} series | screening "
-        f"ceil({screening}/500) = {math.ceil(screening / 500)} calls + detail for {at_risk} GPUs at risk and "
-        f"{len(findings)} with errors | |",
-        f"| forecast compute, {gpus} GPUs x 15 points | median {statistics.median(times) * 1000:.0f} ms, "
-        f"min {min(times) * 1000:.0f} ms over {repeat} runs | target < 200 ms | |",
-        f"| notifications the evaluation would produce (first run) | {at_risk} memory + {len(findings)} health | "
-        f"one incident per GPU; later runs only on changes | |",
+        *rows,
+        f"| forecast compute, {gpus:,} GPUs x 15 points (if every GPU were read) | median "
+        f"{statistics.median(times) * 1000:.0f} ms, min {min(times) * 1000:.0f} ms over {repeat} runs | "
+        "target < 200 ms |",
     ]
 
 

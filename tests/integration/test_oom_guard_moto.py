@@ -74,10 +74,11 @@ def test_leak_and_lost_gpu_become_incidents_and_the_instance_is_replaced(gpu_fle
     g = guard(gpu_fleet, stack.queue_url)
     calls = count_calls(g.metrics.cloudwatch, g.ctx.fleet.autoscaling)
     result = g.evaluate(NOW, "tick-1")
-    # Cheapest first: 2 series for the group, 2 per instance of a group at risk, then the suspects' GPUs
-    # (ListMetrics per suspect instance: a GPU has series of its own only while in detail).
+    # Cheapest first: 3 series for the group, then per instance of a group at risk, then the suspects'
+    # GPUs (ListMetrics per suspect instance: a GPU has series of its own only while in detail): memory
+    # percent, then size and top process for the GPU at risk and health counters on the sick instance.
     assert calls["cloudwatch:ListMetrics"] == 2
-    assert calls["cloudwatch:GetMetricData"] == 3
+    assert calls["cloudwatch:GetMetricData"] == 4
     risky = result["at_risk"][f"{healthy_node}/gpu0"]
     assert risky.startswith("critical: ") and "full in ~3 min" in risky
     assert f"{healthy_node}/gpu1" not in result["at_risk"]

@@ -195,3 +195,18 @@ def test_group_pressure_needs_the_configured_share_of_instances() -> None:
 def test_a_steadily_rising_average_is_flagged(values: list[float], expected: bool) -> None:
     points = [(NOW + timedelta(minutes=i), v) for i, v in enumerate(values)]
     assert rising(points, 5) is expected
+
+
+@pytest.mark.parametrize(
+    ("instances", "expected"),
+    [
+        (1, False),  # one 8-GPU node: 0.019 %/min of average is noise-level for one node
+        (10, True),  # ten nodes: the same rise is one GPU leaking 1.5 %/min below the group's fullest
+        (100, True),
+    ],
+)
+def test_a_group_average_is_judged_against_its_size(instances: int, expected: bool) -> None:
+    """One GPU of 80 (10 nodes x 8) leaking 1.5 %/min lifts the group's average by ~0.019 %/min: below the
+    per-node bar, so the bar is lowered by the group's size or the leak hides until it is the fullest."""
+    points = [(NOW + timedelta(minutes=i), 60.0 + 1.5 / 80 * i) for i in range(15)]
+    assert rising(points, 5, instances) is expected

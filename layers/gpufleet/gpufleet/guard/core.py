@@ -156,16 +156,18 @@ def forecast_gpu(series: MemorySeries, now: datetime, s: OomSettings) -> Forecas
 MIN_AVERAGE_RISE = 0.05  # percent per minute: below this an average is flat, whatever its thirds say
 
 
-def rising(points: Sequence[tuple[datetime, float]], min_points: int) -> bool:
+def rising(points: Sequence[tuple[datetime, float]], min_points: int, instances: int = 1) -> bool:
     """A consistent rise of the average (the thirds' medians in order): a leak hidden below a fuller,
-    flat GPU still lifts the average of all of them, diluted but steady."""
+    flat GPU still lifts the average of all of them, diluted but steady. Over a group the same leak is
+    diluted by its `instances` too, so the bar is lowered by as much (a false alarm costs only the
+    group's instance series, a missed leak an OOM)."""
     if len(points) < min_points:
         return False
     t0 = points[0][0]
     slope, consistent = resistant_slope([((t - t0).total_seconds() / 60, v) for t, v in points])
     steps = [b[1] - a[1] for a, b in itertools.pairwise(points)]
     mostly_up = sum(1 for d in steps if d >= 0) >= 2 * len(steps) / 3  # noise goes both ways, a leak does not
-    return consistent and mostly_up and slope > MIN_AVERAGE_RISE
+    return consistent and mostly_up and slope > MIN_AVERAGE_RISE / max(1, instances)
 
 
 # ---- health ----

@@ -4,10 +4,12 @@ publisher sends a GPU's own series only while it matters (adaptive detail):
 1. per group: the fullest GPU's memory and the average (GPUMemoryUsedPercent Maximum and Average) and
    the health summary (GPUHealthEvents Sum) - three series per group, whatever its size;
 2. only for a group whose fullest GPU could run out within the warning horizon, whose average rises
-   steadily, that had a health event, or that has a GPU already at risk or unhealthy: the same three
-   series per instance;
-3. only for such instances: their GPUs' own series (listed with ListMetrics: a GPU has them only while in
-   detail) - memory, size, top process - and the per-GPU health counters.
+   steadily (the bar lowered by the group's size: one leak is diluted by every node), that had a health
+   event, or that has a GPU already at risk or unhealthy: max and average per instance, and the health
+   summary per instance only in a group that had a health event;
+3. only for the instances that stand out: their GPUs' own series (listed with ListMetrics: a GPU has them
+   only while in detail): memory percent for each, size and top process only for a GPU that forecasts at
+   risk, the four health counters only on an instance whose summary counted something.
 
 The fullest GPU alone would hide a leak below a fuller, flat GPU until it became the fullest; the average
 shows it earlier (diluted, but steady), and the leaking GPU's own series are there once it passes 70 %
@@ -50,12 +52,20 @@ def _gpu_dims(g: GpuRef) -> tuple[tuple[str, str], ...]:
     return ((schema.DIM_INSTANCE_ID, g.instance_id), (schema.DIM_GPU_INDEX, str(g.gpu_index)))
 
 
-def _summary_queries(key: str, dims: tuple[tuple[str, str], ...]) -> list[SeriesQuery]:
-    return [
+def _pct(g: GpuRef) -> tuple[Any, tuple[tuple[str, str], ...], str]:
+    return schema.GPU_MEMORY_USED_PERCENT, _gpu_dims(g), "Maximum"
+
+
+def _summary_queries(key: str, dims: tuple[tuple[str, str], ...], health: bool = True) -> list[SeriesQuery]:
+    queries = [
         SeriesQuery(f"{key}|max", schema.GPU_MEMORY_USED_PERCENT, dims, "Maximum"),
         SeriesQuery(f"{key}|avg", schema.GPU_MEMORY_USED_PERCENT, dims, "Average"),
-        SeriesQuery(f"{key}|health", schema.GPU_HEALTH_EVENTS, dims, "Sum"),
     ]
+    return [*queries, SeriesQuery(f"{key}|health", schema.GPU_HEALTH_EVENTS, dims, "Sum")] if health else queries
+
+
+def _had_events(key: str, points: Points, since: datetime) -> bool:
+    return sum(v for t, v in points.get(f"{key}|health", []) if t >= since) > 0
 
 
 @dataclass
@@ -73,12 +83,21 @@ class GpuScreen:
         known_instances = {k.rpartition("/gpu")[0] for k in known}
         queries = [q for obs in groups for q in _summary_queries(obs.ref.key, tuple(group_dimensions(obs.ref).items()))]
         points = self.metrics.fetch_points(queries, start, now) if queries else {}
-        flagged = [obs for obs in groups if self._flag(obs.ref.key, points, since, now, policy)]
+        flagged = [
+            obs
+            for obs in groups
+            if self._flag(obs.ref.key, points, since, now, policy, sum(i.in_service for i in obs.instances))
+        ]
         flagged += [
             obs for obs in groups if obs not in flagged and {i.instance_id for i in obs.instances} & known_instances
         ]
         instances = {i.instance_id: obs.ref.key for obs in flagged for i in obs.instances if i.in_service}
-        queries = [q for iid in instances for q in _summary_queries(iid, ((schema.DIM_INSTANCE_ID, iid),))]
+        ill = {g for g in instances.values() if _had_events(g, points, since)}  # health per instance only there
+        queries = [
+            q
+            for iid, g in instances.items()
+            for q in _summary_queries(iid, ((schema.DIM_INSTANCE_ID, iid),), g in ill or iid in known_instances)
+        ]
         points.update(self.metrics.fetch_points(queries, start, now) if queries else {})
         suspects = {
             iid: g
@@ -91,14 +110,21 @@ class GpuScreen:
             for i in self.metrics.gpus_of(iid)
         ]
         latest = {iid: max(points.get(f"{iid}|max", []), default=None) for iid in suspects}
-        return self._per_gpu(gpus, latest, start, since, now, policy)
+        sick = {
+            iid
+            for iid in suspects
+            if iid in known_instances or sum(v for t, v in points.get(f"{iid}|health", []) if t >= since) > 0
+        }
+        return self._per_gpu(gpus, latest, sick, (start, since, now), policy)
 
-    def _flag(self, key: str, points: Points, since: datetime, now: datetime, policy: FleetPolicy) -> bool:
+    def _flag(
+        self, key: str, points: Points, since: datetime, now: datetime, policy: FleetPolicy, instances: int = 1
+    ) -> bool:
         """Worth a closer look: a health event, the fullest GPU at risk by level or trend, or the average
-        rising steadily (a leak below a fuller, flat GPU)."""
-        if sum(v for t, v in points.get(f"{key}|health", []) if t >= since) > 0:
+        rising steadily (a leak below a fuller, flat GPU; over `instances` nodes for a group)."""
+        if _had_events(key, points, since):
             return True
-        if rising(sorted(points.get(f"{key}|avg", [])), policy.guard.memory.min_points):
+        if rising(sorted(points.get(f"{key}|avg", [])), policy.guard.memory.min_points, instances):
             return True
         series = sorted(points.get(f"{key}|max", []))
         pseudo = GpuRef(group=key, instance_id=key, gpu_index=0)
@@ -111,34 +137,36 @@ class GpuScreen:
         self,
         gpus: list[GpuRef],
         latest: dict[str, tuple[datetime, float] | None],
-        start: datetime,
-        since: datetime,
-        now: datetime,
+        sick: set[str],
+        window: tuple[datetime, datetime, datetime],
         policy: FleetPolicy,
     ) -> tuple[list[Forecast], list[HealthFinding]]:
-        """The suspects' own series: memory forecast in MiB with the top process, and health counters."""
+        """The suspects' own series, cheapest first: memory percent for each; size and top process only
+        for the GPUs that forecast at risk (for the MiB and the culprit in the message); the four health
+        counters only on instances whose health summary counted something (`sick`).
+        `window` is (start, since, now): memory from start, health events from since."""
+        start, since, now = window
+        pct = (
+            self.metrics.fetch_points([SeriesQuery(f"{g.key}|pct", *_pct(g)) for g in gpus], start, now) if gpus else {}
+        )
+        risky = [g for g in gpus if self._forecast(g, pct, latest.get(g.instance_id), now, policy).risk is not Risk.OK]
         queries = [
             SeriesQuery(f"{g.key}|{n}", m, _gpu_dims(g), "Maximum")
-            for g in gpus
-            for n, m in (
-                ("pct", schema.GPU_MEMORY_USED_PERCENT),
-                ("total", schema.GPU_MEMORY_TOTAL),
-                ("top", schema.GPU_TOP_PROCESS_MEMORY),
-            )
+            for g in risky
+            for n, m in (("total", schema.GPU_MEMORY_TOTAL), ("top", schema.GPU_TOP_PROCESS_MEMORY))
         ]
+        ill = [g for g in gpus if g.instance_id in sick]
         queries += [
-            SeriesQuery(f"{g.key}|{name}", metric, _gpu_dims(g), "Sum")
-            for g in gpus
-            for name, metric in _HEALTH_METRICS
+            SeriesQuery(f"{g.key}|{name}", metric, _gpu_dims(g), "Sum") for g in ill for name, metric in _HEALTH_METRICS
         ]
-        points = self.metrics.fetch_points(queries, start, now) if queries else {}
+        points = {**pct, **(self.metrics.fetch_points(queries, start, now) if queries else {})}
         forecasts = [self._forecast(g, points, latest.get(g.instance_id), now, policy) for g in gpus]
         counts = [
             HealthCounts(
                 gpu=g,
                 **{name: sum(v for t, v in points[f"{g.key}|{name}"] if t >= since) for name, _ in _HEALTH_METRICS},
             )
-            for g in gpus
+            for g in ill
         ]
         return forecasts, health_findings(counts, policy.guard.health)
 
@@ -150,7 +178,7 @@ class GpuScreen:
         percent = sorted(points[f"{g.key}|pct"])
         if bound is not None and (not percent or percent[-1][0] < bound[0]):
             percent.append(bound)
-        totals, top = points[f"{g.key}|total"], points[f"{g.key}|top"]
+        totals, top = points.get(f"{g.key}|total", []), points.get(f"{g.key}|top", [])
         mib = totals[0][1] if totals else 100.0  # without its size, judge in percent
         series = MemorySeries(
             gpu=g,
