@@ -1,7 +1,8 @@
 """Record every AWS call gpufleet's functions make, with what IAM would evaluate it on.
 
 moto enforces no IAM, so the tests and the rehearsal record each call instead: the function that made
-it (the outermost gpufleet service on the stack: scaler, oom_guard, spot_watch, notifier), the IAM
+it (the outermost gpufleet service on the stack: scaler, oom_guard, spot_watch, notifier,
+termination_policy), the IAM
 action, the resource ARNs and the condition keys IAM would see - the resource's tags as moto holds them
 at that moment, DynamoDB's leading keys, tag keys in the request. tests/iam/test_conformance.py then
 evaluates every record against the function's role in the expanded SAM template.
@@ -31,6 +32,7 @@ SERVICES = {  # the outermost of these on the stack names the Lambda function ma
     "gpufleet.guard.service": "oom_guard",
     "gpufleet.capacity.service": "spot_watch",
     "gpufleet.scaling.service": "scaler",
+    "gpufleet.scaling.answer": "termination_policy",
 }
 IAM_PREFIX = {"monitoring": "cloudwatch"}  # botocore endpoint prefix -> IAM service prefix
 BATCH_ACTIONS = {"SendMessageBatch": "SendMessage", "DeleteMessageBatch": "DeleteMessage"}

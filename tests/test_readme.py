@@ -34,7 +34,7 @@ def test_every_module_the_tree_describes_exists() -> None:
         if not head:
             continue
         modules = {p.stem for p in (PACKAGE / head.group(1)).glob("*.py") if p.stem != "__init__"}
-        assert modules <= set(re.findall(r"[a-z_]+", entry)), (
+        assert modules <= set(re.findall(r"[a-z_0-9]+", entry)), (
             head.group(1),
-            modules - set(re.findall(r"[a-z_]+", entry)),
+            modules - set(re.findall(r"[a-z_0-9]+", entry)),
         )

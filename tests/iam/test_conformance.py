@@ -18,7 +18,7 @@ from tests.conftest import RECORDER, REHEARSAL_CALLS
 from tests.iam.evaluator import evaluate
 from tests.iam.template_roles import function_statements
 
-FUNCTIONS = ("scaler", "oom_guard", "spot_watch", "notifier")
+FUNCTIONS = ("scaler", "oom_guard", "spot_watch", "notifier", "termination_policy")
 _QUEUE = f"arn:aws:sqs:{REGION}:{ACCOUNT}"
 # Calls the Lambda service makes with a function's role, not our code: the SQS event source polling
 # the notification queue, failed async invocations sent to the DLQ, logs and traces.
@@ -28,6 +28,7 @@ PLATFORM_CALLS = [
         for a in ("ReceiveMessage", "DeleteMessage", "GetQueueAttributes", "ChangeMessageVisibility")
     ),
     *(CallRecord(f, "sqs:SendMessage", [Resource(f"{_QUEUE}:gpufleet-scaler-dlq")]) for f in FUNCTIONS[:3]),
+    # (termination_policy is invoked synchronously by EC2 Auto Scaling: no async DLQ)
     *(CallRecord(f, "logs:PutLogEvents", [Resource("*")]) for f in FUNCTIONS),
     *(CallRecord(f, "xray:PutTraceSegments", [Resource("*")]) for f in FUNCTIONS),
 ]

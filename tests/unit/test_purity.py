@@ -28,6 +28,7 @@ PURE_MODULES = {
     "render",
     "simulate",
     "baselines",
+    "termination",
 }
 ALLOWED_THIRD_PARTY = {"pydantic", "yaml", "croniter", "gpufleet_node.schema"}
 FORBIDDEN_STDLIB = {

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from gpufleet.guard.service import OomGuard
     from gpufleet.notify.service import Notifier
     from gpufleet.notify.slack import SlackPoster
+    from gpufleet.scaling.answer import TerminationPolicy
 
 
 @lru_cache(maxsize=8)
@@ -88,18 +89,18 @@ def _settings(env: Mapping[str, str] | None) -> Settings:
     return Settings.from_env(os.environ if env is None else env)
 
 
-def build_scaler(
-    logger: Logger, emf: Metrics, env: Mapping[str, str] | None = None, session: boto3.session.Session | None = None
-) -> tuple[Scaler, IdempotencyConfig]:
-    settings = _settings(env)
-    table = settings.require(settings.state_table, defaults.ENV_STATE_TABLE, "the scaler needs its state table")
-    clients = AwsClients.create(session)
+def _control_context(
+    settings: Settings,
+    clients: AwsClients,
+    table: str,
+    queue: NotificationQueue | None,
+    logger: Logger,
+    emf: Metrics,
+    region: str,
+) -> ControlContext:
     state = StateStore(clients.dynamodb, table)
-    queue_url = settings.notify_queue_url
-    queue = NotificationQueue(client("sqs", session), queue_url) if queue_url else None
     actuator = FleetActuator(clients.autoscaling, clients.eks)
-    region = _region(session)
-    ctx = ControlContext(
+    return ControlContext(
         fleet=FleetReader(clients.autoscaling, clients.eks),
         state=state,
         docs=DocStore(clients.dynamodb, table),
@@ -110,6 +111,17 @@ def build_scaler(
         region=region,
         global_dry_run=settings.dry_run,
     )
+
+
+def build_scaler(
+    logger: Logger, emf: Metrics, env: Mapping[str, str] | None = None, session: boto3.session.Session | None = None
+) -> tuple[Scaler, IdempotencyConfig]:
+    settings = _settings(env)
+    table = settings.require(settings.state_table, defaults.ENV_STATE_TABLE, "the scaler needs its state table")
+    clients = AwsClients.create(session)
+    queue_url = settings.notify_queue_url
+    queue = NotificationQueue(client("sqs", session), queue_url) if queue_url else None
+    ctx = _control_context(settings, clients, table, queue, logger, emf, _region(session))
     config, wrap = idempotency_for("scaler", table, clients.dynamodb)
     scaler = Scaler(ctx, GpuMetricsReader(clients.cloudwatch), AlarmReader(clients.cloudwatch), idempotent=wrap)
     return scaler, config
@@ -181,3 +193,18 @@ def build_spot_watch(
     scaler, _ = build_scaler(logger, emf, env, session)
     fleet = scaler.ctx.fleet
     return SpotWatch(scaler.ctx, scaler, LaunchActivityReader(fleet.autoscaling, fleet.eks, client("ec2", session)))
+
+
+def build_termination_policy(
+    logger: Logger, emf: Metrics, env: Mapping[str, str] | None = None, session: boto3.session.Session | None = None
+) -> TerminationPolicy:
+    """The custom termination policy: the scaler's reading and audit path on quick clients (2 s budget);
+    it tells nobody (Auto Scaling terminates, and its activity says so)."""
+    from gpufleet.aws.clients import QUICK_CONFIG
+    from gpufleet.scaling.answer import TerminationPolicy
+
+    settings = _settings(env)
+    table = settings.require(settings.state_table, defaults.ENV_STATE_TABLE, "answers are audited in the state table")
+    clients = AwsClients.create(session, QUICK_CONFIG)
+    ctx = _control_context(settings, clients, table, None, logger, emf, _region(session))
+    return TerminationPolicy(ctx, GpuMetricsReader(clients.cloudwatch))

@@ -408,3 +408,62 @@ def test_target_changes_hold_bounds_and_cooldowns(fs, target, since_out, since_i
                 by_id[v].gpu_utilization is not None and by_id[v].gpu_utilization <= s.idle.gpu_utilization
                 for v in d.victims
             )
+
+
+@pytest.mark.parametrize(
+    ("serving", "pending", "minutes_since_out", "step", "expected_desired", "why"),
+    [
+        (4, 2, 3, 2, 6, "2 booting cover a step of 2: hold"),
+        (4, 1, 3, 2, 6, "1 booting: add the other 1"),
+        (4, 0, 3, 2, 6, "nothing booting: the full step"),
+        (4, 2, 6, 2, 8, "past the 5-minute warm-up: a node that never came is not capacity on the way"),
+        (4, 2, None, 2, 8, "gpufleet never scaled out: nothing of ours is booting"),
+    ],
+)
+def test_nodes_still_booting_count_as_capacity_on_the_way(
+    serving: int, pending: int, minutes_since_out: int | None, step: int, expected_desired: int, why: str
+) -> None:
+    instances = tuple(inst(i, util=90, mem=50) for i in range(serving)) + tuple(
+        inst(serving + i, util=None, mem=None, lifecycle_state="Pending") for i in range(pending)
+    )
+    obs = group(desired=serving + pending, instances=instances)
+    last = None if minutes_since_out is None else NOW - timedelta(minutes=minutes_since_out)
+    s = GroupSettings(scale_out_step=Step(value=step), scale_out_cooldown_s=60)
+    d = alarm(obs, Direction.OUT, s, GroupState(last_scale_out_at=last))
+    assert d.desired == expected_desired, why
+    if expected_desired == obs.desired:
+        assert d.action is Action.HOLD and "still booting" in d.reason
+
+
+def test_an_in_service_node_without_gpu_metrics_yet_is_still_booting() -> None:
+    """InService in the ASG is not serving yet: the device plugin and the publisher come later."""
+    instances = (inst(0, util=95, mem=60), inst(1, util=None, mem=None))
+    obs = group(desired=2, instances=instances)
+    state = GroupState(last_scale_out_at=NOW - timedelta(minutes=2))
+    d = alarm(obs, Direction.OUT, GroupSettings(scale_out_cooldown_s=60), state)
+    assert d.action is Action.HOLD and "1 node(s)" in d.reason
+
+
+@given(
+    serving=st.integers(0, 8),
+    pending=st.integers(0, 8),
+    step=st.integers(1, 4),
+    hi=st.integers(1, 20),
+    minutes=st.integers(0, 20),
+)
+@settings(max_examples=300)
+def test_one_signal_never_launches_more_than_one_step_over_what_is_booting(
+    serving: int, pending: int, step: int, hi: int, minutes: int
+) -> None:
+    """Within the warm-up, nodes already asked for plus the new ones never exceed one step over serving."""
+    instances = tuple(inst(i, util=90, mem=50) for i in range(serving)) + tuple(
+        inst(serving + i, util=None, mem=None, lifecycle_state="Pending") for i in range(pending)
+    )
+    desired = serving + pending
+    obs = group(desired=desired, hi=max(hi, desired), instances=instances)
+    state = GroupState(last_scale_out_at=NOW - timedelta(minutes=minutes))
+    s = GroupSettings(scale_out_step=Step(value=step), scale_out_cooldown_s=0)
+    d = alarm(obs, Direction.OUT, s, state)
+    assert d.desired <= max(hi, desired)
+    if minutes * 60 < s.warmup_s:
+        assert d.desired <= max(desired, serving + step)

@@ -16,6 +16,9 @@ if TYPE_CHECKING:
     from mypy_boto3_eks import EKSClient
 
 RETRY_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=20)
+# For an answer due within EC2 Auto Scaling's 2 seconds (the custom termination policy): one retry, short
+# timeouts; a slow AWS means "none ready yet", and Auto Scaling asks again.
+QUICK_CONFIG = Config(retries={"mode": "standard", "max_attempts": 2}, connect_timeout=0.5, read_timeout=0.8)
 
 
 def client(name: str, session: boto3.session.Session | None = None) -> Any:
@@ -30,11 +33,11 @@ class AwsClients:
     dynamodb: DynamoDBClient
 
     @classmethod
-    def create(cls, session: boto3.session.Session | None = None) -> AwsClients:
+    def create(cls, session: boto3.session.Session | None = None, config: Config = RETRY_CONFIG) -> AwsClients:
         s = session or boto3.session.Session()
         return cls(
-            autoscaling=s.client("autoscaling", config=RETRY_CONFIG),
-            eks=s.client("eks", config=RETRY_CONFIG),
-            cloudwatch=s.client("cloudwatch", config=RETRY_CONFIG),
-            dynamodb=s.client("dynamodb", config=RETRY_CONFIG),
+            autoscaling=s.client("autoscaling", config=config),
+            eks=s.client("eks", config=config),
+            cloudwatch=s.client("cloudwatch", config=config),
+            dynamodb=s.client("dynamodb", config=config),
         )

@@ -107,6 +107,15 @@ def _asg_observation(asg: dict[str, Any]) -> GroupObservation:
     )
 
 
+def owning_group(asg: GroupObservation) -> GroupRef:
+    """The group an ASG's instances belong to for gpufleet: the EKS node group EKS tagged it with, else
+    the ASG itself."""
+    cluster, nodegroup = asg.asg_tags.get(defaults.TAG_EKS_CLUSTER), asg.asg_tags.get(defaults.TAG_EKS_NODEGROUP)
+    if cluster and nodegroup:
+        return GroupRef(kind=GroupKind.EKS_NODEGROUP, name=nodegroup, cluster=cluster)
+    return asg.ref
+
+
 @dataclass
 class FleetReader:
     """Finds managed groups and describes them in as few calls as the APIs allow."""

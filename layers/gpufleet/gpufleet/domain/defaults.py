@@ -5,6 +5,9 @@ from __future__ import annotations
 # Tags on ASGs / EKS node groups / alarms.
 TAG_MANAGED = "gpufleet:managed"
 TAG_MANAGED_VALUE = "true"
+# What EKS tags a managed node group's backing ASG with (never gpufleet's own tags).
+TAG_EKS_CLUSTER = "eks:cluster-name"
+TAG_EKS_NODEGROUP = "eks:nodegroup-name"
 TAG_ALARM_TARGET = "gpufleet:target"  # "asg:NAME" or "eks:CLUSTER/NODEGROUP"
 TAG_ALARM_DIRECTION = "gpufleet:direction"  # "out" or "in"
 
@@ -20,6 +23,10 @@ ENV_ENDPOINT_URL = "AWS_ENDPOINT_URL"  # honoured natively by boto3; set by `gpu
 DEFAULT_ALARM_PREFIX = "gpufleet-"
 DEFAULT_SCALE_OUT_COOLDOWN_S = 300
 DEFAULT_SCALE_IN_COOLDOWN_S = 600
+# A new GPU node is capacity on the way until it serves: launch, boot, driver and device plugin take
+# minutes (the replay's boot model: 5 min). Within this time after a scale-out, nodes not yet in service
+# count against the next scale-out signal instead of launching a second node for the same load.
+DEFAULT_WARMUP_S = 300
 DEFAULT_TARGET_LOW = 30.0
 DEFAULT_TARGET_HIGH = 80.0
 DEFAULT_IDLE_GPU_UTILIZATION = 5.0

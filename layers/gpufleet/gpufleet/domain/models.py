@@ -94,6 +94,8 @@ class TriggerKind(StrEnum):
     OOM_GUARD = "oom-guard"
     SPOT_FALLBACK = "spot-fallback"
     REQUEST = "request"
+    TERMINATION_REQUEST = "termination-request"  # EC2 Auto Scaling asked the custom termination policy
+    INTERRUPTION = "interruption"  # a spot interruption warning or rebalance recommendation
 
 
 class Trigger(Frozen):

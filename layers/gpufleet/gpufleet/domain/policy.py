@@ -126,6 +126,7 @@ class GroupSettings(Frozen):
     scale_in_step: StepField = Step(value=1)
     scale_out_cooldown_s: int = Field(default=defaults.DEFAULT_SCALE_OUT_COOLDOWN_S, ge=0)
     scale_in_cooldown_s: int = Field(default=defaults.DEFAULT_SCALE_IN_COOLDOWN_S, ge=0)
+    warmup_s: int = Field(default=defaults.DEFAULT_WARMUP_S, ge=0, le=3600)  # booting nodes count this long
     target: TargetBand = TargetBand()
     idle: IdleThreshold = IdleThreshold()
     schedules: tuple[ScheduleWindow, ...] = ()

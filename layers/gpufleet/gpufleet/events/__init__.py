@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from pydantic import Field
+from pydantic import AliasChoices, Field
 
 from gpufleet.domain.errors import InvalidEvent, UnsupportedEvent
-from gpufleet.events import alarms, autoscaling, schedules
+from gpufleet.events import alarms, autoscaling, ec2, schedules
 from gpufleet.events.common import Lenient, Name, Timestamp, validate
 from gpufleet.events.model import EventKind, InboundEvent, QueueBatch
 
@@ -22,8 +22,9 @@ __all__ = ["EventKind", "InboundEvent", "parse_event", "parse_for"]
 
 
 class _EventBridge(Lenient):
-    id: Name = Field(min_length=1, max_length=256)
-    detail_type: str = Field(alias="detail-type")
+    # AWS's Capacity Block page documents its events with `customer_event_id` and `detail_type`.
+    id: Name = Field(min_length=1, max_length=256, validation_alias=AliasChoices("id", "customer_event_id"))
+    detail_type: str = Field(validation_alias=AliasChoices("detail-type", "detail_type"))
     source: str
     time: Timestamp
     resources: list[str] = Field(default_factory=list)
@@ -61,6 +62,16 @@ _EVENTBRIDGE: dict[tuple[str, str], EventBridgeParser] = {
     ("aws.autoscaling", autoscaling.LAUNCH_UNSUCCESSFUL): lambda e: autoscaling.from_launch_unsuccessful(
         e.id, e.detail
     ),
+    ("aws.ec2", ec2.SPOT_INTERRUPTION): lambda e: ec2.instance_warning(
+        EventKind.SPOT_INTERRUPTION, e.detail_type, e.id, e.detail, e.time
+    ),
+    ("aws.ec2", ec2.REBALANCE): lambda e: ec2.instance_warning(
+        EventKind.REBALANCE, e.detail_type, e.id, e.detail, e.time
+    ),
+    **{
+        ("aws.ec2", name): lambda e: ec2.capacity_block(e.detail_type, e.id, e.detail, e.time)
+        for name in ec2.CAPACITY_BLOCK_PHASES
+    },
 }
 
 
@@ -112,12 +123,14 @@ def _parse(event: Any) -> list[InboundEvent]:
         return [alarms.from_alarm_action(event)]
     if schedules.COMMAND_KEY in event:
         return [schedules.from_scheduler_input(event)]
-    if "detail-type" in event:
+    if "detail-type" in event or "detail_type" in event:
         return [_from_eventbridge(event)]
+    if autoscaling.TERMINATION_KEY in event:
+        return [autoscaling.from_termination_request(event)]
     keys = ", ".join(sorted(str(k)[:30] for k in event)[:8])
     raise InvalidEvent(
-        "unrecognised event: expected an EventBridge event, an SNS or SQS batch, a CloudWatch alarm action "
-        f"or a gpufleet schedule (top-level keys: {keys})"
+        "unrecognised event: expected an EventBridge event, an SNS or SQS batch, a CloudWatch alarm action, "
+        f"a gpufleet schedule or an Auto Scaling termination request (top-level keys: {keys})"
     )
 
 

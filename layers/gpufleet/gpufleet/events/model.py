@@ -18,6 +18,10 @@ class EventKind(StrEnum):
     SWEEP = "sweep"  # the notifier's own schedule
     LAUNCH_UNSUCCESSFUL = "launch-unsuccessful"  # EC2 Auto Scaling "EC2 Instance Launch Unsuccessful"
     QUEUE_BATCH = "queue-batch"  # an SQS batch (the notification queue)
+    TERMINATION_REQUEST = "termination-request"  # EC2 Auto Scaling asks its custom termination policy
+    SPOT_INTERRUPTION = "spot-interruption"  # "EC2 Spot Instance Interruption Warning" (2 minutes)
+    REBALANCE = "rebalance"  # "EC2 Instance Rebalance Recommendation" (elevated interruption risk)
+    CAPACITY_BLOCK = "capacity-block"  # Capacity Block reservation delivered / expiring (40 min before the end)
 
 
 class AlarmSource(StrEnum):
@@ -86,6 +90,64 @@ class QueueBatch(Frozen):
     records: int
 
 
+class TerminationCandidate(Frozen):
+    instance_id: str
+    availability_zone: str | None = None
+    instance_type: str | None = None
+    market: str | None = None  # "on-demand" | "spot", as EC2 Auto Scaling writes it
+
+
+class CapacityToTerminate(Frozen):
+    availability_zone: str | None = None
+    capacity: int
+    market: str | None = None
+
+
+class TerminationRequest(Frozen):
+    """EC2 Auto Scaling invoking its group's custom termination policy: how much capacity it must remove
+    (per AZ and market), the instances it suggests, and why (SCALE_IN, INSTANCE_REFRESH,
+    MAX_INSTANCE_LIFETIME, REBALANCE). The answer is the instances ready to go, possibly fewer."""
+
+    kind: Literal[EventKind.TERMINATION_REQUEST] = EventKind.TERMINATION_REQUEST
+    event_id: str  # the request carries none: a digest of the request and its minute
+    asg_name: str
+    capacity: tuple[CapacityToTerminate, ...]
+    instances: tuple[TerminationCandidate, ...]
+    cause: str
+    has_more: bool = False
+
+
+class InstanceWarning(Frozen):
+    """A spot instance is about to be interrupted (2 minutes) or at elevated risk (a rebalance
+    recommendation, often earlier)."""
+
+    kind: Literal[EventKind.SPOT_INTERRUPTION, EventKind.REBALANCE]
+    event_id: str
+    instance_id: str
+    action: str | None = None  # interruption: terminate | stop | hibernate
+    at: datetime
+
+
+class CapacityBlockEvent(Frozen):
+    """A Capacity Block reservation delivered, or ending: instances in it begin terminating 30 minutes
+    before the end date (the warning comes 40 minutes before it)."""
+
+    kind: Literal[EventKind.CAPACITY_BLOCK] = EventKind.CAPACITY_BLOCK
+    event_id: str
+    reservation_id: str
+    phase: Literal["delivered", "expiring"]
+    end: datetime | None = None
+    at: datetime
+
+
 InboundEvent = Annotated[
-    AlarmEvent | ScheduleTick | SweepTick | LaunchUnsuccessful | QueueBatch, Field(discriminator="kind")
+    AlarmEvent
+    | ScheduleTick
+    | SweepTick
+    | LaunchUnsuccessful
+    | QueueBatch
+    | TerminationRequest
+    | InstanceWarning
+    | CapacityBlockEvent,
+    Field(discriminator="kind"),
 ]

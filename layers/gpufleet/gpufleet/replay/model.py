@@ -11,6 +11,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
+from gpufleet.domain import defaults
 from gpufleet.domain.models import Frozen
 
 MILLI_PER_GPU = 1000
@@ -76,7 +77,7 @@ class ReplayOptions(Frozen):
     """One replay's fixed world: node shape, boot delay, price, scheduler placement, group bounds."""
 
     gpus_per_node: int = Field(default=8, ge=1, le=64)
-    boot_minutes: int = Field(default=5, ge=0, le=120)
+    boot_minutes: int = Field(default=defaults.DEFAULT_WARMUP_S // 60, ge=0, le=120)  # the warm-up default
     node_price: float = Field(default=DEFAULT_NODE_PRICE, gt=0)
     placement: Placement = Placement.SPREAD
     min_nodes: int = Field(default=1, ge=0)

@@ -197,15 +197,36 @@ class _Ctx:
         return self.decision(Action.SCALE_IN, trigger, reason, target, victims=choice.victims, skipped=choice.skipped)
 
     def step(self, direction: Direction, trigger: Trigger, why: str) -> Decision:
-        """One policy step in `direction`, honouring bounds, cooldowns and (for scale-in) victims."""
+        """One policy step in `direction`, honouring bounds, cooldowns and (for scale-in) victims. A
+        scale-out step counts the nodes still booting from the last one as already added."""
         held = self.cooling(direction, trigger, why)
         if held is not None:
             return held
         s, current = self.settings, self.obs.desired
         if direction is Direction.OUT:
-            size = s.scale_out_step.size(current)
-            return self.scale_out_to(current + size, trigger, why, f" (step {s.scale_out_step})")
+            size, booting = s.scale_out_step.size(current), self.booting()
+            if booting >= size:
+                since = f"{self.state.last_scale_out_at:%H:%M}" if self.state.last_scale_out_at else "?"
+                reason = (
+                    f"{why}, but {booting} node(s) from the scale-out at {since} are still booting "
+                    f"(warm-up {s.warmup_s}s): capacity on the way"
+                )
+                return self.decision(Action.HOLD, trigger, reason)
+            on_way = f", {booting} already booting" if booting else ""
+            return self.scale_out_to(current + size - booting, trigger, why, f" (step {s.scale_out_step}{on_way})")
         return self.scale_in_by(s.scale_in_step.size(current), trigger, why)
+
+    def booting(self) -> int:
+        """Nodes asked for but not serving yet - not InService, or InService without GPU metrics when
+        those were read - counted only within the warm-up after gpufleet's last scale-out (after it, a
+        node that never came is spot_watch's business, not capacity on the way)."""
+        last = self.state.last_scale_out_at
+        if last is None or (self.now - last).total_seconds() >= self.settings.warmup_s:
+            return 0
+        serving = [i for i in self.obs.instances if i.in_service]
+        if self.obs.instance_metrics_loaded:
+            serving = [i for i in serving if i.gpu_utilization is not None]
+        return max(0, self.obs.desired - len(serving))
 
     def bounds_fix(self) -> Decision | None:
         """Desired outside [min, max] or below an open window's desired: put it back inside."""
