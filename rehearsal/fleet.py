@@ -48,9 +48,10 @@ def create_state_table(dynamodb: Any, name: str) -> None:
 _IMAGES: dict[str, str] = {}  # endpoint -> a moto AMI id (moto ships the same images after every reset)
 
 
-def _launch_template(ec2: Any, market: str | None = None) -> str:
-    """The GPU node launch template; `market="spot"` sets InstanceMarketOptions as a spot group's has."""
-    name = "gpufleet-gpu-node" + (f"-{market}" if market else "")
+def _launch_template(ec2: Any, market: str | None = None, reservation: str | None = None) -> str:
+    """The GPU node launch template; `market="spot"` sets InstanceMarketOptions as a spot group's has,
+    `reservation` targets a capacity reservation (a Capacity Block: market "capacity-block")."""
+    name = "gpufleet-gpu-node" + (f"-{market}" if market else "") + (f"-{reservation}" if reservation else "")
     existing = ec2.describe_launch_templates(Filters=[{"Name": "launch-template-name", "Values": [name]}])
     if existing["LaunchTemplates"]:
         return name
@@ -61,6 +62,8 @@ def _launch_template(ec2: Any, market: str | None = None) -> str:
     data: dict[str, Any] = {"ImageId": image, "InstanceType": INSTANCE_TYPE}
     if market:
         data["InstanceMarketOptions"] = {"MarketType": market}
+    if reservation:
+        data["CapacityReservationSpecification"] = {"CapacityReservationTarget": {"CapacityReservationId": reservation}}
     ec2.create_launch_template(LaunchTemplateName=name, LaunchTemplateData=data)
     return name
 
@@ -74,8 +77,9 @@ def create_asg(
     desired: int,
     tags: dict[str, str] | None = None,
     market: str | None = None,
+    reservation: str | None = None,
 ) -> None:
-    template = _launch_template(clients.ec2, market)
+    template = _launch_template(clients.ec2, market, reservation)
     clients.autoscaling.create_auto_scaling_group(
         AutoScalingGroupName=name,
         LaunchTemplate={"LaunchTemplateName": template, "Version": "$Latest"},

@@ -28,7 +28,7 @@ from gpufleet_node.identity import Identity
 from gpufleet_node.nvml import SimulatedBackend
 from gpufleet_node.publisher import Publisher, simulate
 from gpufleet_node.sender import Sender
-from rehearsal import fleet
+from rehearsal import calls, fleet
 from tests.crash.harness import World
 
 TABLE = "gpufleet-state"
@@ -283,6 +283,66 @@ class FallbackHandBack(_SpotWorld):
         problems = self.change_told_and_audited("asg:train-ondemand")
         if (self.desired("train-ondemand"), self.owed()) != (0, 0):
             problems.append(f"fallback desired {self.desired('train-ondemand')}, owed {self.owed()}; expected 0 and 0")
+        return problems
+
+
+class InterruptionReplacement(_Fleet):
+    """A spot interruption warning for a busy node with pre-launch on: the replacement launches at once;
+    [emulated] EC2 reclaims the node (Unhealthy) before the later runs, which give the extra back by
+    taking the reclaimed node out with a decrement. Later runs are the scaler's tick and spot_watch's
+    sweep, as each minute in production (either may finish a change a crash left)."""
+
+    later_minutes = (6, 7, 20)
+    POLICY = "spot: {interruptions: {on_interruption: prelaunch}}\n"
+
+    def __init__(self, tmp: Path, now: datetime) -> None:
+        super().__init__(self.POLICY, tmp, desired=2)
+        self.doomed = self.instances()[0]
+        for minute in range(1, 4):
+            self.put_gpu(self.doomed, 93, 70, now - timedelta(minutes=minute))
+        self.watch = warm(
+            "spot_watch", self.env, lambda: build_spot_watch(_logger(), Metrics(namespace="Crash"), env=self.env)
+        )
+        self.reclaimed = False
+
+    def deliver(self, now: datetime) -> None:
+        detail = {"instance-id": self.doomed, "instance-action": "terminate"}
+        event = {
+            "version": "0",
+            "id": "interruption-1",
+            "detail-type": "EC2 Spot Instance Interruption Warning",
+            "source": "aws.ec2",
+            "time": now.isoformat(),
+            "resources": [],
+            "detail": detail,
+        }
+        self.watch.handle(event, now)
+
+    def later(self, now: datetime) -> None:
+        if not self.reclaimed:  # [emulated] EC2 takes the spot instance; Auto Scaling marks it Unhealthy
+            with calls.unrecorded():
+                self.clients.autoscaling.set_instance_health(InstanceId=self.doomed, HealthStatus="Unhealthy")
+            self.reclaimed = True
+        tick = {"gpufleet": "reconcile", "execution_id": f"tick-{now:%H%M}", "scheduled_time": now.isoformat()}
+        try:
+            self.watch.scaler.handle(tick, now)
+        finally:
+            self.watch.handle({**tick, "execution_id": f"sweep-{now:%H%M}"}, now)
+
+    def violations(self) -> list[str]:
+        problems = []
+        state = StateStore(self.clients.dynamodb, TABLE).load(["asg:train-spot"])["asg:train-spot"]
+        owed = state.owed.get(f"interrupted:{self.doomed}", 0)
+        if (self.desired(), owed) != (2, 0) or self.doomed in self.instances():
+            still = self.doomed in self.instances()
+            problems.append(f"desired {self.desired()}, owed {owed}, reclaimed node still in the group: {still}")
+        if state.intent is not None or state.outbox:
+            problems.append(f"left unfinished (intent {state.intent is not None}, outbox {len(state.outbox)})")
+        if not any(n.kind is NotificationKind.INTERRUPTION and self.doomed in n.title for n in self.queued()):
+            problems.append("the interruption was never told")
+        changes = [d for d in self.audited("asg:train-spot") if d.changes_capacity]
+        if sorted(d.desired - d.current for d in changes) != [-1, 1]:
+            problems.append(f"expected one +1 and one -1 change, audited {[d.reason for d in changes]}")
         return problems
 
 

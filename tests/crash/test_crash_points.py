@@ -34,6 +34,7 @@ def builders(tmp: Path, endpoint: str, slack: object) -> dict[str, Callable[[], 
         "fallback raise": lambda: s.FallbackRaise(tmp, NOW, endpoint),
         "fallback hand-back": lambda: s.FallbackHandBack(tmp, NOW),
         "OOM replacement": lambda: s.OomReplacement(tmp, NOW),
+        "spot interruption: replace early, hand back": lambda: s.InterruptionReplacement(tmp, NOW),
         "notifier post to Slack + SNS": lambda: s.NotifierPost(tmp, NOW, slack),
     }
 
@@ -45,6 +46,7 @@ SCENARIOS = [
     "fallback raise",
     "fallback hand-back",
     "OOM replacement",
+    "spot interruption: replace early, hand back",
     "notifier post to Slack + SNS",
 ]
 

@@ -175,9 +175,13 @@ def test_invoke_every_spot_watch_sample_event(gpu_fleet: Fleet, path: Path) -> N
             "subnet-full": "subnet-ip-exhaustion",
         }[path.stem.removeprefix("launch-unsuccessful-")]
         assert [f["class"] for f in group["new_failures"]] == [expected]
+    elif path.name.startswith(("spot-interruption", "rebalance")):
+        assert run["ignored"] == "i-1234567890abcdef0 is not in a managed group"  # AWS's sample instance id
+    elif path.name.startswith("capacity-block"):
+        assert run["ignored"] == "no managed group launches into cr-0123456789abcdef0"
     else:
         # Both managed groups have their capacity in service: nothing to read, nothing found.
-        assert run["groups_managed"] == 2 and run["groups"] == []
+        assert run["groups_managed"] == 2 and run["groups"] == [] and run["handed_back"] == []
 
 
 def test_a_function_given_a_kind_it_does_not_handle_rejects_it_in_one_line(gpu_fleet: Fleet) -> None:
@@ -185,6 +189,7 @@ def test_a_function_given_a_kind_it_does_not_handle_rejects_it_in_one_line(gpu_f
     proc = invoke_function("spot_watch", gpu_fleet, ROOT / "events" / "spot_watch" / "bad-an-alarm-event.json")
     assert proc.returncode == 1
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    reason = "spot_watch does not handle alarm events (it takes: launch-unsuccessful, schedule)"
+    takes = "capacity-block, launch-unsuccessful, rebalance, schedule, spot-interruption"
+    reason = f"spot_watch does not handle alarm events (it takes: {takes})"
     assert errors == [f"error: spot_watch failed: UnsupportedEvent: {reason}"]
     assert (gpu_fleet.desired(), gpu_fleet.nodegroup_desired()) == before

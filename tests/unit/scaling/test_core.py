@@ -467,3 +467,128 @@ def test_one_signal_never_launches_more_than_one_step_over_what_is_booting(
     assert d.desired <= max(hi, desired)
     if minutes * 60 < s.warmup_s:
         assert d.desired <= max(desired, serving + step)
+
+
+def _replace(obs: GroupObservation, direction: Direction, hi: int = 10, iid: str = "i-00"):  # type: ignore[no-untyped-def]
+    from gpufleet.scaling.core import decide_replacement
+
+    return decide_replacement(
+        obs,
+        GroupSettings(max=hi, scale_out_cooldown_s=600, scale_in_cooldown_s=600),
+        GroupState(last_scale_out_at=NOW, last_scale_in_at=NOW),  # cooldowns do not apply to a replacement
+        NOW,
+        event_id="w",
+        instance_id=iid,
+        direction=direction,
+        why=f"spot-interruption for {iid}",
+    )
+
+
+@pytest.mark.parametrize(
+    ("doomed", "others", "desired", "direction", "hi", "action", "target", "victims"),
+    [
+        ("InService", 3, 4, Direction.OUT, 10, Action.SCALE_OUT, 5, ()),  # launch the replacement now
+        ("InService", 3, 4, Direction.OUT, 4, Action.HOLD, 4, ()),  # at max: Auto Scaling replaces it later
+        ("InService", 4, 5, Direction.IN, 10, Action.HOLD, 5, ()),  # still running: wait
+        ("Unhealthy", 4, 5, Direction.IN, 10, Action.SCALE_IN, 4, ("i-00",)),  # reclaimed: take it out ourselves
+        ("Terminating", 4, 5, Direction.IN, 10, Action.SET_DESIRED, 4, ()),  # going, not replaced: lower desired
+        ("gone", 4, 5, Direction.IN, 10, Action.SET_DESIRED, 4, ()),
+        ("gone", 5, 5, Direction.IN, 10, Action.SCALE_IN, 4, ("i-01",)),  # replaced too: one idle node goes
+    ],
+)
+def test_an_interrupted_node_is_replaced_early_and_given_back_once(
+    doomed: str,
+    others: int,
+    desired: int,
+    direction: Direction,
+    hi: int,
+    action: Action,
+    target: int,
+    victims: tuple[str, ...],
+) -> None:
+    rest = tuple(inst(i, util=(0 if i == 1 else 90), mem=(1 if i == 1 else 60)) for i in range(1, others + 1))
+    first = {
+        "InService": (inst(0, util=90, mem=60),),
+        "Unhealthy": (inst(0, util=90, mem=60, healthy=False),),
+        "Terminating": (inst(0, util=None, mem=None, lifecycle_state="Terminating"),),
+        "gone": (),
+    }[doomed]
+    d = _replace(group(desired=desired, instances=first + rest), direction, hi=hi)
+    assert (d.action, d.desired, d.victims) == (action, target, victims), d.reason
+    if d.changes_capacity:
+        assert d.owed_to == "interrupted:i-00" and d.desired - d.current == (1 if direction is Direction.OUT else -1)
+
+
+def _foreign(*minutes_ago: int) -> tuple:  # type: ignore[type-arg]
+    from gpufleet.domain.models import ForeignChange
+
+    return tuple(ForeignChange(at=NOW - timedelta(minutes=m), before=2, after=5) for m in minutes_ago)
+
+
+@pytest.mark.parametrize(
+    ("foreign", "ours_minutes_ago", "fight"),
+    [
+        ((), 5, False),
+        ((3,), 5, False),  # one change: an operator's fix, not a fight
+        ((20, 3), 5, True),  # two in 30 min while gpufleet changed it too
+        ((20, 3), 45, False),  # gpufleet has not touched it in the window: someone else owns it, no fight
+        ((50, 3), 5, False),  # the first is outside the window
+    ],
+)
+def test_a_fight_needs_repeated_foreign_changes_while_gpufleet_acts_too(
+    foreign: tuple,
+    ours_minutes_ago: int,
+    fight: bool,  # type: ignore[type-arg]
+) -> None:
+    from gpufleet.scaling.core import fight_reason
+
+    state = GroupState(foreign=_foreign(*foreign), last_scale_out_at=NOW - timedelta(minutes=ours_minutes_ago))
+    assert (fight_reason(state, NOW) is not None) is fight
+
+
+def test_a_foreign_change_is_a_desired_capacity_gpufleet_did_not_leave() -> None:
+    from gpufleet.scaling.core import foreign_change
+
+    assert foreign_change(group(desired=4), GroupState(seen_desired=None), NOW) is None  # first look
+    assert foreign_change(group(desired=4), GroupState(seen_desired=4), NOW) is None
+    change = foreign_change(group(desired=6), GroupState(seen_desired=4), NOW)
+    assert change is not None and (change.before, change.after) == (4, 6)
+
+
+@pytest.mark.parametrize(
+    ("owner", "aside_minutes", "advice"),
+    [("gpufleet", None, False), ("external", None, True), ("gpufleet", 30, True), ("gpufleet", -1, False)],
+)
+def test_owner_external_and_standing_aside_turn_changes_into_advice(
+    owner: str, aside_minutes: int | None, advice: bool
+) -> None:
+    until = None if aside_minutes is None else NOW + timedelta(minutes=aside_minutes)
+    s = GroupSettings(owner=owner, scale_out_cooldown_s=0)  # type: ignore[arg-type]
+    d = alarm(group(desired=4), Direction.OUT, s, GroupState(stand_aside_until=until))
+    if advice:
+        assert d.action is Action.HOLD and d.desired == 4 and d.reason.startswith("advice only (")
+        assert "would scale-out 4 -> 5" in d.reason
+    else:
+        assert d.action is Action.SCALE_OUT and d.desired == 5
+
+
+@given(st.sampled_from(["external"]), st.integers(0, 20), st.integers(0, 20))
+def test_an_external_group_is_never_changed_by_any_rule(owner: str, desired: int, hi: int) -> None:
+    obs = group(desired=desired, hi=hi, lo=0)
+    s = GroupSettings(owner=owner, scale_out_cooldown_s=0, scale_in_cooldown_s=0)  # type: ignore[arg-type]
+    for direction in (Direction.OUT, Direction.IN):
+        d = alarm(obs, direction, s)
+        assert not d.changes_capacity and d.desired == desired
+
+
+def test_the_fight_warning_names_the_changes_what_caused_them_and_how_to_settle_it() -> None:
+    from gpufleet.notify.model import NotificationKind, Severity
+    from gpufleet.scaling.notes import fight_note
+
+    state = GroupState(foreign=_foreign(20, 3), stand_aside_until=NOW + timedelta(hours=6))
+    cause = "At 2026-11-23T11:57:00Z a user request update of AutoScalingGroup constraints ... from 3 to 6."
+    n = fight_note(group(desired=6), state, "desired capacity changed 2 times", [cause], NOW, "eu-west-1")
+    assert (n.kind, n.severity, n.incident_key) == (NotificationKind.CONTROL, Severity.WARNING, "asg:train|ownership")
+    assert n.facts["Auto Scaling activity 1"] == cause
+    assert n.facts["standing aside until"] == "2026-11-23 18:00 UTC"
+    assert "owner: external" in n.reason and "Karpenter" in n.reason

@@ -25,21 +25,32 @@ class LaunchActivityReader:
     autoscaling: AutoScalingClient
     eks: EKSClient
     ec2: Any = None
-    _markets: dict[tuple[str, str], CapacityType] = field(default_factory=dict)
+    _templates: dict[tuple[str, str], dict[str, Any] | None] = field(default_factory=dict)
 
-    def market_of(self, template: tuple[str, str]) -> CapacityType:
-        """A launch template version's market (InstanceMarketOptions.MarketType), cached per version:
-        spot, capacity-block, else on-demand."""
-        if template not in self._markets:
+    def _template_data(self, template: tuple[str, str]) -> dict[str, Any] | None:
+        """A launch template version's LaunchTemplateData (None if the version is gone), cached per version."""
+        if template not in self._templates:
             ref, version = template
             key = "LaunchTemplateId" if ref.startswith("lt-") else "LaunchTemplateName"
             found = self.ec2.describe_launch_template_versions(**{key: ref}, Versions=[version])[
                 "LaunchTemplateVersions"
             ]
-            data = found[0].get("LaunchTemplateData", {}) if found else {}
-            market = str(data.get("InstanceMarketOptions", {}).get("MarketType", "on-demand"))
-            self._markets[template] = capacity_type_from_word(market) if found else CapacityType.UNKNOWN
-        return self._markets[template]
+            self._templates[template] = dict(found[0].get("LaunchTemplateData", {})) if found else None
+        return self._templates[template]
+
+    def market_of(self, template: tuple[str, str]) -> CapacityType:
+        """A launch template version's market (InstanceMarketOptions.MarketType): spot, capacity-block,
+        else on-demand."""
+        data = self._template_data(template)
+        if data is None:
+            return CapacityType.UNKNOWN
+        return capacity_type_from_word(str(data.get("InstanceMarketOptions", {}).get("MarketType", "on-demand")))
+
+    def reservation_of(self, template: tuple[str, str]) -> str | None:
+        """The capacity reservation (a Capacity Block or an ODCR) a launch template version targets."""
+        data = self._template_data(template) or {}
+        target = data.get("CapacityReservationSpecification", {}).get("CapacityReservationTarget", {})
+        return str(target["CapacityReservationId"]) if target.get("CapacityReservationId") else None
 
     def failed_since(self, asg_name: str, since: datetime) -> list[ActivityTypeDef]:
         """Failed/cancelled activities of one ASG that started after `since` (stops paging at older ones)."""

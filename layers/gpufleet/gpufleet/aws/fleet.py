@@ -39,6 +39,7 @@ def _instances(asg: dict[str, Any]) -> tuple[InstanceObservation, ...]:
             lifecycle_state=i.get("LifecycleState", "InService"),
             protected_from_scale_in=bool(i.get("ProtectedFromScaleIn", False)),
             instance_type=i.get("InstanceType"),
+            healthy=str(i.get("HealthStatus", "Healthy")).lower() == "healthy",
         )
         for i in asg.get("Instances", [])
     )
@@ -185,6 +186,15 @@ class FleetReader:
                 if found is not None:
                     nodegroups[(g.cluster, g.name)] = found
         return [_asg_observation(a) for a in asgs.values()] + self._nodegroup_observations(nodegroups.values())
+
+    def recent_activities(self, asg_name: str, limit: int = 5) -> list[str]:
+        """What Auto Scaling says changed the group lately (each activity's Cause, newest first)."""
+        page = self.autoscaling.describe_scaling_activities(AutoScalingGroupName=asg_name, MaxRecords=limit)
+        return [str(a.get("Cause") or a.get("Description", "")) for a in page.get("Activities", [])]
+
+    def asg_of_instance(self, instance_id: str) -> str | None:
+        found = self.autoscaling.describe_auto_scaling_instances(InstanceIds=[instance_id])["AutoScalingInstances"]
+        return found[0]["AutoScalingGroupName"] if found else None
 
     def observe_one(self, ref: GroupRef) -> GroupObservation | None:
         if ref.kind is GroupKind.ASG:

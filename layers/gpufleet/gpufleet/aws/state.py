@@ -27,7 +27,7 @@ from botocore.exceptions import ClientError
 
 from gpufleet.aws.fleet import chunks
 from gpufleet.domain import defaults
-from gpufleet.domain.models import Decision, GroupState
+from gpufleet.domain.models import Decision, ForeignChange, GroupState
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -83,6 +83,9 @@ def _state(item: dict[str, Any]) -> GroupState:
         intent_attempts=int(item.get("intent_attempts", {}).get("N", "0")),
         outbox=tuple(Decision.model_validate_json(e["S"]) for e in item.get("outbox", {}).get("L", [])),
         owed={k.removeprefix(OWED_PREFIX): int(v["N"]) for k, v in item.items() if k.startswith(OWED_PREFIX)},
+        seen_desired=int(item["seen_desired"]["N"]) if "seen_desired" in item else None,
+        foreign=tuple(ForeignChange.model_validate_json(e["S"]) for e in item.get("foreign_changes", {}).get("L", [])),
+        stand_aside_until=_dt(item, "stand_aside_until"),
     )
 
 
@@ -160,7 +163,8 @@ class StateStore:
             ":entry": {"L": [{"S": done.model_dump_json()}]},
             ":none": {"L": []},
         }
-        sets = ["version = if_not_exists(version, :zero) + :one", "#mark = :at"]
+        sets = ["version = if_not_exists(version, :zero) + :one", "#mark = :at", "seen_desired = :seen"]
+        values[":seen"] = {"N": str(done.desired)}  # gpufleet's own change is never mistaken for someone else's
         sets.append("outbox = list_append(if_not_exists(outbox, :none), :entry)")
         if done.owed_to:
             names["#owed"] = OWED_PREFIX + done.owed_to
@@ -173,6 +177,31 @@ class StateStore:
             UpdateExpression="SET " + ", ".join(sets) + " REMOVE lease_owner, lease_until, intent, intent_attempts",
             ConditionExpression="lease_owner = :o",
             ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+        )
+
+    def note_desired(self, group_key: str, before: int | None, after: GroupState) -> bool:
+        """Remember the desired capacity gpufleet saw, the changes it did not make and whether it stands
+        aside (`after`): only if the seen value is still `before`, so concurrent ticks note a change once."""
+        values: dict[str, Any] = {
+            ":seen": {"N": str(after.seen_desired)},
+            ":foreign": {"L": [{"S": c.model_dump_json()} for c in after.foreign[-defaults.FOREIGN_KEPT :]]},
+        }
+        sets = ["seen_desired = :seen", "foreign_changes = :foreign"]
+        if after.stand_aside_until is not None:
+            sets.append("stand_aside_until = :until")
+            values[":until"] = {"S": after.stand_aside_until.isoformat()}
+        if before is None:
+            condition = "attribute_not_exists(seen_desired)"
+        else:
+            condition = "seen_desired = :before"
+            values[":before"] = {"N": str(before)}
+        return conditional(
+            self.dynamodb.update_item,
+            TableName=self.table,
+            Key=self._key(group_key),
+            UpdateExpression="SET " + ", ".join(sets),
+            ConditionExpression=condition,
             ExpressionAttributeValues=values,
         )
 

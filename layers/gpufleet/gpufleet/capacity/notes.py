@@ -1,17 +1,21 @@
 """What spot_watch tells on-call (pure): one note per new failure class in a streak, the fallback's
-moves with their cost, and the recovery - all in the group's capacity incident."""
+moves with their cost, and the recovery - all in the group's capacity incident; spot interruptions and
+rebalance recommendations with what ran on the node; Capacity Blocks ending, with the nodes they carry."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from gpufleet.capacity.classify import FailureClass, LaunchFailure
 from gpufleet.capacity.core import SpotState, hourly_cost_difference
 from gpufleet.capacity.policy import PriceTable
+from gpufleet.domain import defaults
 from gpufleet.domain.models import Decision, GroupObservation
+from gpufleet.events.model import CapacityBlockEvent, EventKind, InstanceWarning
 from gpufleet.notify.model import Notification, NotificationKind, Severity, note
 
 SOURCE = "spot_watch"
+TERMINATE_BEFORE_END = timedelta(minutes=30)  # EC2 starts terminating a Capacity Block's instances then
 
 
 class _Teller:
@@ -109,3 +113,113 @@ def spot_notes(
     if streak_over and after.fallback_added == 0 and before.streak_started_at is not None:
         out.append(recovered_note(tell))
     return out
+
+
+# ---- capacity going away: interruptions, rebalance recommendations, Capacity Blocks ----
+
+
+def gpu_activity(gpu: tuple[float | None, float | None]) -> tuple[str, bool]:
+    """What the node's GPUs were doing (busiest GPU, fullest memory over the lookback) and whether busy."""
+    util, mem = gpu
+    if util is None or mem is None:
+        return "no GPU metrics (treated as busy)", True
+    busy = util > defaults.DEFAULT_IDLE_GPU_UTILIZATION or mem > defaults.DEFAULT_IDLE_GPU_MEMORY_PERCENT
+    return f"{'busy' if busy else 'idle'}: GPU {util:.0f}% util, {mem:.0f}% memory", busy
+
+
+def warning_note(
+    obs: GroupObservation,
+    warning: InstanceWarning,
+    gpu: tuple[float | None, float | None],
+    replacement: str,
+    *,
+    region: str,
+) -> Notification:
+    """A spot node about to go (or at risk), in the group's capacity incident, with what ran there."""
+    key, iid = obs.ref.key, warning.instance_id
+    activity, busy = gpu_activity(gpu)
+    if warning.kind is EventKind.SPOT_INTERRUPTION:
+        title = f"{key}: spot interruption in 2 min: {iid} ({activity.split(':')[0]})"
+        reason = f"EC2 reclaims {iid} in about two minutes ({warning.action or 'terminate'}); jobs on it stop then"
+        severity = Severity.WARNING if busy else Severity.INFO
+    else:
+        title = f"{key}: rebalance recommendation: {iid} at elevated risk of interruption"
+        reason = f"EC2 expects {iid} may be interrupted soon; an interruption warning (2 min) may follow, or not"
+        severity = Severity.INFO
+    facts = {"instance": iid, "GPUs": activity, "replacement": replacement}
+    return note(
+        NotificationKind.INTERRUPTION,
+        severity,
+        key,
+        title,
+        at=warning.at,
+        source=SOURCE,
+        id_parts=(str(warning.kind), iid),
+        reason=reason,
+        facts=facts,
+        region=region,
+    )
+
+
+def handback_note(obs: GroupObservation, acted: Decision, instance_id: str, *, region: str) -> Notification:
+    key = obs.ref.key
+    return note(
+        NotificationKind.INTERRUPTION,
+        Severity.INFO,
+        key,
+        f"{key}: {instance_id} is gone; its early replacement stays, desired {acted.current} -> {acted.desired}",
+        at=acted.at,
+        source=SOURCE,
+        id_parts=("handback", instance_id),
+        reason=acted.reason,
+        facts={
+            "instance": instance_id,
+            "capacity": f"{acted.current} -> {acted.desired}",
+            "outcome": str(acted.outcome),
+        },
+        region=region,
+    )
+
+
+def capacity_block_note(
+    block: CapacityBlockEvent, affected: dict[str, dict[str, tuple[float | None, float | None]]], *, region: str
+) -> Notification:
+    """A Capacity Block delivered or ending, naming the managed groups and nodes it carries and which of
+    them are busy (EC2 terminates them 30 minutes before the end date)."""
+    first = next(iter(affected))
+    busy_nodes = [iid for nodes in affected.values() for iid, gpu in nodes.items() if gpu_activity(gpu)[1]]
+    count = sum(len(nodes) for nodes in affected.values())
+    facts = {
+        group: f"{len(nodes)} node(s): " + ", ".join(f"{iid} {gpu_activity(gpu)[0]}" for iid, gpu in nodes.items())
+        for group, nodes in affected.items()
+    }
+    if block.end is not None:
+        facts["ends"] = f"{block.end:%Y-%m-%d %H:%M} UTC"
+    if block.phase == "expiring":
+        stop = f"{block.end - TERMINATE_BEFORE_END:%H:%M} UTC" if block.end else "in about 10 minutes"
+        facts["instances terminate from"] = stop
+        title = f"Capacity Block {block.reservation_id} ends: {count} node(s), {len(busy_nodes)} busy"
+        reason = (
+            f"EC2 terminates the instances in Capacity Block {block.reservation_id} 30 minutes before it ends "
+            f"(from {stop}); checkpoint or drain the busy nodes ({', '.join(busy_nodes) or 'none'}) now"
+        )
+        severity = Severity.CRITICAL if busy_nodes else Severity.WARNING
+    else:
+        title = f"Capacity Block {block.reservation_id} delivered: {count} node(s) can launch into it"
+        reason = f"Capacity Block {block.reservation_id} is active" + (
+            f" until {facts['ends']}" if "ends" in facts else ""
+        )
+        severity = Severity.INFO
+    return note(
+        NotificationKind.RESERVATION,
+        severity,
+        first,
+        title,
+        at=block.at,
+        source=SOURCE,
+        id_parts=("capacity-block", block.reservation_id, block.phase),
+        reason=reason,
+        facts=facts,
+        incident_key=f"{block.reservation_id}|capacity-block",
+        region=region,
+    )

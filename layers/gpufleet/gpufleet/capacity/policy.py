@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from pydantic import Field
 
 from gpufleet.domain.models import Frozen
@@ -24,12 +26,26 @@ class PriceTable(Frozen):
     spot: dict[str, float] = Field(default_factory=dict)
 
 
+class WarningAction(StrEnum):
+    NOTIFY = "notify"  # tell the group's capacity incident what runs on the node
+    PRELAUNCH = "prelaunch"  # and launch its replacement now (given back when the node is gone)
+
+
+class InterruptionPolicy(Frozen):
+    """What a spot interruption warning (2 minutes) and a rebalance recommendation (earlier, frequent,
+    not always followed by an interruption) do; Auto Scaling replaces the node after it goes anyway."""
+
+    on_interruption: WarningAction = WarningAction.NOTIFY
+    on_rebalance: WarningAction = WarningAction.NOTIFY
+
+
 class SpotPolicy(Frozen):
     groups: tuple[SpotSettings, ...] = ()
     prices: PriceTable = PriceTable()
     backoff_initial_s: int = Field(default=300, ge=10)
     backoff_max_s: int = Field(default=1800, ge=10)
     backoff_reset_s: int = Field(default=3 * 3600, ge=60)
+    interruptions: InterruptionPolicy = InterruptionPolicy()
     unavailable_ttl_s: int = Field(default=180, ge=10)  # Karpenter keeps insufficient-capacity offerings 3 min
 
     def settings_for(self, group: str) -> SpotSettings | None:

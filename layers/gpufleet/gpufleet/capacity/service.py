@@ -17,15 +17,22 @@ from gpufleet.aws.documents import SPOT_SK
 from gpufleet.capacity.classify import FailureSource, LaunchFailure, describe_failure
 from gpufleet.capacity.core import FallbackPlan, SpotState, fallback_change, fold_failures, owed_after, plan_fallback
 from gpufleet.capacity.notes import spot_notes
+from gpufleet.capacity.warnings import CapacityWarnings
 from gpufleet.domain.models import CapacityType, Decision, GroupKind, GroupObservation, GroupRef
 from gpufleet.domain.policy import FleetPolicy
 from gpufleet.events import EventKind, parse_for
-from gpufleet.events.model import LaunchUnsuccessful
+from gpufleet.events.model import CapacityBlockEvent, InstanceWarning, LaunchUnsuccessful
 from gpufleet.scaling.execution import ControlContext
 from gpufleet.scaling.service import Scaler, with_instance_metrics
 
 SWEEP_LOOKBACK = timedelta(minutes=15)
-ACCEPTS = (EventKind.LAUNCH_UNSUCCESSFUL, EventKind.SCHEDULE)
+ACCEPTS = (
+    EventKind.LAUNCH_UNSUCCESSFUL,
+    EventKind.SCHEDULE,
+    EventKind.SPOT_INTERRUPTION,
+    EventKind.REBALANCE,
+    EventKind.CAPACITY_BLOCK,
+)
 
 
 def _failure(
@@ -47,6 +54,10 @@ class SpotWatch:
     scaler: Scaler
     activities: LaunchActivityReader
 
+    @property
+    def warnings(self) -> CapacityWarnings:
+        return CapacityWarnings(self.ctx, self.scaler, self.activities)
+
     def handle(self, event: Any, now: datetime) -> dict[str, Any]:
         """Raises InvalidEvent (UnsupportedEvent for an alarm, say) before anything is read or changed."""
         events = parse_for(event, "spot_watch", ACCEPTS)
@@ -54,6 +65,10 @@ class SpotWatch:
         for e in events:
             if isinstance(e, LaunchUnsuccessful):
                 results.append(self.on_launch_event(e, now))
+            elif isinstance(e, InstanceWarning):
+                results.append(self.warnings.on_instance(e, now))
+            elif isinstance(e, CapacityBlockEvent):
+                results.append(self.warnings.on_capacity_block(e, now))
             else:
                 results.append(self.sweep(now, e.event_id))
         return {"results": results}
@@ -94,7 +109,19 @@ class SpotWatch:
                     self.ctx.logger.exception("spot sweep failed for a group", extra={"group": obs.ref.key})
                     results.append({"group": obs.ref.key, "error": f"{type(exc).__name__}: {exc}"})
         self.ctx.emf.add_metric(name="SpotGroupsSwept", unit=MetricUnit.Count, value=len(results))
-        return {"event_id": event_id, "groups": results, "groups_managed": len(managed)}
+        handed_back = self._hand_back_replacements(managed, policy, now, event_id)
+        return {"event_id": event_id, "groups": results, "groups_managed": len(managed), "handed_back": handed_back}
+
+    def _hand_back_replacements(
+        self, managed: list[GroupObservation], policy: FleetPolicy, now: datetime, event_id: str
+    ) -> list[dict[str, Any]]:
+        """Early replacements for interrupted nodes whose node is gone (one BatchGetItem of the states)."""
+        try:
+            states = self.ctx.states(managed, policy)
+            return self.warnings.hand_back(managed, states, policy, now, event_id)
+        except Exception:  # the sweep's own results stand; the next sweep tries again
+            self.ctx.logger.exception("hand-back of early replacements failed")
+            return []
 
     def _with_market(self, obs: GroupObservation) -> GroupObservation:
         """A plain launch-template group's market, from the template (read only when a failure needs it)."""

@@ -27,6 +27,13 @@ DEFAULT_SCALE_IN_COOLDOWN_S = 600
 # minutes (the replay's boot model: 5 min). Within this time after a scale-out, nodes not yet in service
 # count against the next scale-out signal instead of launching a second node for the same load.
 DEFAULT_WARMUP_S = 300
+# Two controllers sizing one group fight silently (Cluster Autoscaler's FAQ: metric-based node-group
+# autoscalers must not run on its groups). This many changes gpufleet did not make, within the window,
+# while gpufleet also changed the group, and gpufleet stands aside (advises only) for STAND_ASIDE_S.
+FIGHT_WINDOW_S = 1800
+FIGHT_FOREIGN_CHANGES = 2
+STAND_ASIDE_S = 6 * 3600
+FOREIGN_KEPT = 10  # the latest foreign changes kept in a group's state (named in the incident)
 DEFAULT_TARGET_LOW = 30.0
 DEFAULT_TARGET_HIGH = 80.0
 DEFAULT_IDLE_GPU_UTILIZATION = 5.0

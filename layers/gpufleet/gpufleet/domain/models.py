@@ -131,6 +131,7 @@ class InstanceObservation(Frozen):
     lifecycle_state: str = "InService"
     protected_from_scale_in: bool = False
     instance_type: str | None = None
+    healthy: bool = True  # Auto Scaling's health status (a reclaimed spot instance turns Unhealthy first)
     gpu_utilization: float | None = None  # busiest GPU on the instance, percent
     gpu_memory_percent: float | None = None  # fullest GPU on the instance, percent
 
@@ -227,6 +228,14 @@ class Decision(Frozen):
         return self.action in (Action.SCALE_OUT, Action.SET_DESIRED) and self.desired > self.current
 
 
+class ForeignChange(Frozen):
+    """The group's desired capacity changed between two looks, and gpufleet did not change it."""
+
+    at: datetime
+    before: int
+    after: int
+
+
 class GroupState(Frozen):
     """What the controller remembers about a group between invocations (DynamoDB), including what
     makes a crash mid-change safe: the change begun (`intent`, persisted under the lease before any
@@ -242,6 +251,9 @@ class GroupState(Frozen):
     intent_attempts: int = 0
     outbox: tuple[Decision, ...] = ()
     owed: dict[str, int] = Field(default_factory=dict)  # spot group -> fallback instances owed back to it
+    seen_desired: int | None = None  # desired capacity at gpufleet's last look or its own last change
+    foreign: tuple[ForeignChange, ...] = ()  # recent changes gpufleet did not make (newest last)
+    stand_aside_until: datetime | None = None  # another actor keeps sizing the group: gpufleet only advises
 
     def leased_by_other(self, event_id: str, now: datetime) -> bool:
         """Someone else holds the lease (a retry of the same event may take over its own change)."""

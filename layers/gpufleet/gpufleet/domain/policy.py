@@ -9,6 +9,7 @@ from __future__ import annotations
 import fnmatch
 import math
 import re
+from enum import StrEnum
 from typing import Annotated, Any, Self
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -117,9 +118,15 @@ class ScheduleWindow(Frozen):
         return self
 
 
+class Owner(StrEnum):
+    GPUFLEET = "gpufleet"  # gpufleet sizes the group
+    EXTERNAL = "external"  # Cluster Autoscaler, Karpenter or native policies do: gpufleet advises only
+
+
 class GroupSettings(Frozen):
     """How one group is scaled. Unset min/max mean the group's own bounds."""
 
+    owner: Owner = Owner.GPUFLEET
     min: int | None = Field(default=None, ge=0)
     max: int | None = Field(default=None, ge=0)
     scale_out_step: StepField = Step(value=1)

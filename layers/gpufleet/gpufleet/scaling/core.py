@@ -9,19 +9,23 @@ says so, and cooldowns hold for every controller's changes (the spot fallback's 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
+from functools import wraps
+from typing import Concatenate, ParamSpec
 from zoneinfo import ZoneInfo
 
 from croniter import croniter
 from pydantic import Field
 
+from gpufleet.domain import defaults
 from gpufleet.domain.models import (
     Action,
     AlarmState,
     Bounds,
     Decision,
     Direction,
+    ForeignChange,
     Frozen,
     GroupObservation,
     GroupState,
@@ -30,8 +34,10 @@ from gpufleet.domain.models import (
     Trigger,
     TriggerKind,
 )
-from gpufleet.domain.policy import GroupSettings, IdleThreshold, ScheduleWindow
+from gpufleet.domain.policy import GroupSettings, IdleThreshold, Owner, ScheduleWindow
 from gpufleet.events.model import AlarmEvent
+
+INTERRUPTED = "interrupted:"  # the group's ledger key prefix for replacements launched before an interruption
 
 
 def window_is_open(window: ScheduleWindow, now: datetime) -> bool:
@@ -250,6 +256,70 @@ class _Ctx:
         return None
 
 
+# ---- ownership: who sizes the group ----
+
+
+def foreign_change(obs: GroupObservation, state: GroupState, now: datetime) -> ForeignChange | None:
+    """Desired capacity moved since gpufleet last looked or last changed it: someone else moved it."""
+    if state.seen_desired is None or obs.desired == state.seen_desired:
+        return None
+    return ForeignChange(at=now, before=state.seen_desired, after=obs.desired)
+
+
+def fight_reason(state: GroupState, now: datetime) -> str | None:
+    """Why gpufleet must stand aside, if it must: repeated changes it did not make within the window
+    while it changed the group too (one foreign change is an operator's fix, not a fight)."""
+    window = timedelta(seconds=defaults.FIGHT_WINDOW_S)
+    recent = [c for c in state.foreign if now - c.at <= window]
+    ours = [t for t in (state.last_scale_out_at, state.last_scale_in_at) if t is not None and now - t <= window]
+    if len(recent) < defaults.FIGHT_FOREIGN_CHANGES or not ours:
+        return None
+    moves = ", ".join(f"{c.before} -> {c.after} at {c.at:%H:%M}" for c in recent)
+    return (
+        f"desired capacity changed {len(recent)} times in {defaults.FIGHT_WINDOW_S // 60} min by something other "
+        f"than gpufleet ({moves}) while gpufleet also changed it (last at {max(ours):%H:%M})"
+    )
+
+
+def _advisory(decision: Decision, settings: GroupSettings, state: GroupState, now: datetime) -> Decision:
+    """A change gpufleet may not make on this group becomes advice: held, saying what it would do."""
+    if not decision.changes_capacity:
+        return decision
+    if settings.owner is Owner.EXTERNAL:
+        why = "owner: external - another autoscaler sizes this group"
+    elif state.stand_aside_until is not None and now < state.stand_aside_until:
+        why = f"standing aside until {state.stand_aside_until:%H:%M} UTC: another actor keeps sizing this group"
+    else:
+        return decision
+    advice = f"advice only ({why}): would {decision.action} {decision.current} -> {decision.desired}"
+    return decision.model_copy(
+        update={
+            "action": Action.HOLD,
+            "desired": decision.current,
+            "victims": (),
+            "reason": f"{advice}; {decision.reason}",
+        }
+    )
+
+
+P = ParamSpec("P")
+
+
+def owned(
+    decide: Callable[Concatenate[GroupObservation, GroupSettings, GroupState, datetime, P], Decision],
+) -> Callable[Concatenate[GroupObservation, GroupSettings, GroupState, datetime, P], Decision]:
+    """Every decision on a group goes through its ownership: advice only for `owner: external` and while
+    standing aside from a fight; bounds, cooldowns and victims are decided exactly as they would be."""
+
+    @wraps(decide)
+    def wrapper(
+        obs: GroupObservation, settings: GroupSettings, state: GroupState, now: datetime, /, *a: P.args, **kw: P.kwargs
+    ) -> Decision:
+        return _advisory(decide(obs, settings, state, now, *a, **kw), settings, state, now)
+
+    return wrapper
+
+
 def alarm_hold_reason(alarm: AlarmEvent) -> str | None:
     """Why an alarm must not act at all: not in ALARM, or CloudWatch suppressed or muted its actions
     (then the alarm-action and SNS paths would be silent too, so the EventBridge path holds as well)."""
@@ -262,6 +332,7 @@ def alarm_hold_reason(alarm: AlarmEvent) -> str | None:
     return None
 
 
+@owned
 def decide_alarm(
     obs: GroupObservation,
     settings: GroupSettings,
@@ -281,6 +352,7 @@ def decide_alarm(
     return ctx.bounds_fix() or ctx.step(direction, trigger, f"alarm {alarm.alarm_name} in ALARM")
 
 
+@owned
 def decide_request(
     obs: GroupObservation,
     settings: GroupSettings,
@@ -298,6 +370,7 @@ def decide_request(
     return ctx.bounds_fix() or ctx.step(direction, trigger, why)
 
 
+@owned
 def decide_target(
     obs: GroupObservation,
     settings: GroupSettings,
@@ -329,6 +402,58 @@ def decide_target(
     return ctx.scale_in_by(current - target, trigger, why)
 
 
+@owned
+def decide_replacement(
+    obs: GroupObservation,
+    settings: GroupSettings,
+    state: GroupState,
+    now: datetime,
+    *,
+    event_id: str,
+    instance_id: str,
+    direction: Direction,
+    why: str,
+    global_dry_run: bool = False,
+) -> Decision:
+    """A replacement for a spot node about to be interrupted: one node launched before it goes (OUT),
+    and given back once it is gone (IN: an idle node only). Not a change of the group's size, so no
+    cooldown applies; bounds and windows do, and the group's ledger `interrupted:<id>` counts it."""
+    ctx = _Ctx(obs, settings, state, now, event_id, global_dry_run)
+    trigger = Trigger(kind=TriggerKind.INTERRUPTION, name=instance_id)
+    owed = {"owed_to": f"{INTERRUPTED}{instance_id}"}
+    fix = ctx.bounds_fix()
+    if fix is not None:
+        return fix
+    if direction is Direction.OUT:
+        if obs.desired >= ctx.bounds.max:
+            reason = f"{why}, but already at max {ctx.bounds.max}: Auto Scaling replaces it once it is gone"
+            return ctx.decision(Action.HOLD, trigger, reason)
+        target = obs.desired + 1
+        reason = f"{why}: launch its replacement now, {obs.desired} -> {target}"
+        return ctx.decision(Action.SCALE_OUT, trigger, reason, target, **owed)
+    low_water = max(ctx.bounds.min, ctx.bounds.floor or 0)
+    doomed = next((i for i in obs.instances if i.instance_id == instance_id), None)
+    if doomed is not None and doomed.in_service and doomed.healthy:
+        return ctx.decision(Action.HOLD, trigger, f"{why}, but {instance_id} is still running")
+    if obs.desired <= low_water:
+        return ctx.decision(Action.HOLD, trigger, f"{why}, but already at {low_water}: nothing to give back")
+    if doomed is not None and doomed.in_service:  # reclaimed (Unhealthy), not replaced yet: take it out ourselves
+        reason = (
+            f"{why}: EC2 reclaimed {instance_id}; remove it and lower desired {obs.desired} -> {obs.desired - 1} "
+            "so Auto Scaling does not replace it a second time"
+        )
+        return ctx.decision(Action.SCALE_IN, trigger, reason, obs.desired - 1, victims=(instance_id,), **owed)
+    staying = [
+        i for i in obs.instances if i.instance_id != instance_id and not i.lifecycle_state.startswith("Terminat")
+    ]
+    if len(staying) < obs.desired:  # gone and not replaced yet: just lower desired
+        reason = f"{why}: {instance_id} is gone, its replacement is in; desired {obs.desired} -> {obs.desired - 1}"
+        return ctx.decision(Action.SET_DESIRED, trigger, reason, obs.desired - 1, **owed)
+    decision = ctx.scale_in_by(1, trigger, f"{why} (Auto Scaling replaced it too)")
+    return decision.model_copy(update=owed) if decision.action is Action.SCALE_IN else decision
+
+
+@owned
 def decide_reconcile(
     obs: GroupObservation,
     settings: GroupSettings,

@@ -1,11 +1,12 @@
-"""What the scaler tells on-call (pure): changes, would-be changes (dry-run), failures, and an alarm
-back to OK closing the group's capacity incident."""
+"""What the scaler tells on-call (pure): changes, would-be changes (dry-run), failures, an alarm back to
+OK closing the group's capacity incident, and standing aside from a group another actor keeps sizing."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
-from gpufleet.domain.models import Action, AlarmState, Decision, Outcome, TriggerKind
+from gpufleet.domain.models import Action, AlarmState, Decision, GroupObservation, GroupState, Outcome, TriggerKind
 from gpufleet.events.model import AlarmEvent
 from gpufleet.notify.model import Notification, NotificationKind, Severity, capacity_incident_key, console_links, note
 from gpufleet.notify.policy import NotificationPolicy
@@ -69,3 +70,36 @@ def alarm_resolved_notes(alarm: AlarmEvent, decisions: Sequence[Decision], regio
         )
         for d in decisions
     ]
+
+
+def fight_note(
+    obs: GroupObservation, state: GroupState, why: str, activities: Sequence[str], now: datetime, region: str
+) -> Notification:
+    """gpufleet stands aside from a group another actor keeps sizing: what changed, what Auto Scaling
+    says caused it, until when, and how to settle who owns the group."""
+    key = obs.ref.key
+    until = f"{state.stand_aside_until:%Y-%m-%d %H:%M} UTC" if state.stand_aside_until else "further notice"
+    facts = {
+        "changes gpufleet did not make": ", ".join(f"{c.before} -> {c.after} at {c.at:%H:%M}" for c in state.foreign),
+        "standing aside until": until,
+    }
+    for i, text in enumerate(activities[:3], 1):
+        facts[f"Auto Scaling activity {i}"] = text
+    reason = (
+        f"{why}. gpufleet stops changing {key} and only advises until {until}. If Cluster Autoscaler, Karpenter, "
+        "a target-tracking, step or scheduled policy sizes this group, set `owner: external` for it in the fleet "
+        "policy (gpufleet then advises, tells and answers termination requests) or remove the other autoscaler."
+    )
+    return note(
+        NotificationKind.CONTROL,
+        Severity.WARNING,
+        key,
+        f"{key}: another actor keeps changing desired capacity; gpufleet stands aside",
+        at=now,
+        source="scaler",
+        id_parts=("fight", key, f"{state.stand_aside_until}"),
+        reason=reason,
+        facts=facts,
+        incident_key=f"{key}|ownership",
+        region=region,
+    )

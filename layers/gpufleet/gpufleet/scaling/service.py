@@ -38,6 +38,7 @@ from gpufleet.events.model import AlarmEvent, AlarmSource, ScheduleTick
 from gpufleet.scaling.core import decide_alarm, decide_reconcile, decide_request
 from gpufleet.scaling.execution import ControlContext
 from gpufleet.scaling.notes import alarm_resolved_notes
+from gpufleet.scaling.ownership import watch_owners
 from gpufleet.scaling.targets import resolve_alarm_target
 
 UNRESOLVED_GROUP = "unresolved"
@@ -195,6 +196,7 @@ class Scaler:
         if not managed:
             return []
         states = self.ctx.states([obs for obs, _ in managed], policy)
+        watch_owners(self.ctx, [obs for obs, _ in managed], states, now)
         tracked = [obs.ref for obs, s in managed if s.target.enabled]
         utils = self.metrics.group_utilization(tracked, now, policy.metric_lookback_s) if tracked else {}
         firing = firing_alarms(self.alarms, tick, policy, self.ctx.logger)
