@@ -31,12 +31,12 @@ from gpufleet.cli import LocalLambdaContext
 from gpufleet.domain import defaults
 from gpufleet.domain.errors import InvalidEvent
 from gpufleet.domain.models import GroupKind, GroupRef
-from gpufleet.runtime import build_guard, build_notifier, build_scaler, build_spot_watch
+from gpufleet.runtime import build_guard, build_notifier, build_scaler, build_spot_watch, build_termination_policy
 from gpufleet_node.identity import Identity
 from gpufleet_node.nvml import SimulatedBackend
 from gpufleet_node.publisher import Publisher, simulate
 from gpufleet_node.sender import Sender
-from rehearsal import fleet
+from rehearsal import fleet, lifecycle
 from rehearsal.alarms import AlarmEvaluator
 from rehearsal.slack import Received, SlackReceiver, describe
 
@@ -50,6 +50,13 @@ SPOT_FULL = (
     "configuration. Please adjust your request and try again. Launching EC2 instance failed."
 )
 INFER = GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster="ml", name="infer-gpu")
+# Two nodes in a Capacity Block (a fixed-size group; one busy, one idle), asked about by an instance refresh
+# and warned about before the block ends. [emulated EC2: moto sends no Capacity Block events]
+BLOCK = GroupRef(kind=GroupKind.ASG, name="train-block")
+INTERRUPT_MINUTE = 78  # [emulated EC2] the long training job's spot node gets its 2-minute warning
+RECLAIM_MINUTE = INTERRUPT_MINUTE + 2  # ... and is reclaimed; the job restarts on the node launched early
+REFRESH_MINUTE = 84  # [emulated EC2 Auto Scaling] an instance refresh asks which train-block node may go
+BLOCK_WARNING_MINUTE = 88  # [emulated EC2] the Capacity Block ends in 40 minutes
 IDLE_UTIL, IDLE_MEM = 5.0, 10.0
 GPUS_PER_NODE = 4  # g5.12xlarge
 LEAK_GPU = 2  # on the long training job's node: a process leaks GPU memory from minute 30 to 61
@@ -79,6 +86,9 @@ defaults:
   idle: {{gpu_utilization: {IDLE_UTIL:g}, memory_percent: {IDLE_MEM:g}}}
 groups:
   - name: train-ondemand  # moved only by spot_watch (fallback) and bounds, not by target tracking
+    kind: asg
+    target: {{enabled: false}}
+  - name: train-block  # a Capacity Block's fixed size: told about, never resized
     kind: asg
     target: {{enabled: false}}
   - name: train-*
@@ -111,6 +121,7 @@ spot:
   prices:
     on_demand: {{g5.12xlarge: 5.672}}
     spot: {{g5.12xlarge: 2.10}}
+  interruptions: {{on_interruption: prelaunch, on_rebalance: notify}}
 guard:
   memory: {{window_minutes: 10}}
   health: {{replace_unhealthy: true, max_replacements_per_hour: 1, min_healthy_percent: 50, lookback_minutes: 10}}
@@ -128,6 +139,7 @@ def _ramp(t: float, points: list[tuple[float, float]]) -> float:
 DEMAND: dict[str, list[tuple[float, float]]] = {
     TRAIN.key: [(0, 0.6), (10, 0.6), (40, 6.0), (62, 6.0), (66, 0.0), (100, 0.0)],
     INFER.key: [(0, 0.8), (15, 0.8), (38, 4.0), (58, 4.0), (62, 0.3), (100, 0.3)],
+    BLOCK.key: [(0, 1.0), (100, 1.0)],  # one job on one of its two nodes all day
 }
 
 
@@ -175,9 +187,12 @@ class Rehearsal:
         self.nodes: dict[str, Node] = {}
         self.publishers: dict[str, Publisher] = {}
         self.xid_node: str | None = None
+        self.doomed: str | None = None  # the spot node EC2 interrupts
+        self.before_warning: set[str] = set()
+        self.lifecycle: dict[str, Any] = {}  # what the capacity-lifecycle steps answered
         self.spot_delivered: set[str] = set()
         self.spot_event_sent = False
-        self.pending_launch_events: list[dict[str, Any]] = []
+        self.pending_events: list[dict[str, Any]] = []  # EventBridge deliveries for spot_watch
         self.spot_failures: list[dict[str, Any]] = []
         self.fallback_moves: list[tuple[int, int, int]] = []
         self.guard_results: list[tuple[int, dict[str, Any]]] = []
@@ -187,6 +202,7 @@ class Rehearsal:
         self.clients = fleet.Clients.create()
         self.protected: str | None = None
         self.long_job: str | None = None
+        self.job_node: str | None = None
         self.alarms = AlarmEvaluator(self.clients.cloudwatch, "gpufleet-")
         self.limits = {TRAIN.key: (1, 6), INFER.key: (1, 4)}
         self.backing_asg: dict[str, str] = {}
@@ -207,11 +223,23 @@ class Rehearsal:
         fleet.create_asg(c, FALLBACK.name, min_size=0, max_size=4, desired=0, tags=fleet.MANAGED_TAG)
         self.backing_asg[TRAIN.key] = TRAIN.name
         self.backing_asg[FALLBACK.key] = FALLBACK.name
+        fleet.create_asg(
+            c,
+            BLOCK.name,
+            min_size=2,
+            max_size=2,
+            desired=2,
+            tags=fleet.MANAGED_TAG,
+            market="capacity-block",
+            reservation=lifecycle.BLOCK_RESERVATION,
+        )
+        self.backing_asg[BLOCK.key] = BLOCK.name
         self.backing_asg[INFER.key] = fleet.create_nodegroup(
             c, "ml", INFER.name, min_size=1, max_size=6, desired=2, tags=fleet.MANAGED_TAG
         )
         instances = self._instances(TRAIN.key)
         self.long_job, self.protected = instances[0], instances[1]
+        self.job_node = self.long_job  # where the long job runs (it moves once, when its node is reclaimed)
         c.autoscaling.set_instance_protection(
             InstanceIds=[self.protected], AutoScalingGroupName=TRAIN.name, ProtectedFromScaleIn=True
         )
@@ -234,11 +262,15 @@ class Rehearsal:
         self.notifier = build_notifier(self._logger("notifier"), Metrics(service="notifier"), env=env)
         self.guard = build_guard(self._logger("oom_guard"), Metrics(service="oom_guard"), env=env)
         self.spot_watch = build_spot_watch(self._logger("spot_watch"), Metrics(service="spot_watch"), env=env)
+        self.termination_policy = build_termination_policy(
+            self._logger("termination_policy"), Metrics(service="termination_policy"), env=env
+        )
         idempotency.register_lambda_context(LocalLambdaContext("scaler", timeout_s=900))  # type: ignore[arg-type]
         self.say(
             0,
             f"fleet ready: {TRAIN.key} (2 x {fleet.INSTANCE_TYPE}, 1 long training job on "
-            f"{self.long_job}, {self.protected} scale-in protected), {INFER.key} (2 nodes)",
+            f"{self.long_job}, {self.protected} scale-in protected), {INFER.key} (2 nodes), {BLOCK.key} (2 nodes "
+            f"in Capacity Block {lifecycle.BLOCK_RESERVATION})",
         )
         self.say(0, f"policy: {policy_path}; alarms: gpufleet-{{train,infer}}-gpu-{{high,low}} (tagged with direction)")
         return scaler
@@ -282,14 +314,14 @@ class Rehearsal:
         this minute's GPU use; returns the group averages. [simulated GPUs: no NVML here]"""
         start = START + timedelta(minutes=minute)
         averages = {}
-        for ref in (TRAIN, INFER):
+        for ref in (TRAIN, INFER, BLOCK):
             alive = self._instances(ref.key)
             fallback = self._instances(FALLBACK.key) if ref is TRAIN else []
             alive = alive + fallback
             for iid in alive:
                 if iid not in self.nodes:
                     on_demand = iid in fallback
-                    self.nodes[iid] = Node(iid, ref.key, minute, long_job=iid == self.long_job, fallback=on_demand)
+                    self.nodes[iid] = Node(iid, ref.key, minute, long_job=iid == self.job_node, fallback=on_demand)
                     self.publishers[iid] = self._publisher(iid, FALLBACK if on_demand else ref)
             for iid in list(self.nodes):
                 if self.nodes[iid].group == ref.key and iid not in alive:
@@ -386,7 +418,7 @@ class Rehearsal:
                 )
                 if not self.spot_event_sent:  # EventBridge delivers this one too; the sweep sees it as well
                     self.spot_event_sent = True
-                    self.pending_launch_events.append(self._launch_event(activity, at))
+                    self.pending_events.append(self._launch_event(activity, at))
         if minute == SPOT_OUTAGE.stop:
             arrived = fleet.deliver_held(asg, TRAIN.name)
             self.say(minute, f"[emulated EC2] spot capacity is back: {len(arrived)} held train-spot instance(s) launch")
@@ -414,8 +446,8 @@ class Rehearsal:
     def run_spot_watch(self, minute: int) -> None:
         now = START + timedelta(minutes=minute, seconds=45)
         results = []
-        while self.pending_launch_events:
-            results += self.spot_watch.handle(self.pending_launch_events.pop(0), now)["results"]
+        while self.pending_events:
+            results += self.spot_watch.handle(self.pending_events.pop(0), now)["results"]
         results += self.spot_watch.handle(
             {
                 "gpufleet": "reconcile",
@@ -425,7 +457,9 @@ class Rehearsal:
             now,
         )["results"]
         self.emf.clear_metrics()
-        for group in (g for r in results for g in r.get("groups", [])):
+        self._tell_lifecycle(minute, results)
+        launches = [r for r in results if "reservation" not in r]  # a Capacity Block's "groups" are its nodes
+        for group in (g for r in launches for g in r.get("groups", [])):
             for f in group["new_failures"]:
                 self.spot_failures.append(f)
                 self.say(minute, f"  spot_watch: {group['group']} launch failed: {f['class']} {f['offering']}")
@@ -436,6 +470,64 @@ class Rehearsal:
                     minute,
                     f"  spot_watch: {action['group']} {action['current']} -> {action['desired']}: {action['reason']}",
                 )
+
+    # ---- capacity going away [emulated EC2 / EC2 Auto Scaling] ----
+
+    def emulate_capacity_events(self, minute: int) -> None:
+        """[emulated EC2] what moto never sends: the long job's spot node gets its 2-minute interruption
+        warning, then is reclaimed (Auto Scaling replaces it; the job restarts on the node gpufleet launched
+        early); the Capacity Block's expiration warning. Delivered to spot_watch with the minute's sweep."""
+        at = START + timedelta(minutes=minute, seconds=20)
+        if minute == INTERRUPT_MINUTE and self.job_node:
+            self.doomed = self.job_node
+            self.before_warning = set(self._instances(TRAIN.key))
+            self.say(minute, f"[emulated EC2] spot interruption warning: {self.doomed} (the long job) goes in 2 min")
+            self.pending_events.append(lifecycle.spot_interruption_warning(self.doomed, at))
+        if minute == RECLAIM_MINUTE and self.doomed:
+            early = sorted(set(self._instances(TRAIN.key)) - self.before_warning)
+            self.clients.autoscaling.terminate_instance_in_auto_scaling_group(
+                InstanceId=self.doomed, ShouldDecrementDesiredCapacity=False
+            )
+            if early:
+                self.job_node = early[0]
+                self.nodes[self.job_node].long_job = True
+            self.say(
+                minute,
+                f"[emulated EC2] reclaimed {self.doomed}; Auto Scaling replaces it; the long job restarts on "
+                f"{self.job_node}, launched before the node went",
+            )
+        if minute == BLOCK_WARNING_MINUTE:
+            self.say(minute, f"[emulated EC2] Capacity Block {lifecycle.BLOCK_RESERVATION} expiration warning")
+            self.pending_events.append(lifecycle.capacity_block_expiration_warning(at))
+
+    def ask_termination_policy(self, minute: int) -> None:
+        """[emulated EC2 Auto Scaling] an instance refresh of train-block asks the custom termination
+        policy which of its two nodes may go now."""
+        nodes = sorted(self._instances(BLOCK.key))
+        request = lifecycle.termination_request(BLOCK.name, nodes, fleet.INSTANCE_TYPE, 1, "INSTANCE_REFRESH")
+        allowed = self.termination_policy.handle(request, START + timedelta(minutes=minute, seconds=35))["InstanceIDs"]
+        self.emf.clear_metrics()
+        self.lifecycle["refresh"] = (nodes, allowed)
+        self.say(
+            minute,
+            f"[emulated EC2 Auto Scaling] instance refresh of {BLOCK.name} asks to terminate 1 of {len(nodes)}: "
+            f"gpufleet allows {allowed or 'none'}",
+        )
+
+    def _tell_lifecycle(self, minute: int, results: list[dict[str, Any]]) -> None:
+        for r in results:
+            if "replacement" in r:
+                self.lifecycle["warned"] = r
+                replacement = r["replacement"]
+                what = replacement["reason"] if isinstance(replacement, dict) else replacement
+                self.say(minute, f"  spot_watch: {r['instance']} ({r['group']}): {what}")
+            if "reservation" in r:
+                self.lifecycle["block"] = r
+                nodes = sum(len(n) for n in r["groups"].values())
+                self.say(minute, f"  spot_watch: {r['reservation']} ends: {nodes} node(s) in {', '.join(r['groups'])}")
+            for back in r.get("handed_back", []):
+                self.lifecycle.setdefault("handed_back", []).append({"minute": minute, **back})
+                self.say(minute, f"  spot_watch: {back['group']} {back['outcome']}: {back['reason']}")
 
     def run_guard(self, minute: int) -> None:
         """The OOM guard on the reconcile tick; then [emulated EC2 Auto Scaling] replaces Unhealthy instances."""
@@ -458,7 +550,7 @@ class Rehearsal:
     def _check_victims(self, minute: int, d: dict[str, Any]) -> None:
         for iid in d["victims"]:
             node = self.nodes.get(iid)
-            if iid in (self.long_job, self.protected):
+            if iid in (self.long_job, self.job_node, self.protected):
                 self.result.failures.append(f"{minute}: terminated {iid}, which must never be chosen")
             elif node is None or node.util > IDLE_UTIL or node.mem > IDLE_MEM:
                 self.result.failures.append(f"{minute}: terminated {iid}, which was not idle ({node})")
@@ -471,6 +563,7 @@ class Rehearsal:
             for note in fleet.sync_nodegroup_asgs(self.clients):
                 self.say(minute, note)
             self.emulate_spot_market(minute)
+            self.emulate_capacity_events(minute)
             averages = self.publish(minute)
             now = START + timedelta(minutes=minute, seconds=15)
             for event in self.alarms.tick(now):
@@ -491,6 +584,8 @@ class Rehearsal:
             if minute % GUARD_EVERY_MIN == 0:
                 self.run_guard(minute)
             self.run_spot_watch(minute)
+            if minute == REFRESH_MINUTE:
+                self.ask_termination_policy(minute)
             if minute == 20:
                 self.receiver.script.append("429:1")  # Slack rate-limits one post; slack-sdk waits and retries
             self.notify(minute)
@@ -510,6 +605,7 @@ class Rehearsal:
         self.verify_publisher()
         self.verify_guard()
         self.verify_spot()
+        self.verify_lifecycle()
         self.verify_notifications()
         return self.result
 
@@ -611,6 +707,37 @@ class Rehearsal:
             if not any(needle in t for t in texts):
                 r.failures.append(f"no Slack message with {needle!r}")
 
+    def verify_lifecycle(self) -> None:
+        r, lc = self.result, self.lifecycle
+        warned = lc.get("warned", {}).get("replacement")
+        backs = [b for b in lc.get("handed_back", []) if b["outcome"] == "applied"]
+        if isinstance(warned, dict) and warned["outcome"] == "applied" and len(backs) == 1:
+            r.checks.append(
+                f"spot interruption of {self.doomed} (busy): replacement launched {warned['current']} -> "
+                f"{warned['desired']} at minute {INTERRUPT_MINUTE}, the job moved to it, one idle node given back "
+                f"at minute {backs[0]['minute']}"
+            )
+        else:
+            r.failures.append(f"interruption: replacement {warned}, hand-backs {lc.get('handed_back')}")
+        victims = [v for d in r.decisions if d["outcome"] == "applied" for v in d["victims"]]
+        if self.job_node in victims or self.job_node not in self._instances(TRAIN.key):
+            r.failures.append(f"the long job's new node {self.job_node} was terminated")
+        nodes, allowed = lc.get("refresh", ([], []))
+        idle = [iid for iid in nodes if self.nodes[iid].util <= IDLE_UTIL and self.nodes[iid].mem <= IDLE_MEM]
+        if nodes and allowed == idle and len(idle) == 1:
+            r.checks.append(f"termination policy: of {len(nodes)} {BLOCK.name} nodes, only the idle {idle[0]} allowed")
+        else:
+            r.failures.append(f"termination policy answered {allowed} for {nodes} (idle: {idle})")
+        block = lc.get("block", {}).get("groups", {})
+        if set(block) == {BLOCK.key} and len(block[BLOCK.key]) == 2:
+            r.checks.append(f"Capacity Block warning named {BLOCK.key}'s 2 nodes")
+        else:
+            r.failures.append(f"Capacity Block warning named {block}")
+        texts = [json.dumps(p) for p in r.slack]  # a paced update lists the ones folded into it
+        for needle in ("spot interruption in 2 min", "its early replacement stays", "Capacity Block"):
+            if not any(needle in t for t in texts):
+                r.failures.append(f"no Slack message with {needle!r}")
+
     def verify_publisher(self) -> None:
         r = self.result
         calls = self.put_metric_calls + sum(p.sender.calls for p in self.publishers.values())
@@ -673,7 +800,7 @@ class Rehearsal:
             else:
                 r.checks.append(f"{ref.key}: capacity stayed within [{lo}, {hi}] every minute")
         alive = set(self._instances(TRAIN.key))
-        if self.long_job in alive and self.protected in alive:
+        if self.job_node in alive and self.protected in alive:
             r.checks.append("the long training job's node and the scale-in-protected node are still running")
         else:
             r.failures.append("the long-job node or the protected node was terminated")

@@ -18,6 +18,7 @@ from urllib.parse import urlparse
 
 from gpufleet.domain import defaults
 from gpufleet.domain.policy import PolicyError, parse_policy
+from gpufleet.notify.model import NotificationKind, Severity
 
 DEFAULT_TABLE = "gpufleet-state"
 
@@ -284,8 +285,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("silence", help="mute notifications by group / kind / severity until an expiry")
     p.add_argument("--group", action="append", help="group key glob, e.g. 'asg:train-*' (repeatable)")
-    p.add_argument("--kind", action="append", help="notification kind, e.g. scaling, oom, spot (repeatable)")
-    p.add_argument("--severity", action="append", choices=["info", "warning", "critical"])
+    p.add_argument(
+        "--kind", action="append", choices=[str(k) for k in NotificationKind], help="notification kind (repeatable)"
+    )
+    p.add_argument("--severity", action="append", choices=[str(s) for s in Severity])
     p.add_argument("--for", dest="duration", type=parse_duration, default=timedelta(hours=2), help="e.g. 30m, 2h")
     p.add_argument("--reason", default="silenced from the CLI")
     p.add_argument("--by", help="who (default $USER)")

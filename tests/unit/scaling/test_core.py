@@ -519,6 +519,27 @@ def test_an_interrupted_node_is_replaced_early_and_given_back_once(
         assert d.owed_to == "interrupted:i-00" and d.desired - d.current == (1 if direction is Direction.OUT else -1)
 
 
+@pytest.mark.parametrize(
+    ("doomed_state", "step", "action", "removed"),
+    [
+        ("InService", 1, Action.HOLD, 0),  # the idle spare is the doomed node's replacement: spoken for
+        ("InService", 2, Action.SCALE_IN, 1),  # a bigger step still removes what is not spoken for
+        ("gone", 1, Action.SCALE_IN, 1),  # the node went: the give-back, not the scaler, owns the ledger
+    ],
+)
+def test_scale_in_leaves_a_replacement_launched_for_a_node_about_to_go(
+    doomed_state: str, step: int, action: Action, removed: int
+) -> None:
+    doomed = (inst(0, util=95, mem=80),) if doomed_state == "InService" else ()
+    idle = tuple(inst(i, util=0, mem=1) for i in (1, 2))
+    obs = group(desired=3, instances=doomed + idle)
+    state = GroupState(owed={"interrupted:i-00": 1})
+    d = alarm(obs, Direction.IN, GroupSettings(scale_in_step=Step(value=step), scale_in_cooldown_s=0), state)
+    assert (d.action, d.current - d.desired) == (action, removed), d.reason
+    if action is Action.HOLD:
+        assert "replace i-00" in d.reason
+
+
 def _foreign(*minutes_ago: int) -> tuple:  # type: ignore[type-arg]
     from gpufleet.domain.models import ForeignChange
 

@@ -220,7 +220,24 @@ class _Ctx:
                 return self.decision(Action.HOLD, trigger, reason)
             on_way = f", {booting} already booting" if booting else ""
             return self.scale_out_to(current + size - booting, trigger, why, f" (step {s.scale_out_step}{on_way})")
-        return self.scale_in_by(s.scale_in_step.size(current), trigger, why)
+        size, replacing = s.scale_in_step.size(current), self.replacing()
+        if replacing and size <= len(replacing):
+            reason = (
+                f"{why}, but {len(replacing)} node(s) launched to replace {', '.join(replacing)} before EC2 "
+                "reclaims it: that capacity is spoken for"
+            )
+            return self.decision(Action.HOLD, trigger, reason)
+        return self.scale_in_by(size - len(replacing), trigger, why)
+
+    def replacing(self) -> list[str]:
+        """Nodes EC2 is about to interrupt, still running, whose replacement gpufleet launched early: the
+        group's spare node is spoken for until they go (then the replacement is given back if idle)."""
+        running = {i.instance_id for i in self.obs.instances if i.in_service}
+        return sorted(
+            iid
+            for ledger, owed in self.state.owed.items()
+            if owed > 0 and ledger.startswith(INTERRUPTED) and (iid := ledger.removeprefix(INTERRUPTED)) in running
+        )
 
     def booting(self) -> int:
         """Nodes asked for but not serving yet - not InService, or InService without GPU metrics when
