@@ -82,7 +82,7 @@ unit: venv
 # Coverage of the shipped packages over the whole suite; the figure is quoted in the README.
 .PHONY: pytest
 pytest: venv
-	GPUFLEET_REQUIRE_SAM_BUILD=1 $(BIN)/pytest tests --cov=gpufleet --cov=gpufleet_node --cov-report=term:skip-covered \
+	GPUFLEET_REQUIRE_SAM_BUILD=1 $(BIN)/pytest tests --durations=12 --cov=gpufleet --cov=gpufleet_node --cov-report=term:skip-covered \
 	  --cov-report=json:.coverage.json
 	@$(BIN)/python -c 'import json; print("coverage of gpufleet + gpufleet_node: %.1f%%" % json.load(open(".coverage.json"))["totals"]["percent_covered"])'
 
