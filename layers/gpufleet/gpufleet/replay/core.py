@@ -100,6 +100,7 @@ class GpufleetController:
         self.samples: deque[tuple[int, float]] = deque()
         self.state = GroupState()
         self.decisions: dict[Action, int] = dict.fromkeys(Action, 0)
+        self._listed: tuple[tuple[str, ...], int, tuple[InstanceObservation, ...]] = ((), 0, ())
 
     def now(self, t: int) -> datetime:
         return self.options.start + timedelta(minutes=t)
@@ -137,6 +138,20 @@ class GpufleetController:
             return self.settings
         return self.settings.model_copy(update={"scale_out_step": Step(value=wanted)})
 
+    def listed(self, cluster: Cluster, t: int) -> tuple[InstanceObservation, ...]:
+        """The group's instances as DescribeAutoScalingGroups lists them (Pending while booting, else
+        InService; no metrics yet), rebuilt only when the nodes or their readiness change."""
+        ids, booting = tuple(cluster.nodes), len(cluster.booting)
+        if (ids, booting) != self._listed[:2]:
+            listed = tuple(
+                InstanceObservation.model_construct(
+                    instance_id=n.node_id, lifecycle_state="Pending" if n.ready_at > t else "InService"
+                )
+                for n in cluster.nodes.values()
+            )
+            self._listed = (ids, booting, listed)
+        return self._listed[2]
+
     def tick(self, cluster: Cluster, t: int) -> None:
         util = self.average(cluster, t)
         now = self.now(t)
@@ -146,6 +161,7 @@ class GpufleetController:
             max_size=self.max_nodes,
             desired=len(cluster.nodes),
             gpu_utilization=util,
+            instances=self.listed(cluster, t),
         )
         settings = self.settings_for_tick(cluster, util, obs.desired)
         decision = self.decide(obs, settings, now)
