@@ -255,6 +255,10 @@ class Rehearsal:
         policy_path = self.out / "policy.yaml"
         policy_path.write_text(POLICY)
         os.environ["POWERTOOLS_METRICS_DISABLED"] = "true"
+        # the nodes' own log (an XID's kernel-log hint, say) goes to a file, not between the timeline's lines
+        node_log = logging.getLogger("gpufleet.publisher")
+        node_log.handlers[:] = [logging.FileHandler(self.out / "publisher.log", mode="w")]
+        node_log.propagate = False
         self.emf = Metrics(namespace="GPUFleet/Controller", service="scaler")
         self.stack = fleet.create_notification_stack(slack_secret=f"{self.slack_url}/services/T0DEMO/B0DEMO/demo")
         env = self.stack.env(TABLE, str(policy_path))

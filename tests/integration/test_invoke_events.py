@@ -112,8 +112,11 @@ def test_validate_policy_cli(tmp_path: Path) -> None:
     assert "ok (1 group rule(s)" in ok.stdout
     no = gpufleet("validate-policy", str(bad))
     assert no.returncode == 1
-    assert "groups[0].scale_in_step: expected an integer >= 1 or a percentage like '25%' (got '-5%')" in no.stderr
-    assert "groups[1]: min (9) is above max (8)" in no.stderr
+    assert (
+        "groups[0] (train-*).scale_in_step: expected an integer >= 1 or a percentage like '25%' (got '-5%')"
+        in no.stderr
+    )
+    assert "groups[1] (b): min (9) is above max (8)" in no.stderr
 
 
 @pytest.mark.parametrize("path", NOTIFIER_EVENTS, ids=lambda p: p.name)

@@ -18,6 +18,7 @@ from urllib.parse import urlparse
 
 from gpufleet.domain import defaults
 from gpufleet.domain.policy import PolicyError, parse_policy
+from gpufleet.domain.policy_checks import policy_problems
 from gpufleet.notify.model import NotificationKind, Severity
 
 DEFAULT_TABLE = "gpufleet-state"
@@ -103,8 +104,12 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except PolicyError as exc:
+        problems = list(exc.problems)
+    else:
+        problems = policy_problems(policy)  # parses, but would bite: shadowed rules, windows above max...
+    if problems:
         print(f"{args.file}: invalid", file=sys.stderr)
-        for problem in exc.problems:
+        for problem in problems:
             print(f"  {problem}", file=sys.stderr)
         return 1
     rules = len(policy.groups)

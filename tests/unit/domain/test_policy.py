@@ -62,13 +62,13 @@ def test_step_sizes(step: int | str, current: int, size: int) -> None:
         ("groups: [{kind: asg}]", "groups[0]: a group rule selects by name or by tags (or both)"),
         (
             "groups: [{name: ng, kind: eks-nodegroup}]",
-            "groups[0]: an eks-nodegroup rule with a name also needs its cluster",
+            "groups[0] (ng): an eks-nodegroup rule with a name also needs its cluster",
         ),
-        ("groups: [{name: a, kind: gke}]", "groups[0].kind: Input should be 'asg' or 'eks-nodegroup' (got 'gke')"),
-        ("groups: [{name: a, bogus: 1}]", "groups[0].bogus: Extra inputs are not permitted (got 1)"),
+        ("groups: [{name: a, kind: gke}]", "groups[0] (a).kind: Input should be 'asg' or 'eks-nodegroup' (got 'gke')"),
+        ("groups: [{name: a, bogus: 1}]", "groups[0] (a).bogus: Extra inputs are not permitted (got 1)"),
         (
             "defaults: {schedules: [{name: s, cron: '0 8 * *', duration_minutes: 60, desired: 2}]}",
-            "defaults.schedules[0]: cron '0 8 * *' is not a 5-field cron expression",
+            "defaults.schedules[0]: cron '0 8 * *' has 4 field(s); a schedule needs 5",
         ),
         (
             "defaults: {schedules: [{name: s, cron: '0 8 * * *', timezone: Mars/Olympus, "

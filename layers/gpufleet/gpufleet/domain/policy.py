@@ -6,16 +6,17 @@ field path and the bad value, so `gpufleet validate-policy` output can be acted 
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import math
 import re
 from enum import StrEnum
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Self, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 from croniter import croniter
-from pydantic import BeforeValidator, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, ValidationError, model_validator
 
 from gpufleet.capacity.policy import SpotPolicy
 from gpufleet.domain import defaults
@@ -87,6 +88,29 @@ class IdleThreshold(Frozen):
     memory_percent: float = Field(default=defaults.DEFAULT_IDLE_GPU_MEMORY_PERCENT, ge=0, le=100)
 
 
+CRON_FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day of month", 1, 31), ("month", 1, 12), ("weekday", 0, 7))
+
+
+def cron_problem(cron: str) -> str | None:
+    """What is wrong with a schedule's 5-field cron expression, the field named (None if valid)."""
+    fields = cron.split()
+    if len(fields) != len(CRON_FIELDS):
+        return f"cron {cron!r} has {len(fields)} field(s); a schedule needs 5: minute hour day month weekday"
+    for text, (name, low, high) in zip(fields, CRON_FIELDS, strict=True):
+        for number in re.findall(r"\d+", text.split("/")[0]):
+            if not low <= int(number) <= high:
+                return f"cron {cron!r}: {name} {number} is out of range {low}-{high}"
+    return None if croniter.is_valid(cron) else f"cron {cron!r} is not a valid cron expression"
+
+
+def _timezone_problem(name: str) -> str | None:
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return f"timezone {name!r} is not an IANA time zone (e.g. Europe/Berlin, America/New_York, UTC)"
+    return None
+
+
 class ScheduleWindow(Frozen):
     """From each cron firing (in `timezone`) for `duration_minutes`: these bounds apply."""
 
@@ -100,12 +124,9 @@ class ScheduleWindow(Frozen):
 
     @model_validator(mode="after")
     def _check(self) -> Self:
-        if not croniter.is_valid(self.cron):
-            raise ValueError(f"cron {self.cron!r} is not a 5-field cron expression")
-        try:
-            ZoneInfo(self.timezone)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"timezone {self.timezone!r} is not an IANA time zone") from None
+        problems = [p for p in (cron_problem(self.cron), _timezone_problem(self.timezone)) if p]
+        if problems:
+            raise ValueError("; ".join(problems))
         if self.min is None and self.max is None and self.desired is None:
             raise ValueError("a window sets at least one of min, max, desired")
         if self.min is not None and self.max is not None and self.min > self.max:
@@ -268,4 +289,35 @@ def parse_policy(text: str, source: str = "policy") -> FleetPolicy:
     try:
         return FleetPolicy.model_validate(doc)
     except ValidationError as err:
-        raise PolicyError(describe_validation_error(err)) from None
+        problems = describe_validation_error(err)
+        raise PolicyError([_explained(p, e, doc) for p, e in zip(problems, err.errors(), strict=True)]) from None
+
+
+def _policy_keys(model: type[BaseModel] = FleetPolicy, seen: set[str] | None = None) -> set[str]:
+    """Every key the policy schema knows, at any depth (for "did you mean")."""
+    seen = set() if seen is None else seen
+    for name, info in model.model_fields.items():
+        seen.add(name)
+        for arg in (info.annotation, *get_args(info.annotation)):
+            inner = get_args(arg) or (arg,)
+            for t in inner:
+                if isinstance(t, type) and issubclass(t, BaseModel) and t.__name__ not in seen:
+                    seen.add(t.__name__)
+                    _policy_keys(t, seen)
+    return {k for k in seen if not k[:1].isupper()}
+
+
+def _explained(problem: str, error: Any, doc: dict[str, Any]) -> str:
+    """A schema problem, with the rule's name after `groups[i]` and a suggestion for an unknown key."""
+    loc = error["loc"]
+    if len(loc) >= 2 and loc[0] == "groups" and isinstance(loc[1], int):
+        rules = doc.get("groups")
+        rule = rules[loc[1]] if isinstance(rules, list) and loc[1] < len(rules) else None
+        name = rule.get("name") if isinstance(rule, dict) else None
+        if isinstance(name, str):
+            problem = problem.replace(f"groups[{loc[1]}]", f"groups[{loc[1]}] ({name[:40]})", 1)
+    if error["type"] == "extra_forbidden" and loc and isinstance(loc[-1], str):
+        close = difflib.get_close_matches(loc[-1], sorted(_policy_keys()), n=1, cutoff=0.75)
+        if close:
+            problem += f"; did you mean {close[0]!r}?"
+    return problem

@@ -125,9 +125,7 @@ def forecast_gpu(series: MemorySeries, now: datetime, s: OomSettings) -> Forecas
     # GPU is OK without looking for jumps or fitting a trend (most GPUs, most of the time).
     values = [v for _, v in recent]
     if pct < s.warning_percent and (max(values) - min(values)) * s.warning_minutes < total - used:
-        reason = (
-            f"{pct:.1f}% of {total / 1024:.0f} GiB used; no rise that could fill it within {s.warning_minutes:g} min"
-        )
+        reason = f"{_used(pct, total)}; no rise that could fill it within {s.warning_minutes:g} min"
         return Forecast(**base, risk=Risk.OK, points_used=len(recent), reason=reason)
     trend = since_last_jump(recent, total, s.jump_percent)
     slope = minutes = None
@@ -149,8 +147,13 @@ def forecast_gpu(series: MemorySeries, now: datetime, s: OomSettings) -> Forecas
         level = Risk.CRITICAL
     elif pct >= s.warning_percent or (minutes is not None and minutes <= s.warning_minutes):
         level = Risk.WARNING
-    reason = f"{pct:.1f}% of {total / 1024:.0f} GiB used; {trend_text}"
+    reason = f"{_used(pct, total)}; {trend_text}"
     return Forecast(**base, risk=level, reason=reason)
+
+
+def _used(pct: float, total_mib: float) -> str:
+    """How full, with the size when it is known (a series read in percent only has a nominal 100 MiB)."""
+    return f"{pct:.1f}% of {total_mib / 1024:.0f} GiB used" if total_mib >= 1024 else f"{pct:.1f}% used"
 
 
 MIN_AVERAGE_RISE = 0.05  # percent per minute: below this an average is flat, whatever its thirds say

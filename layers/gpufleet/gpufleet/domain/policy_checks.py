@@ -1,0 +1,99 @@
+"""Static checks of a fleet policy beyond its schema (pure): mistakes that parse but bite later - a
+schedule window outside its rule's bounds, a rule no group ever reaches because an earlier rule takes all
+its groups, a spot or fallback group written without its kind or that no rule names, a cron field out of
+range. `gpufleet validate-policy` reports them; the controller does not refuse a policy for them (a fleet
+keeps running on the policy it has). Problems are named by rule, not only by position.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+
+from gpufleet.domain.models import GroupRef
+from gpufleet.domain.policy import FleetPolicy, GroupRule, GroupSettings
+
+
+def policy_problems(policy: FleetPolicy) -> list[str]:
+    """Every static mistake found, one line each, in policy order."""
+    return [*_schedule_problems(policy), *_shadowed_rules(policy.groups), *_spot_group_problems(policy)]
+
+
+def rule_label(index: int, rule: GroupRule) -> str:
+    """'groups[1] (train-*)': position and what the rule selects."""
+    what = rule.name or ", ".join(f"{k}={v}" for k, v in rule.tags.items())
+    where = f"{rule.cluster}/" if rule.cluster and rule.name else ""
+    return f"groups[{index}] ({where}{what})"
+
+
+def _bound(rule: GroupSettings, defaults: GroupSettings, name: str) -> int | None:
+    value: int | None = getattr(rule, name) if name in rule.model_fields_set else getattr(defaults, name)
+    return value
+
+
+def _schedule_problems(policy: FleetPolicy) -> list[str]:
+    problems = []
+    rules: list[tuple[str, GroupSettings]] = [("defaults", policy.defaults)]
+    rules += [(rule_label(i, r), r) for i, r in enumerate(policy.groups)]
+    for label, rule in rules:
+        top = _bound(rule, policy.defaults, "max")
+        for window in rule.schedules:
+            for name in ("min", "desired"):
+                value = getattr(window, name)
+                if top is not None and value is not None and value > top:
+                    problems.append(
+                        f"{label}: schedule '{window.name}' {name} {value} is above the rule's max {top} "
+                        "(bounds never exceed the rule's; raise max or lower the window)"
+                    )
+    return problems
+
+
+def covers(earlier: GroupRule, later: GroupRule) -> bool:
+    """Every group `later` selects is selected by `earlier` first (so `later` never applies)."""
+    if earlier.kind is not None and earlier.kind is not later.kind:
+        return False
+    if earlier.cluster is not None and earlier.cluster != later.cluster:
+        return False
+    if not earlier.tags.items() <= later.tags.items():
+        return False
+    if earlier.name is None or earlier.name == "*":
+        return True
+    if later.name is None:
+        return False
+    if any(ch in later.name for ch in "*?["):
+        return later.name == earlier.name
+    return fnmatch.fnmatchcase(later.name, earlier.name)
+
+
+def _shadowed_rules(rules: tuple[GroupRule, ...]) -> list[str]:
+    problems = []
+    for j, later in enumerate(rules):
+        first = next((i for i in range(j) if covers(rules[i], later)), None)
+        if first is not None:
+            problems.append(
+                f"{rule_label(j, later)} never applies: {rule_label(first, rules[first])} comes first and "
+                "selects every group it does (rules apply first match; move the specific one up)"
+            )
+    return problems
+
+
+def _spot_group_problems(policy: FleetPolicy) -> list[str]:
+    problems = []
+    for i, spot in enumerate(policy.spot.groups):
+        keys = [(f"spot.groups[{i}].group", spot.group)]
+        if spot.fallback is not None:
+            keys.append((f"spot.groups[{i}].fallback.group", spot.fallback.group))
+        for where, key in keys:
+            try:
+                ref = GroupRef.parse_key(key)
+            except ValueError as exc:
+                problems.append(f"{where}: {exc}")
+                continue
+            if ":" not in key:
+                problems.append(f"{where}: {key!r} has no kind: write 'asg:{key}' (or 'eks:CLUSTER/NODEGROUP')")
+            named = any(rule.matches(ref, rule.tags) for rule in policy.groups)
+            if where.endswith("fallback.group") and not named:
+                problems.append(
+                    f"{where}: no rule selects {ref.key}: give it one with `target: {{enabled: false}}` so only "
+                    "spot_watch and bounds move it (and tag it managed)"
+                )
+    return problems
