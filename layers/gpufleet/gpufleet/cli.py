@@ -64,6 +64,40 @@ def find_function(name: str, functions_dir: str | None) -> Path:
     raise SystemExit(f"error: no functions/{name}/app.py found (try --functions-dir)")
 
 
+def _use_endpoint(endpoint: str | None) -> None:
+    """Point every boto3 client at `endpoint` (moto server); only a loopback one gets fake credentials."""
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    if endpoint:
+        os.environ[defaults.ENV_ENDPOINT_URL] = endpoint
+        if _is_loopback(endpoint):  # moto accepts any credentials; never fake them for real AWS
+            os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+            os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    """Exit 0 when all checks pass, 1 with warnings, 2 with errors (the policy's own included)."""
+    from gpufleet.doctor.core import Level, diagnose, worst
+    from gpufleet.runtime import build_account_reader
+
+    try:
+        policy = parse_policy(Path(args.policy).read_text(), args.policy)
+    except (OSError, PolicyError) as exc:
+        for problem in getattr(exc, "problems", [str(exc)]):
+            print(f"error   policy: {problem}")
+        return 2
+    _use_endpoint(args.endpoint)
+    slack = args.slack_secret or os.environ.get(defaults.ENV_SLACK_SECRET)
+    topic = args.topic or os.environ.get(defaults.ENV_NOTIFY_TOPIC_ARN)
+    findings = diagnose(policy, build_account_reader().read(policy, slack, topic))
+    order = {Level.ERROR: 0, Level.WARNING: 1, Level.OK: 2}
+    for f in sorted(findings, key=lambda f: order[f.level]):
+        print(f"{f.level:<7} {f.subject}: {f.text}")
+    counts = {level: sum(f.level is level for f in findings) for level in Level}
+    verdict = worst(findings)
+    print(f"{counts[Level.ERROR]} error(s), {counts[Level.WARNING]} warning(s), {counts[Level.OK]} ok: {verdict}")
+    return {Level.OK: 0, Level.WARNING: 1, Level.ERROR: 2}[verdict]
+
+
 def invoke(
     function: str,
     event: Any,
@@ -79,11 +113,7 @@ def invoke(
     env.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     env["POWERTOOLS_TRACE_DISABLED"] = "true"
     env[defaults.ENV_STATE_TABLE] = table or env.get(defaults.ENV_STATE_TABLE, DEFAULT_TABLE)
-    if endpoint:
-        env[defaults.ENV_ENDPOINT_URL] = endpoint
-        if _is_loopback(endpoint):  # moto accepts any credentials; never fake them for real AWS
-            env.setdefault("AWS_ACCESS_KEY_ID", "testing")
-            env.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    _use_endpoint(endpoint)
     if policy:
         env[defaults.ENV_POLICY_FILE] = str(Path(policy).resolve())
     if dry_run:
@@ -263,6 +293,27 @@ def _add_replay(sub: Any) -> None:
     p.set_defaults(func=_cmd_replay)
 
 
+def _add_silences(sub: Any) -> None:
+    p = sub.add_parser("silence", help="mute notifications by group / kind / severity until an expiry")
+    p.add_argument("--group", action="append", help="group key glob, e.g. 'asg:train-*' (repeatable)")
+    p.add_argument(
+        "--kind", action="append", choices=[str(k) for k in NotificationKind], help="notification kind (repeatable)"
+    )
+    p.add_argument("--severity", action="append", choices=[str(s) for s in Severity])
+    p.add_argument("--for", dest="duration", type=parse_duration, default=timedelta(hours=2), help="e.g. 30m, 2h")
+    p.add_argument("--reason", default="silenced from the CLI")
+    p.add_argument("--by", help="who (default $USER)")
+    p.add_argument("--expire", metavar="ID", help="end the silence with this id now")
+    p.add_argument("--endpoint", help="AWS endpoint URL (moto server)")
+    p.add_argument("--table", help="state table name")
+    p.set_defaults(func=_cmd_silence)
+
+    p = sub.add_parser("silences", help="list active silences")
+    p.add_argument("--endpoint", help="AWS endpoint URL (moto server)")
+    p.add_argument("--table", help="state table name")
+    p.set_defaults(func=_cmd_silences)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpufleet", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -288,25 +339,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=20)
     p.set_defaults(func=_cmd_explain)
 
-    p = sub.add_parser("silence", help="mute notifications by group / kind / severity until an expiry")
-    p.add_argument("--group", action="append", help="group key glob, e.g. 'asg:train-*' (repeatable)")
-    p.add_argument(
-        "--kind", action="append", choices=[str(k) for k in NotificationKind], help="notification kind (repeatable)"
+    p = sub.add_parser(
+        "doctor", help="check a policy against an account (read-only): groups, tags, bounds, alarms, routes"
     )
-    p.add_argument("--severity", action="append", choices=[str(s) for s in Severity])
-    p.add_argument("--for", dest="duration", type=parse_duration, default=timedelta(hours=2), help="e.g. 30m, 2h")
-    p.add_argument("--reason", default="silenced from the CLI")
-    p.add_argument("--by", help="who (default $USER)")
-    p.add_argument("--expire", metavar="ID", help="end the silence with this id now")
-    p.add_argument("--endpoint", help="AWS endpoint URL (moto server)")
-    p.add_argument("--table", help="state table name")
-    p.set_defaults(func=_cmd_silence)
+    p.add_argument("--policy", required=True, help="the fleet policy file")
+    p.add_argument("--endpoint", help="AWS endpoint URL, e.g. http://127.0.0.1:5000 for moto server")
+    p.add_argument("--slack-secret", help=f"Slack secret ARN (default ${defaults.ENV_SLACK_SECRET})")
+    p.add_argument("--topic", help=f"SNS topic ARN (default ${defaults.ENV_NOTIFY_TOPIC_ARN})")
+    p.set_defaults(func=_cmd_doctor)
 
-    p = sub.add_parser("silences", help="list active silences")
-    p.add_argument("--endpoint", help="AWS endpoint URL (moto server)")
-    p.add_argument("--table", help="state table name")
-    p.set_defaults(func=_cmd_silences)
-
+    _add_silences(sub)
     _add_replay(sub)
     return parser
 

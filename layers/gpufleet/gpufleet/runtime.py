@@ -31,6 +31,7 @@ from gpufleet.settings import Settings
 
 if TYPE_CHECKING:
     from gpufleet.capacity.service import SpotWatch
+    from gpufleet.doctor.service import AccountReader
     from gpufleet.guard.service import OomGuard
     from gpufleet.notify.service import Notifier
     from gpufleet.notify.slack import SlackPoster
@@ -208,3 +209,16 @@ def build_termination_policy(
     clients = AwsClients.create(session, QUICK_CONFIG)
     ctx = _control_context(settings, clients, table, None, logger, emf, _region(session))
     return TerminationPolicy(ctx, GpuMetricsReader(clients.cloudwatch))
+
+
+def build_account_reader(session: boto3.session.Session | None = None) -> AccountReader:
+    """`gpufleet doctor`'s read-only view of the account (the caller's credentials, not a function's role)."""
+    from gpufleet.doctor.service import AccountReader
+
+    clients = AwsClients.create(session)
+    return AccountReader(
+        FleetReader(clients.autoscaling, clients.eks),
+        AlarmReader(clients.cloudwatch),
+        client("secretsmanager", session),
+        client("sns", session),
+    )

@@ -153,16 +153,26 @@ class FleetReader:
                 return None
             raise
 
-    def _discover_nodegroups(self, discovery: Discovery) -> list[dict[str, Any]]:
-        found = []
+    def _every_nodegroup(self) -> Iterator[dict[str, Any]]:
         for page in self.eks.get_paginator("list_clusters").paginate():
             for cluster in page.get("clusters", []):
                 for ng_page in self.eks.get_paginator("list_nodegroups").paginate(clusterName=cluster):
                     for name in ng_page.get("nodegroups", []):
                         ng = self._nodegroup(cluster, name)
-                        if ng and ng.get("tags", {}).get(discovery.tag_key) == discovery.tag_value:
-                            found.append(ng)
-        return found
+                        if ng:
+                            yield ng
+
+    def _discover_nodegroups(self, discovery: Discovery) -> list[dict[str, Any]]:
+        return [
+            ng for ng in self._every_nodegroup() if ng.get("tags", {}).get(discovery.tag_key) == discovery.tag_value
+        ]
+
+    def every_group(self) -> list[GroupObservation]:
+        """Every ASG (EKS backing ones included) and EKS managed node group in the region, tagged or not:
+        `gpufleet doctor`'s census (read-only, once)."""
+        return [_asg_observation(a) for a in self._describe_asgs()] + self._nodegroup_observations(
+            self._every_nodegroup()
+        )
 
     def observe(self, discovery: Discovery, explicit: Iterable[GroupRef] = ()) -> list[GroupObservation]:
         """Discovered (tagged) groups plus explicitly named ones; a missing explicit one is skipped."""

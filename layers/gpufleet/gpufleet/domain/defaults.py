@@ -8,6 +8,7 @@ TAG_MANAGED_VALUE = "true"
 # What EKS tags a managed node group's backing ASG with (never gpufleet's own tags).
 TAG_EKS_CLUSTER = "eks:cluster-name"
 TAG_EKS_NODEGROUP = "eks:nodegroup-name"
+TAG_CLUSTER_AUTOSCALER = "k8s.io/cluster-autoscaler/enabled"  # Cluster Autoscaler discovery (EKS adds it too)
 TAG_ALARM_TARGET = "gpufleet:target"  # "asg:NAME" or "eks:CLUSTER/NODEGROUP"
 TAG_ALARM_DIRECTION = "gpufleet:direction"  # "out" or "in"
 

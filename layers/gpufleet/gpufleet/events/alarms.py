@@ -206,7 +206,7 @@ def from_sns_message(message: str, message_id: str) -> AlarmEvent:
 # ---- an alarm still in ALARM at a reconcile tick (a DescribeAlarms MetricAlarms item) ----
 
 
-def _described_metrics(alarm: dict[str, Any]) -> tuple[MetricRef, ...]:
+def described_metrics(alarm: dict[str, Any]) -> tuple[MetricRef, ...]:
     def ref(m: dict[str, Any]) -> MetricRef:
         dims = {d["Name"]: d["Value"] for d in m.get("Dimensions", [])}
         return MetricRef(namespace=m.get("Namespace"), name=m.get("MetricName"), dimensions=dims)
@@ -225,7 +225,7 @@ def from_described_alarm(alarm: dict[str, Any], tick: ScheduleTick) -> AlarmEven
         state=AlarmState(alarm.get("StateValue", "ALARM")),
         state_reason=str(alarm.get("StateReason", ""))[:2048],
         at=tick.at,
-        metrics=_described_metrics(alarm),
+        metrics=described_metrics(alarm),
         actions_suppressed_by=alarm.get("ActionsSuppressedBy")
         if alarm.get("ActionsSuppressedBy") not in (None, "", "None")
         else None,
