@@ -50,22 +50,15 @@ def invoke_scaler(fleet: Fleet, event: Path) -> subprocess.CompletedProcess[str]
     return invoke_function("scaler", fleet, event)
 
 
+def on_fleet(fleet: Fleet) -> list[str]:
+    """The options that point a command at the test fleet: moto server, its policy file, the state table."""
+    return ["--endpoint", fleet.endpoint, "--policy", str(fleet.policy_path), "--table", TABLE]
+
+
 def invoke_function(
     function: str, fleet: Fleet, event: Path, extra_env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return gpufleet(
-        "invoke",
-        function,
-        "--event",
-        str(event),
-        "--endpoint",
-        fleet.endpoint,
-        "--policy",
-        str(fleet.policy_path),
-        "--table",
-        TABLE,
-        extra_env=extra_env,
-    )
+    return gpufleet("invoke", function, "--event", str(event), *on_fleet(fleet), extra_env=extra_env)
 
 
 def test_events_directory_covers_every_trigger_shape() -> None:

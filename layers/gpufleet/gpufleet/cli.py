@@ -151,15 +151,17 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_invoke(args: argparse.Namespace) -> int:
+def _read_event(path: str) -> Any:
     try:
-        event = json.loads(Path(args.event).read_text())
+        return json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as exc:
-        print(f"error: cannot read event {args.event}: {exc}", file=sys.stderr)
-        return 2
+        raise SystemExit(f"error: cannot read event {path}: {exc}") from None
+
+
+def _run(function: str, event: Any, args: argparse.Namespace) -> int:
     try:
         result = invoke(
-            args.function,
+            function,
             event,
             endpoint=args.endpoint,
             policy=args.policy,
@@ -168,10 +170,41 @@ def _cmd_invoke(args: argparse.Namespace) -> int:
             functions_dir=args.functions_dir,
         )
     except Exception as exc:
-        print(f"error: {args.function} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"error: {function} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     print(json.dumps(result, indent=2, default=str))
     return 0
+
+
+def _cmd_invoke(args: argparse.Namespace) -> int:
+    return _run(args.function, _read_event(args.event), args)
+
+
+def find_template(given: str | None) -> Path:
+    here = Path.cwd()
+    candidates = [Path(given)] if given else [p / "template.yaml" for p in (here, *here.parents)]
+    found = next((c for c in candidates if c.is_file()), None)
+    if found is None:
+        raise SystemExit("error: no template.yaml found (try --template)")
+    return found
+
+
+def _cmd_local_send(args: argparse.Namespace) -> int:
+    """Deliver to the functions whose EventBridge rules match, as the stack would; none: exit 1."""
+    from gpufleet.local import describe, rules_matching, template_rules
+
+    event = _read_event(args.event)
+    params = dict(p.split("=", 1) for p in args.param or ())
+    template = find_template(args.template)
+    matched = rules_matching(event, template_rules(template, params))
+    if not matched:
+        print(f"not delivered: no EventBridge rule in {template} matches ({describe(event)})", file=sys.stderr)
+        return 1
+    codes = []
+    for rule in matched:
+        print(f"delivered to {rule.function} (rule {rule.name})", file=sys.stderr)
+        codes.append(_run(rule.function, event, args))
+    return max(codes)
 
 
 def _dynamodb(args: argparse.Namespace) -> tuple[Any, str]:
@@ -293,6 +326,14 @@ def _add_replay(sub: Any) -> None:
     p.set_defaults(func=_cmd_replay)
 
 
+def _add_invoke_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--endpoint", help="AWS endpoint URL, e.g. http://127.0.0.1:5000 for moto server")
+    p.add_argument("--policy", help="fleet policy file (instead of the SSM parameter)")
+    p.add_argument("--table", help=f"state table name (default ${defaults.ENV_STATE_TABLE} or {DEFAULT_TABLE})")
+    p.add_argument("--dry-run", action="store_true", help="decide and record, change nothing")
+    p.add_argument("--functions-dir", help="where functions/<name>/app.py live")
+
+
 def _add_silences(sub: Any) -> None:
     p = sub.add_parser("silence", help="mute notifications by group / kind / severity until an expiry")
     p.add_argument("--group", action="append", help="group key glob, e.g. 'asg:train-*' (repeatable)")
@@ -325,12 +366,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("invoke", help="run a function's handler in-process (no Docker)")
     p.add_argument("function", help="name under functions/, e.g. scaler")
     p.add_argument("--event", required=True, help="event JSON file (see events/)")
-    p.add_argument("--endpoint", help="AWS endpoint URL, e.g. http://127.0.0.1:5000 for moto server")
-    p.add_argument("--policy", help="fleet policy file (instead of the SSM parameter)")
-    p.add_argument("--table", help=f"state table name (default ${defaults.ENV_STATE_TABLE} or {DEFAULT_TABLE})")
-    p.add_argument("--dry-run", action="store_true", help="decide and record, change nothing")
-    p.add_argument("--functions-dir", help="where functions/<name>/app.py live")
+    _add_invoke_options(p)
     p.set_defaults(func=_cmd_invoke)
+
+    p = sub.add_parser("local", help="the stack on your machine: `local send EVENT` delivers as EventBridge would")
+    local = p.add_subparsers(dest="local_command", required=True)
+    p = local.add_parser("send", help="deliver an event to the functions whose template rules match it")
+    p.add_argument("event", help="event JSON file")
+    p.add_argument("--template", help="the SAM template (default: template.yaml here or above)")
+    p.add_argument("--param", action="append", metavar="NAME=VALUE", help="a template parameter (repeatable)")
+    _add_invoke_options(p)
+    p.set_defaults(func=_cmd_local_send)
 
     p = sub.add_parser("explain", help="print a group's recent decisions and their reasons")
     p.add_argument("group", help="asg:NAME, eks:CLUSTER/NODEGROUP, a bare ASG name, or 'unresolved'")

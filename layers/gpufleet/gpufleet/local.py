@@ -1,0 +1,67 @@
+"""`gpufleet local send`: deliver an event the way the deployed stack would - to the functions whose
+EventBridge rules in template.yaml match it (the template's own patterns, parameters resolved to their
+defaults or to what `--param` says), in-process. An event no rule matches is not delivered, as on AWS.
+
+Local tooling: it reads the template with the SAM translator's YAML reader (a dev dependency, not in the
+Lambda layer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpufleet.events.patterns import matches
+
+
+@dataclass(frozen=True)
+class EventRule:
+    function: str  # the name under functions/, e.g. "scaler"
+    name: str  # the event source's logical name in the template, e.g. "AlarmStateChange"
+    pattern: dict[str, Any]
+
+
+def _resolve(node: Any, parameters: dict[str, str]) -> Any:
+    """`{"Ref": "Param"}` -> the parameter's value; everything else as it is."""
+    if isinstance(node, dict):
+        if set(node) == {"Ref"} and node["Ref"] in parameters:
+            return parameters[node["Ref"]]
+        return {k: _resolve(v, parameters) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_resolve(v, parameters) for v in node]
+    return node
+
+
+def template_rules(template: Path, overrides: dict[str, str] | None = None) -> list[EventRule]:
+    """Every EventBridge rule of every function in the template, parameters resolved."""
+    from samtranslator.yaml_helper import yaml_parse
+
+    doc = yaml_parse(template.read_text())
+    parameters = {name: str(p.get("Default", "")) for name, p in doc.get("Parameters", {}).items()}
+    parameters.update(overrides or {})
+    rules = []
+    for resource in doc.get("Resources", {}).values():
+        if resource.get("Type") != "AWS::Serverless::Function":
+            continue
+        props = resource.get("Properties", {})
+        function = Path(str(props.get("CodeUri", ""))).name
+        for name, source in props.get("Events", {}).items():
+            if source.get("Type") in ("EventBridgeRule", "CloudWatchEvent"):
+                pattern = _resolve(source.get("Properties", {}).get("Pattern", {}), parameters)
+                rules.append(EventRule(function=function, name=name, pattern=pattern))
+    return rules
+
+
+def rules_matching(event: Any, rules: list[EventRule]) -> list[EventRule]:
+    return [r for r in rules if matches(r.pattern, event)]
+
+
+def describe(event: Any) -> str:
+    """What a rule would look at, for the 'not delivered' line."""
+    if not isinstance(event, dict):
+        return f"a {type(event).__name__}, not an EventBridge event"
+    raw = event.get("detail")
+    detail: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    alarm = f", alarmName {detail['alarmName']!r}" if "alarmName" in detail else ""
+    return f"source {event.get('source')!r}, detail-type {event.get('detail-type')!r}{alarm}"
