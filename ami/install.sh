@@ -9,12 +9,29 @@ ROOT=/
 SOURCE="$(cd "$(dirname "$0")/.." && pwd)/layers/node"
 DEPS=1
 HERE="$(cd "$(dirname "$0")" && pwd)"
+usage() {
+  cat <<'USAGE'
+Usage: install.sh [--root DIR] [--source DIR] [--no-deps]
+
+Installs the gpufleet GPU publisher: the Python package into /opt/gpufleet/lib, its systemd unit
+(gpufleet-publisher.service, enabled), /etc/gpufleet/publisher.json (kept if it exists) and a
+'gpufleet' system user in the 'video' group. Run as root in an AMI build (Packer: ami/*.pkr.hcl) on an
+NVIDIA GPU base image with python3 >= 3.9 and pip; it needs network access to PyPI for its two
+dependencies (boto3, nvidia-ml-py).
+
+  --root DIR    install under DIR instead of / (tests; no user, no systemctl)
+  --source DIR  the node layer's content (default: ../layers/node next to this script)
+  --no-deps     do not pip-install boto3 / nvidia-ml-py (tests; an AMI build needs them)
+  -h, --help    this text
+USAGE
+}
 while [[ $# -gt 0 ]]; do
   case "$1" in
+    -h|--help) usage; exit 0 ;;
     --root) ROOT="$2"; shift 2 ;;
     --source) SOURCE="$2"; shift 2 ;;
     --no-deps) DEPS=0; shift ;;
-    *) echo "install.sh: unknown argument $1" >&2; exit 2 ;;
+    *) echo "install.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 ROOT="${ROOT%/}"

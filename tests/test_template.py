@@ -200,3 +200,11 @@ def test_built_native_code_is_arm64() -> None:
     assert machines
     wrong = {n: m for n, m in machines.items() if m is not None and m != EM_AARCH64}
     assert not wrong, f"non-arm64 native code in the layer: {wrong}"
+
+
+def test_the_readme_says_what_the_stack_creates_as_the_template_does() -> None:
+    from gpufleet.local import stack_resources
+
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("<!-- stack-resources:start -->\n")[1].split("\n<!-- stack-resources:end -->")[0]
+    assert block.splitlines() == stack_resources(ROOT / "template.yaml")

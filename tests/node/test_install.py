@@ -66,3 +66,18 @@ def test_installed_package_runs_and_says_clearly_there_is_no_driver(root, tmp_pa
     )
     assert proc.returncode == 3
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_help_says_what_it_installs_and_changes_nothing(tmp_path):
+    proc = subprocess.run(
+        ["bash", str(REPO / "ami" / "install.sh"), "--help"], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0 and proc.stdout.startswith("Usage: install.sh")
+    assert "/opt/gpufleet/lib" in proc.stdout and "--no-deps" in proc.stdout
+    wrong = subprocess.run(
+        ["bash", str(REPO / "ami" / "install.sh"), "--root", str(tmp_path), "--bogus"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert wrong.returncode == 2 and "see --help" in wrong.stderr and list(tmp_path.iterdir()) == []

@@ -65,3 +65,40 @@ def describe(event: Any) -> str:
     detail: dict[str, Any] = raw if isinstance(raw, dict) else {}
     alarm = f", alarmName {detail['alarmName']!r}" if "alarmName" in detail else ""
     return f"source {event.get('source')!r}, detail-type {event.get('detail-type')!r}{alarm}"
+
+
+_WHAT = {  # resource type -> what it is for a reader deciding to deploy
+    "AWS::Serverless::Function": "Lambda functions (python3.13, arm64)",
+    "AWS::Serverless::LayerVersion": "Lambda layers",
+    "AWS::DynamoDB::Table": "DynamoDB table (retained on delete)",
+    "AWS::SSM::Parameter": "SSM parameter (the fleet policy)",
+    "AWS::SQS::Queue": "SQS queues",
+    "AWS::SQS::QueuePolicy": "SQS queue policies",
+    "AWS::SNS::Topic": "SNS topics",
+    "AWS::SNS::Subscription": "SNS subscriptions",
+    "AWS::CloudWatch::Alarm": "CloudWatch alarms",
+    "AWS::CloudWatch::Dashboard": "CloudWatch dashboards",
+    "AWS::IAM::Role": "IAM roles declared (SAM adds one for each function without)",
+    "AWS::IAM::ManagedPolicy": "IAM managed policies",
+    "AWS::Lambda::Permission": "Lambda invoke permissions",
+    "EventBridgeRule": "EventBridge rules",
+    "ScheduleV2": "EventBridge Scheduler schedules",
+    "SQS": "SQS event source mappings",
+}
+
+
+def stack_resources(template: Path) -> list[str]:
+    """The README's 'what the stack creates' table, counted from the template (a test keeps them equal)."""
+    from samtranslator.yaml_helper import yaml_parse
+
+    resources = yaml_parse(template.read_text()).get("Resources", {})
+    found: dict[str, list[str]] = {}
+    for name, r in resources.items():
+        label = f"{name} (if {r['Condition']})" if "Condition" in r else name
+        found.setdefault(r["Type"], []).append(label)
+        for event_name, event in r.get("Properties", {}).get("Events", {}).items():
+            found.setdefault(event["Type"], []).append(f"{name}.{event_name}")
+    rows = ["| what | count | names |", "|---|---:|---|"]
+    for kind in sorted(found, key=lambda k: list(_WHAT).index(k) if k in _WHAT else len(_WHAT)):
+        rows.append(f"| {_WHAT.get(kind, kind)} | {len(found[kind])} | {', '.join(found[kind])} |")
+    return rows

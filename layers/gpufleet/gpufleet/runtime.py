@@ -122,6 +122,11 @@ def build_scaler(
     clients = AwsClients.create(session)
     queue_url = settings.notify_queue_url
     queue = NotificationQueue(client("sqs", session), queue_url) if queue_url else None
+    if queue is None:  # once per cold start: decisions are still audited, but nobody hears of them
+        logger.warning(
+            f"notifications have nowhere to go: {defaults.ENV_NOTIFY_QUEUE_URL} is not set; "
+            "decisions are audited (gpufleet explain) but nobody is told"
+        )
     ctx = _control_context(settings, clients, table, queue, logger, emf, _region(session))
     config, wrap = idempotency_for("scaler", table, clients.dynamodb)
     scaler = Scaler(ctx, GpuMetricsReader(clients.cloudwatch), AlarmReader(clients.cloudwatch), idempotent=wrap)

@@ -19,6 +19,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from gpufleet.aws.incidents import IncidentStore
 from gpufleet.aws.queue import SQS_DELAY_MAX_S, NotificationQueue, SnsPublisher
+from gpufleet.domain import defaults
 from gpufleet.domain.policy import FleetPolicy
 from gpufleet.events import EventKind, parse_for
 from gpufleet.events.queue import Flush, InvalidMessage, parse_message
@@ -35,6 +36,7 @@ from gpufleet.notify.incidents import (
     plan_delivery,
 )
 from gpufleet.notify.model import Notification, Severity
+from gpufleet.notify.policy import Route
 from gpufleet.notify.render import render_slack, render_sns
 from gpufleet.notify.slack import SlackFailed, SlackPoster, SlackRejected
 
@@ -196,10 +198,26 @@ class Notifier:
             self.store.put(fail_delivery(incident, tuple(sorted(done))), incident.version, now)
             raise DeliveryFailed(f"{delivery.incident_key}: " + "; ".join(errors))
         self._complete(incident, delivery, now, thread_ts)
+        if not done:  # loud: a route that leads nowhere is a configuration mistake, not a quiet success
+            self._count("undeliverable")
+            self.logger.warning(
+                "delivered nowhere", extra={"delivery": delivery.delivery_id, "why": self._nowhere(route, slack)}
+            )
+            return
         self.logger.info(
             "posted",
             extra={"delivery": delivery.delivery_id, "occasion": delivery.occasion, "channels": sorted(done)},
         )
+
+    def _nowhere(self, route: Route, slack: SlackPoster | None) -> str:
+        why = []
+        if route.slack and slack is None:
+            why.append(f"the route wants Slack but no Slack secret is configured ({defaults.ENV_SLACK_SECRET})")
+        if route.sns and self.sns is None:
+            why.append(f"the route wants SNS but no topic is configured ({defaults.ENV_NOTIFY_TOPIC_ARN})")
+        if not route.slack and not route.sns:
+            why.append("the route turns both Slack and SNS off")
+        return "; ".join(why) or "no channel"
 
     def _complete(self, incident: Incident, delivery: Delivery, now: datetime, thread_ts: str | None) -> None:
         """Merges may land while posting: on a conflict, reload and complete the same delivery."""
