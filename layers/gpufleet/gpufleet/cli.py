@@ -158,7 +158,22 @@ def _read_event(path: str) -> Any:
         raise SystemExit(f"error: cannot read event {path}: {exc}") from None
 
 
+def real_aws_refused(args: argparse.Namespace) -> bool:
+    """Commands that can change AWS run against real AWS only when asked to: --endpoint, or --aws."""
+    if args.endpoint or args.aws:
+        return False
+    command = " ".join(filter(None, (args.command, getattr(args, "local_command", None))))
+    print(
+        f"error: {command} would use your AWS credentials against real AWS; pass --aws to mean it, "
+        "or --endpoint http://127.0.0.1:PORT for moto server",
+        file=sys.stderr,
+    )
+    return True
+
+
 def _run(function: str, event: Any, args: argparse.Namespace) -> int:
+    if real_aws_refused(args):
+        return 2
     try:
         result = invoke(
             function,
@@ -193,6 +208,8 @@ def _cmd_local_send(args: argparse.Namespace) -> int:
     """Deliver to the functions whose EventBridge rules match, as the stack would; none: exit 1."""
     from gpufleet.local import describe, rules_matching, template_rules
 
+    if real_aws_refused(args):
+        return 2
     event = _read_event(args.event)
     params = dict(p.split("=", 1) for p in args.param or ())
     template = find_template(args.template)
@@ -232,6 +249,8 @@ def _cmd_silence(args: argparse.Namespace) -> int:
     from gpufleet.notify.incidents import Silence
     from gpufleet.notify.model import Severity
 
+    if real_aws_refused(args):
+        return 2
     store = IncidentStore(*_dynamodb(args))
     now = datetime.now(UTC)
     if args.expire:
@@ -332,6 +351,7 @@ def _add_invoke_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--table", help=f"state table name (default ${defaults.ENV_STATE_TABLE} or {DEFAULT_TABLE})")
     p.add_argument("--dry-run", action="store_true", help="decide and record, change nothing")
     p.add_argument("--functions-dir", help="where functions/<name>/app.py live")
+    p.add_argument("--aws", action="store_true", help="without --endpoint: yes, run against real AWS")
 
 
 def _add_silences(sub: Any) -> None:
@@ -346,6 +366,7 @@ def _add_silences(sub: Any) -> None:
     p.add_argument("--by", help="who (default $USER)")
     p.add_argument("--expire", metavar="ID", help="end the silence with this id now")
     p.add_argument("--endpoint", help="AWS endpoint URL (moto server)")
+    p.add_argument("--aws", action="store_true", help="without --endpoint: yes, write the silence to real AWS")
     p.add_argument("--table", help="state table name")
     p.set_defaults(func=_cmd_silence)
 
