@@ -13,6 +13,7 @@ from typing import Any
 
 import boto3
 
+from gpufleet import local
 from gpufleet.domain import defaults
 from gpufleet_node import schema
 
@@ -264,22 +265,7 @@ def sqs_event(
     messages: list[dict[str, Any]], queue_arn: str = "arn:aws:sqs:us-east-1:123456789012:q"
 ) -> dict[str, Any]:
     """Received SQS messages in the shape Lambda's SQS event source delivers them."""
-    return {
-        "Records": [
-            {
-                "messageId": m["MessageId"],
-                "receiptHandle": m["ReceiptHandle"],
-                "body": m["Body"],
-                "attributes": m.get("Attributes", {}),
-                "messageAttributes": {},
-                "md5OfBody": m["MD5OfBody"],
-                "eventSource": "aws:sqs",
-                "eventSourceARN": queue_arn,
-                "awsRegion": "us-east-1",
-            }
-            for m in messages
-        ]
-    }
+    return local.sqs_event(messages, queue_arn)
 
 
 # ---- EMULATED failed launches (moto never fails one; rehearsal.moto_ext serves what is injected) ----

@@ -160,7 +160,8 @@ def _read_event(path: str) -> Any:
 
 def real_aws_refused(args: argparse.Namespace) -> bool:
     """Commands that can change AWS run against real AWS only when asked to: --endpoint, or --aws."""
-    if args.endpoint or args.aws:
+    endpoint = args.endpoint or os.environ.get(defaults.ENV_ENDPOINT_URL)  # `local up` exports one
+    if args.aws or (endpoint and (args.endpoint or _is_loopback(endpoint))):
         return False
     command = " ".join(filter(None, (args.command, getattr(args, "local_command", None))))
     print(
@@ -221,7 +222,54 @@ def _cmd_local_send(args: argparse.Namespace) -> int:
     for rule in matched:
         print(f"delivered to {rule.function} (rule {rule.name})", file=sys.stderr)
         codes.append(_run(rule.function, event, args))
-    return max(codes)
+    return max([*codes, _hand_queue_to_notifier(args)])
+
+
+def _hand_queue_to_notifier(args: argparse.Namespace) -> int:
+    """[the SQS event source] what the functions queued for the notifier, delivered to it once."""
+    import boto3
+
+    from gpufleet.local import sqs_event
+
+    queue = os.environ.get(defaults.ENV_NOTIFY_QUEUE_URL)
+    if not queue:
+        return 0
+    sqs = boto3.client("sqs")
+    messages = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10, AttributeNames=["All"]).get("Messages", [])
+    if not messages:
+        return 0
+    print(f"delivered {len(messages)} queued notification(s) to notifier", file=sys.stderr)
+    arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    code = _run("notifier", sqs_event(messages, arn, os.environ.get("AWS_DEFAULT_REGION", "us-east-1")), args)
+    for m in messages:  # what Lambda's event source does after a batch (failures come back on the queue)
+        sqs.delete_message(QueueUrl=queue, ReceiptHandle=m["ReceiptHandle"])
+    return code
+
+
+def _cmd_local_up(args: argparse.Namespace) -> int:
+    """Exports on stdout (`eval "$(gpufleet local up)"`), what was made on stderr."""
+    from gpufleet import local_stack
+
+    state = Path(args.dir)
+    if (state / "moto.pid").exists():
+        print(f"error: a local stack is already up ({state}); `gpufleet local down` first", file=sys.stderr)
+        return 1
+    endpoint = local_stack.start_moto(state, args.port)
+    env = local_stack.create_stack(find_template(args.template), endpoint)
+    print(f"moto server on {endpoint}; made: " + ", ".join(sorted(env)), file=sys.stderr)
+    if args.example:
+        policy = local_stack.create_example(endpoint, env, state)
+        print(f"example: asg:train-spot (2 nodes), alarms gpufleet-train-gpu-high/low, {policy}", file=sys.stderr)
+    print("\n".join(local_stack.exports(env, endpoint)))
+    return 0
+
+
+def _cmd_local_down(args: argparse.Namespace) -> int:
+    from gpufleet import local_stack
+
+    stopped = local_stack.stop(Path(args.dir))
+    print("local stack stopped" if stopped else "no local stack is up", file=sys.stderr)
+    return 0
 
 
 def _dynamodb(args: argparse.Namespace) -> tuple[Any, str]:
@@ -354,6 +402,26 @@ def _add_invoke_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--aws", action="store_true", help="without --endpoint: yes, run against real AWS")
 
 
+def _add_local(sub: Any) -> None:
+    p = sub.add_parser("local", help="the stack on your machine: `local send EVENT` delivers as EventBridge would")
+    local = p.add_subparsers(dest="local_command", required=True)
+    p = local.add_parser("send", help="deliver an event to the functions whose template rules match it")
+    p.add_argument("event", help="event JSON file")
+    p.add_argument("--template", help="the SAM template (default: template.yaml here or above)")
+    p.add_argument("--param", action="append", metavar="NAME=VALUE", help="a template parameter (repeatable)")
+    _add_invoke_options(p)
+    p.set_defaults(func=_cmd_local_send)
+    p = local.add_parser("up", help="moto server + the template's table, queues, topic, policy; prints exports")
+    p.add_argument("--port", type=int, default=0, help="moto server's port (default: a free one)")
+    p.add_argument("--example", action="store_true", help="also a tagged training ASG, its alarms and a policy")
+    p.add_argument("--template", help="the SAM template (default: template.yaml here or above)")
+    p.add_argument("--dir", default=".gpufleet-local", help="where the server's pid, log and policy go")
+    p.set_defaults(func=_cmd_local_up)
+    p = local.add_parser("down", help="stop the local stack's moto server")
+    p.add_argument("--dir", default=".gpufleet-local")
+    p.set_defaults(func=_cmd_local_down)
+
+
 def _add_silences(sub: Any) -> None:
     p = sub.add_parser("silence", help="mute notifications by group / kind / severity until an expiry")
     p.add_argument("--group", action="append", help="group key glob, e.g. 'asg:train-*' (repeatable)")
@@ -390,14 +458,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_invoke_options(p)
     p.set_defaults(func=_cmd_invoke)
 
-    p = sub.add_parser("local", help="the stack on your machine: `local send EVENT` delivers as EventBridge would")
-    local = p.add_subparsers(dest="local_command", required=True)
-    p = local.add_parser("send", help="deliver an event to the functions whose template rules match it")
-    p.add_argument("event", help="event JSON file")
-    p.add_argument("--template", help="the SAM template (default: template.yaml here or above)")
-    p.add_argument("--param", action="append", metavar="NAME=VALUE", help="a template parameter (repeatable)")
-    _add_invoke_options(p)
-    p.set_defaults(func=_cmd_local_send)
+    _add_local(sub)
 
     p = sub.add_parser("explain", help="print a group's recent decisions and their reasons")
     p.add_argument("group", help="asg:NAME, eks:CLUSTER/NODEGROUP, a bare ASG name, or 'unresolved'")

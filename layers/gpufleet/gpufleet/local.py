@@ -53,6 +53,26 @@ def template_rules(template: Path, overrides: dict[str, str] | None = None) -> l
     return rules
 
 
+def sqs_event(messages: list[dict[str, Any]], queue_arn: str, region: str = "us-east-1") -> dict[str, Any]:
+    """Received SQS messages in the shape Lambda's SQS event source delivers them to a function."""
+    return {
+        "Records": [
+            {
+                "messageId": m["MessageId"],
+                "receiptHandle": m["ReceiptHandle"],
+                "body": m["Body"],
+                "attributes": m.get("Attributes", {}),
+                "messageAttributes": {},
+                "md5OfBody": m["MD5OfBody"],
+                "eventSource": "aws:sqs",
+                "eventSourceARN": queue_arn,
+                "awsRegion": region,
+            }
+            for m in messages
+        ]
+    }
+
+
 def rules_matching(event: Any, rules: list[EventRule]) -> list[EventRule]:
     return [r for r in rules if matches(r.pattern, event)]
 
