@@ -19,6 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "layers" / "gpufleet" / "gpuflee
 PURE_PACKAGES = ("domain", "events")
 PURE_MODULES = {
     "core",
+    "alarm_specs",
     "policy",
     "notes",
     "targets",

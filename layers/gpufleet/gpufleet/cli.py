@@ -246,6 +246,34 @@ def _hand_queue_to_notifier(args: argparse.Namespace) -> int:
     return code
 
 
+def _cmd_alarms(args: argparse.Namespace) -> int:
+    """CloudFormation on stdout; with --apply, PutMetricAlarm for each (real AWS only with --aws)."""
+    import yaml
+
+    from gpufleet.domain.models import GroupRef
+    from gpufleet.scaling.alarm_specs import cloudformation, put_metric_alarm_args, scaling_alarms
+
+    try:
+        refs = [GroupRef.parse_key(g) for g in args.groups]
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    specs = [s for ref in refs for s in scaling_alarms(ref, args.prefix, args.high, args.low, args.memory_high)]
+    if not args.apply:
+        print(yaml.safe_dump(cloudformation(specs), sort_keys=False), end="")
+        return 0
+    if real_aws_refused(args):
+        return 2
+    import boto3
+
+    _use_endpoint(args.endpoint)
+    cloudwatch = boto3.client("cloudwatch")
+    for spec in specs:
+        cloudwatch.put_metric_alarm(**put_metric_alarm_args(spec))
+        print(f"put {spec.name}: scale {spec.direction} {spec.group}", file=sys.stderr)
+    return 0
+
+
 def _cmd_local_up(args: argparse.Namespace) -> int:
     """Exports on stdout (`eval "$(gpufleet local up)"`), what was made on stderr."""
     from gpufleet import local_stack
@@ -459,6 +487,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_invoke)
 
     _add_local(sub)
+
+    p = sub.add_parser("alarms", help="the scaling alarms for groups: CloudFormation, or --apply them")
+    p.add_argument("groups", nargs="+", metavar="GROUP", help="asg:NAME or eks:CLUSTER/NODEGROUP")
+    prefix = os.environ.get(defaults.ENV_ALARM_PREFIX, defaults.DEFAULT_ALARM_PREFIX)
+    p.add_argument("--prefix", default=prefix, help="the stack's AlarmNamePrefix (default: $GPUFLEET_ALARM_PREFIX)")
+    p.add_argument("--high", type=float, default=85, help="scale out above this GPU utilization (percent)")
+    p.add_argument("--low", type=float, default=20, help="scale in below this GPU utilization (percent)")
+    p.add_argument("--memory-high", type=float, help="also scale out above this GPU memory use (percent)")
+    p.add_argument("--apply", action="store_true", help="put them (PutMetricAlarm) instead of printing")
+    p.add_argument("--endpoint", help="AWS endpoint URL (moto server)")
+    p.add_argument("--aws", action="store_true", help="with --apply and no --endpoint: yes, real AWS")
+    p.set_defaults(func=_cmd_alarms)
 
     p = sub.add_parser("explain", help="print a group's recent decisions and their reasons")
     p.add_argument("group", help="asg:NAME, eks:CLUSTER/NODEGROUP, a bare ASG name, or 'unresolved'")

@@ -24,7 +24,8 @@ from typing import Any
 import boto3
 
 from gpufleet.domain import defaults
-from gpufleet_node import schema
+from gpufleet.domain.models import GroupKind, GroupRef
+from gpufleet.scaling.alarm_specs import put_metric_alarm_args, scaling_alarms
 
 REGION = "us-east-1"
 STACK = "gpufleet"
@@ -185,19 +186,10 @@ def create_example(endpoint: str, env: dict[str, str], state_dir: Path) -> Path:
         ],
     )
     cloudwatch = _client("cloudwatch", endpoint)
-    for direction, op, threshold, periods in (("out", "GreaterThan", 85, 2), ("in", "LessThan", 20, 4)):
-        cloudwatch.put_metric_alarm(
-            AlarmName=f"gpufleet-train-gpu-{'high' if direction == 'out' else 'low'}",
-            Namespace=schema.NAMESPACE,
-            MetricName=schema.GPU_UTILIZATION.name,
-            Dimensions=[{"Name": schema.DIM_ASG_NAME, "Value": "train-spot"}],
-            Statistic="Average",
-            Period=60,
-            EvaluationPeriods=periods,
-            Threshold=threshold,
-            ComparisonOperator=f"{op}Threshold",
-            Tags=[{"Key": defaults.TAG_ALARM_DIRECTION, "Value": direction}],
-        )
+    ref = GroupRef(kind=GroupKind.ASG, name="train-spot")
+    prefix = env.get(defaults.ENV_ALARM_PREFIX, defaults.DEFAULT_ALARM_PREFIX)
+    for spec in scaling_alarms(ref, prefix, stem="train"):  # the names events/scaler's samples carry
+        cloudwatch.put_metric_alarm(**put_metric_alarm_args(spec))
     policy = state_dir / "policy.yaml"
     policy.write_text(EXAMPLE_POLICY)
     parameter = env.get(defaults.ENV_POLICY_PARAMETER)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpufleet.aws.fleet import chunks
 from gpufleet.domain import defaults
-from gpufleet.domain.models import GroupKind, GroupRef
+from gpufleet.domain.models import GroupRef
 from gpufleet_node import schema
 
 if TYPE_CHECKING:
@@ -28,9 +28,7 @@ class SeriesQuery:
 
 
 def group_dimensions(ref: GroupRef) -> dict[str, str]:
-    if ref.kind is GroupKind.EKS_NODEGROUP:
-        return schema.group_dimensions(cluster_name=ref.cluster, nodegroup_name=ref.name)
-    return schema.group_dimensions(asg_name=ref.name)
+    return ref.metric_dimensions
 
 
 @dataclass

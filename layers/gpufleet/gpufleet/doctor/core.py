@@ -230,7 +230,7 @@ def _alarms(
             level=Level.WARNING,
             subject=ref.key,
             text=f"no alarm named '{policy.alarm_prefix}*' points at it: only the reconcile tick's band scales it, "
-            "and nothing lifts it from 0 nodes (README, Deploy: an example alarm)",
+            f"and nothing lifts it from 0 nodes (`gpufleet alarms {ref.key}` makes them)",
         )
 
 

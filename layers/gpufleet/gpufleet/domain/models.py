@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
+from gpufleet_node import schema
+
 
 class Frozen(BaseModel):
     """The one base of every internal model: immutable, unknown fields rejected."""
@@ -73,6 +75,13 @@ class GroupRef(Frozen):
 
     def __str__(self) -> str:
         return self.key
+
+    @property
+    def metric_dimensions(self) -> dict[str, str]:
+        """The dimensions of this group's own GPU metrics, as the publisher sends them."""
+        if self.kind is GroupKind.EKS_NODEGROUP:
+            return schema.group_dimensions(cluster_name=self.cluster, nodegroup_name=self.name)
+        return schema.group_dimensions(asg_name=self.name)
 
 
 class MetricRef(Frozen):
