@@ -114,7 +114,9 @@ def test_a_non_increasing_series_below_warning_never_fires(start: float, drops: 
 
 @settings(max_examples=100, deadline=None)
 @given(
-    level=st.floats(min_value=1, max_value=88.4), noise=st.floats(min_value=0, max_value=1.5), seed=st.integers(0, 10**6)
+    level=st.floats(min_value=1, max_value=88.4),
+    noise=st.floats(min_value=0, max_value=1.5),
+    seed=st.integers(0, 10**6),
 )
 def test_flat_noisy_series_below_warning_never_fires(level: float, noise: float, seed: int) -> None:
     rng = random.Random(seed)
