@@ -108,7 +108,8 @@ def test_scaling_calls_are_limited_to_tagged_resources(template: dict[str, Any],
             assert "dynamodb:Scan" not in actions, s["Sid"]
             assert cond["Null"] == {"dynamodb:LeadingKeys": "false"}, s["Sid"]
             keys = cond["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]
-            assert keys and all(k.startswith(("GROUP#", "IDEMPOTENCY#")) for k in keys), s["Sid"]
+            # POLICY: the last good fleet policy, kept by the controllers (runtime.LastGoodPolicy)
+            assert keys and all(k.startswith(("GROUP#", "IDEMPOTENCY#")) or k == "POLICY" for k in keys), s["Sid"]
         else:
             assert all(re.match(r"^\w+:(Describe|List|Get)", a) for a in actions), s["Sid"]
 

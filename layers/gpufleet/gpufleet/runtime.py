@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,12 +22,15 @@ from gpufleet.aws.clients import AwsClients, client
 from gpufleet.aws.documents import DocStore
 from gpufleet.aws.fleet import FleetActuator, FleetReader
 from gpufleet.aws.metrics import GpuMetricsReader
-from gpufleet.aws.queue import NotificationQueue
+from gpufleet.aws.policy_store import PolicyStore, digest
+from gpufleet.aws.queue import NotificationQueue, enqueue_or_log
 from gpufleet.aws.state import StateStore
 from gpufleet.domain import defaults
 from gpufleet.domain.errors import PolicyError
 from gpufleet.domain.policy import FleetPolicy, parse_policy
+from gpufleet.notify.model import Notification
 from gpufleet.scaling.execution import ControlContext, Executor
+from gpufleet.scaling.notes import invalid_policy_note
 from gpufleet.scaling.service import Process, Scaler
 from gpufleet.settings import Settings
 
@@ -43,16 +48,56 @@ def _parse_cached(text: str, source: str) -> FleetPolicy:
     return parse_policy(text, source)
 
 
-def policy_loader(settings: Settings) -> Callable[[], FleetPolicy]:
-    """A local file (CLI, demo) wins over the SSM parameter (deployed stack, cached by Powertools)."""
+@dataclass
+class LastGoodPolicy:
+    """The deployed policy with a fallback: each new text that parses is kept in the state table (by the
+    controllers, `writes`); an invalid one is replaced by the last kept, logged, and (where `tell` is given)
+    told as CRITICAL once per bad text per container. Nothing kept yet: the error stands, as before."""
+
+    store: PolicyStore
+    logger: Logger
+    service: str
+    writes: bool
+    tell: Callable[[list[Notification]], object] | None = None
+    _saved: set[str] = field(default_factory=set)
+    _told: set[str] = field(default_factory=set)
+
+    def parse(self, text: str, source: str) -> FleetPolicy:
+        bad_digest = digest(text)
+        try:
+            policy = _parse_cached(text, source)
+        except PolicyError as bad:
+            last = self.store.load()
+            if last is None:
+                raise
+            if bad_digest not in self._told:
+                self._told.add(bad_digest)
+                self.logger.error(
+                    "invalid fleet policy: running on the last good one",
+                    extra={"source": source, "problems": bad.problems[:5], "last_good_saved_at": last.saved_at},
+                )
+                if self.tell is not None:
+                    now = datetime.now(UTC)
+                    self.tell([invalid_policy_note(bad.problems, source, last.saved_at, bad_digest, now, self.service)])
+            return _parse_cached(last.text, f"{last.source} (last good, saved {last.saved_at})")
+        if self.writes and bad_digest not in self._saved:
+            self.store.save(text, source, datetime.now(UTC))
+            self._saved.add(bad_digest)
+        return policy
+
+
+def policy_loader(settings: Settings, last_good: LastGoodPolicy | None = None) -> Callable[[], FleetPolicy]:
+    """A local file (CLI, demo) wins over the SSM parameter (deployed stack, cached by Powertools); the
+    parameter's text goes through `last_good` when one is given."""
     path, name = settings.policy_file, settings.policy_parameter
     if path:
         return lambda: _parse_cached(Path(path).read_text(), path)
     if name:
+        parse = last_good.parse if last_good is not None else _parse_cached
 
         def from_ssm() -> FleetPolicy:
             text = parameters.get_parameter(name, max_age=defaults.POLICY_CACHE_S)
-            return _parse_cached(str(text), f"ssm:{name}")
+            return parse(str(text), f"ssm:{name}")
 
         return from_ssm
 
@@ -98,15 +143,26 @@ def _control_context(
     logger: Logger,
     emf: Metrics,
     region: str,
+    keeps_policy: bool = True,
 ) -> ControlContext:
+    """`keeps_policy`: the last good fleet policy is kept and fallen back on (not by the termination
+    policy, whose 2 s and narrow role leave no room for it: an invalid policy fails it, and Auto Scaling
+    asks again)."""
     state = StateStore(clients.dynamodb, table)
+    last_good = LastGoodPolicy(
+        PolicyStore(clients.dynamodb, table),
+        logger,
+        logger.service,
+        writes=True,
+        tell=lambda notes: enqueue_or_log(queue, notes, logger, emf),
+    )
     actuator = FleetActuator(clients.autoscaling, clients.eks)
     return ControlContext(
         fleet=FleetReader(clients.autoscaling, clients.eks),
         state=state,
         docs=DocStore(clients.dynamodb, table),
         executor=Executor(actuator, state, AuditLog(clients.dynamodb, table), logger, emf, queue, region),
-        load_policy=policy_loader(settings),
+        load_policy=policy_loader(settings, last_good if keeps_policy else None),
         logger=logger,
         emf=emf,
         region=region,
@@ -173,7 +229,9 @@ def build_notifier(
         queue=NotificationQueue(client("sqs", session), queue_url, settings.notify_dlq_url),
         sns=SnsPublisher(client("sns", session), topic) if topic else None,
         slack=slack_loader(settings),
-        load_policy=policy_loader(settings),
+        load_policy=policy_loader(
+            settings, LastGoodPolicy(PolicyStore(client("dynamodb", session), table), logger, "notifier", writes=False)
+        ),
         logger=logger,
         emf=emf,
     )
@@ -212,7 +270,7 @@ def build_termination_policy(
     settings = _settings(env)
     table = settings.require(settings.state_table, defaults.ENV_STATE_TABLE, "answers are audited in the state table")
     clients = AwsClients.create(session, QUICK_CONFIG)
-    ctx = _control_context(settings, clients, table, None, logger, emf, _region(session))
+    ctx = _control_context(settings, clients, table, None, logger, emf, _region(session), keeps_policy=False)
     return TerminationPolicy(ctx, GpuMetricsReader(clients.cloudwatch))
 
 

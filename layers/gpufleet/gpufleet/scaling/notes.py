@@ -103,3 +103,25 @@ def fight_note(
         incident_key=f"{key}|ownership",
         region=region,
     )
+
+
+def invalid_policy_note(
+    problems: Sequence[str], source: str, saved_at: str, bad_digest: str, now: datetime, service: str
+) -> Notification:
+    """The fleet policy was edited into something invalid: gpufleet keeps running on the last good one
+    (changes in the edit are not in force) until it is fixed."""
+    shown = list(problems[:3]) + ([f"and {len(problems) - 3} more"] if len(problems) > 3 else [])
+    return note(
+        NotificationKind.CONTROL,
+        Severity.CRITICAL,
+        "policy",
+        f"fleet policy in {source} is invalid: running on the last good one (saved {saved_at})",
+        at=now,
+        source=service,
+        id_parts=("policy-invalid", bad_digest),
+        reason="; ".join(shown) + ". Fix it (gpufleet validate-policy) and put it again; until then the edit is "
+        "not in force.",
+        facts={"policy": source, "last good saved at": saved_at},
+        incident_key="policy|invalid",
+        links=(),
+    )
