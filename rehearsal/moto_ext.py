@@ -9,6 +9,12 @@ test reads them back through the normal DescribeScalingActivities API over HTTP:
     POST /_gpufleet/emulation/lifecycle            {"group", "instance_ids", "state"}: e.g. "Pending" for
                                                    instances EC2 could not deliver (moto has them InService)
 
+A guard for a moto blind spot: moto server is threaded and its DynamoDB checks a ConditionExpression
+and writes without a lock, so two concurrent conditional writes to one item can both succeed - which
+DynamoDB never allows (it serialises writes to an item). gpufleet's lease depends on that guarantee;
+`_serialise_dynamodb_writes` restores it (found when a concurrency test saw two invocations both take the
+same group's lease on a loaded machine).
+
 Not an emulation, a speed-up: moto's ListMetrics compares every stored datum against every series
 already found before it looks at the requested dimensions (quadratic: 10-20 s per call after an hour of
 the demo's metrics). `_cheap_tests_first` applies the same tests in the other order; the answer is the
@@ -96,6 +102,20 @@ def _with_injection(app: Any) -> Any:
     return wsgi
 
 
+def _serialise_dynamodb_writes() -> None:
+    from moto.dynamodb.models import DynamoDBBackend
+
+    lock = threading.RLock()
+    for name in ("put_item", "update_item", "delete_item", "transact_write_items"):
+        original = getattr(DynamoDBBackend, name)
+
+        def serialised(self: DynamoDBBackend, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            with lock:
+                return _original(self, *args, **kwargs)
+
+        setattr(DynamoDBBackend, name, serialised)
+
+
 def _speed_up_list_metrics() -> None:
     from moto.cloudwatch.models import Dimension, MetricDatumBase
 
@@ -121,6 +141,7 @@ def main(argv: list[str] | None = None) -> None:
 
     AutoScalingResponse.describe_scaling_activities = _describe_scaling_activities  # type: ignore[method-assign]
     _speed_up_list_metrics()
+    _serialise_dynamodb_writes()
     original = DomainDispatcherApplication.__call__
 
     def dispatch(self: DomainDispatcherApplication, environ: dict[str, Any], start_response: Any) -> Any:
