@@ -1,5 +1,8 @@
-# An EKS-optimized accelerated Amazon Linux 2023 AMI with the gpufleet publisher installed.
+# A GPU node AMI with the gpufleet publisher installed, on one of two Amazon Linux 2023 bases:
+#   base=eks   (default) the EKS-optimized accelerated AMI, for EKS managed node groups
+#   base=dlami the Deep Learning Base OSS Nvidia Driver GPU AMI, for plain Auto Scaling groups
 #   packer init . && packer build -var region=eu-west-1 -var kubernetes_version=1.33 .
+#   packer init . && packer build -var region=eu-west-1 -var base=dlami .
 packer {
   required_plugins {
     amazon = {
@@ -28,17 +31,34 @@ variable "architecture" {
   default = "x86_64"
 }
 
+variable "base" {
+  type    = string
+  default = "eks"
+  validation {
+    condition     = contains(["eks", "dlami"], var.base)
+    error_message = "The base is eks (EKS managed node groups) or dlami (plain Auto Scaling groups)."
+  }
+}
+
+locals {
+  dlami_arch = var.architecture == "arm64" ? "ARM64 " : ""
+  source_name = {
+    eks   = "amazon-eks-node-al2023-${var.architecture}-nvidia-${var.kubernetes_version}-*"
+    dlami = "Deep Learning ${local.dlami_arch}Base OSS Nvidia Driver GPU AMI (Amazon Linux 2023) *"
+  }
+}
+
 source "amazon-ebs" "gpu_node" {
   region        = var.region
   instance_type = var.instance_type
   ssh_username  = "ec2-user"
-  ami_name      = "gpufleet-eks-${var.kubernetes_version}-al2023-nvidia-${formatdate("YYYYMMDDhhmm", timestamp())}"
+  ami_name      = "gpufleet-${var.base}-${var.base == "eks" ? var.kubernetes_version : "asg"}-al2023-nvidia-${formatdate("YYYYMMDDhhmm", timestamp())}"
 
   source_ami_filter {
     owners      = ["amazon"]
     most_recent = true
     filters = {
-      name                = "amazon-eks-node-al2023-${var.architecture}-nvidia-${var.kubernetes_version}-*"
+      name                = local.source_name[var.base]
       virtualization-type = "hvm"
       root-device-type    = "ebs"
     }
