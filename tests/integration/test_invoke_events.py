@@ -189,3 +189,11 @@ def test_a_function_given_a_kind_it_does_not_handle_rejects_it_in_one_line(gpu_f
     reason = f"spot_watch does not handle alarm events (it takes: {takes})"
     assert errors == [f"error: spot_watch failed: UnsupportedEvent: {reason}"]
     assert (gpu_fleet.desired(), gpu_fleet.nodegroup_desired()) == before
+
+
+def test_invoke_prints_only_the_result_on_stdout_and_the_functions_logs_on_stderr(gpu_fleet: Fleet) -> None:
+    proc = invoke_scaler(gpu_fleet, ROOT / "events" / "scaler" / "eventbridge-alarm-asg-high.json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout)  # the whole of stdout is the handler's result
+    assert [d["outcome"] for r in result["results"] for d in r["decisions"]] == ["applied"]
+    assert '"service":"scaler"' in proc.stderr  # Powertools' JSON log lines

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import ipaddress
 import json
@@ -123,8 +124,9 @@ def invoke(
     if spec is None or spec.loader is None:
         raise SystemExit(f"error: cannot load {app}")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.lambda_handler(event, LocalLambdaContext(function))
+    with contextlib.redirect_stdout(sys.stderr):  # the function's logs and EMF: stderr; its result: stdout
+        spec.loader.exec_module(module)
+        return module.lambda_handler(event, LocalLambdaContext(function))
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
