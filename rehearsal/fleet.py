@@ -271,6 +271,24 @@ def sqs_event(
 # ---- EMULATED failed launches (moto never fails one; rehearsal.moto_ext serves what is injected) ----
 
 
+def inject_capacity_reservation(endpoint: str, reservation_id: str, end: Any, kind: str = "capacity-block") -> None:
+    """[emulated EC2] a capacity reservation and its end date, as DescribeCapacityReservations answers
+    (moto has no such API; rehearsal.moto_ext serves what is injected)."""
+    import urllib.request
+
+    reservation = {
+        "CapacityReservationId": reservation_id,
+        "EndDate": end.strftime("%Y-%m-%dT%H:%M:%S.000Z"),
+        "State": "active",
+        "ReservationType": kind,
+    }
+    req = urllib.request.Request(
+        f"{endpoint}/_gpufleet/emulation/capacity-reservations", data=json.dumps([reservation]).encode(), method="POST"
+    )
+    with urllib.request.urlopen(req, timeout=10):
+        return
+
+
 def inject_failed_launch(
     endpoint: str, asg: str, at: Any, message: str, az: str = "us-east-1a", activity_id: str | None = None
 ) -> str:

@@ -8,6 +8,10 @@ test reads them back through the normal DescribeScalingActivities API over HTTP:
     DELETE /_gpufleet/emulation/scaling-activities
     POST /_gpufleet/emulation/lifecycle            {"group", "instance_ids", "state"}: e.g. "Pending" for
                                                    instances EC2 could not deliver (moto has them InService)
+    POST /_gpufleet/emulation/capacity-reservations JSON list of {"CapacityReservationId", "EndDate" (ISO
+                                                   8601), "State", "ReservationType", "InstanceType"}:
+                                                   what EC2 DescribeCapacityReservations answers (moto has
+                                                   no such API)
 
 A guard for a moto blind spot: moto server is threaded and its DynamoDB checks a ConditionExpression
 and writes without a lock, so two concurrent conditional writes to one item can both succeed - which
@@ -25,9 +29,11 @@ Run as `python -m rehearsal.moto_ext -H 127.0.0.1 -p PORT` (same arguments as mo
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 import threading
+import urllib.parse
 from datetime import datetime
 from typing import Any
 
@@ -36,6 +42,8 @@ from moto.core.responses import ActionResult
 
 INJECT_PATH = "/_gpufleet/emulation/scaling-activities"
 LIFECYCLE_PATH = "/_gpufleet/emulation/lifecycle"
+RESERVATIONS_PATH = "/_gpufleet/emulation/capacity-reservations"
+_reservations: list[dict[str, Any]] = []
 _activities: list[dict[str, Any]] = []
 _lock = threading.Lock()
 
@@ -75,8 +83,50 @@ def _set_lifecycle(group: str, instance_ids: list[str], state: str) -> int:
     return changed
 
 
+def _reservations_xml(body: bytes) -> bytes:
+    """EC2's query-protocol answer to DescribeCapacityReservations, from what was injected."""
+    params = urllib.parse.parse_qs(body.decode())
+    wanted = {v[0] for k, v in params.items() if k.startswith("CapacityReservationId.")}
+    with _lock:
+        found = [r for r in _reservations if not wanted or r["CapacityReservationId"] in wanted]
+    items = "".join(
+        "<item>"
+        f"<capacityReservationId>{r['CapacityReservationId']}</capacityReservationId>"
+        f"<endDate>{r['EndDate']}</endDate><state>{r.get('State', 'active')}</state>"
+        f"<reservationType>{r.get('ReservationType', 'capacity-block')}</reservationType>"
+        f"<instanceType>{r.get('InstanceType', 'p5.48xlarge')}</instanceType>"
+        "</item>"
+        for r in found
+    )
+    return (
+        '<DescribeCapacityReservationsResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">'
+        f"<requestId>gpufleet-emulation</requestId><capacityReservationSet>{items}</capacityReservationSet>"
+        "</DescribeCapacityReservationsResponse>"
+    ).encode()
+
+
+def _is_ec2(environ: dict[str, Any]) -> bool:
+    return environ.get("REQUEST_METHOD") == "POST" and "/ec2/aws4_request" in environ.get("HTTP_AUTHORIZATION", "")
+
+
 def _with_injection(app: Any) -> Any:
     def wsgi(environ: dict[str, Any], start_response: Any) -> Any:
+        if environ.get("PATH_INFO") == RESERVATIONS_PATH:
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+            with _lock:
+                if environ.get("REQUEST_METHOD") == "POST":
+                    _reservations.extend(json.loads(environ["wsgi.input"].read(length) or b"[]"))
+                else:
+                    _reservations.clear()
+            start_response("200 OK", [("Content-Type", "application/json")])
+            return [b"{}"]
+        if _is_ec2(environ):  # peek: only DescribeCapacityReservations is answered here
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+            body = environ["wsgi.input"].read(length)
+            if b"Action=DescribeCapacityReservations" in body:
+                start_response("200 OK", [("Content-Type", "text/xml")])
+                return [_reservations_xml(body)]
+            environ["wsgi.input"] = io.BytesIO(body)
         if environ.get("PATH_INFO") == LIFECYCLE_PATH and environ.get("REQUEST_METHOD") == "POST":
             length = int(environ.get("CONTENT_LENGTH") or 0)
             body = json.loads(environ["wsgi.input"].read(length) or b"{}")
@@ -97,6 +147,7 @@ def _with_injection(app: Any) -> Any:
         if environ.get("PATH_INFO") == "/moto-api/reset":
             with _lock:
                 _activities.clear()
+                _reservations.clear()
         return app(environ, start_response)
 
     return wsgi

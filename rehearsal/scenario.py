@@ -234,6 +234,8 @@ class Rehearsal:
             reservation=lifecycle.BLOCK_RESERVATION,
         )
         self.backing_asg[BLOCK.key] = BLOCK.name
+        block_end = START + timedelta(minutes=BLOCK_WARNING_MINUTE) + lifecycle.BLOCK_WARNING_BEFORE_END
+        fleet.inject_capacity_reservation(os.environ[defaults.ENV_ENDPOINT_URL], lifecycle.BLOCK_RESERVATION, block_end)
         self.backing_asg[INFER.key] = fleet.create_nodegroup(
             c, "ml", INFER.name, min_size=1, max_size=6, desired=2, tags=fleet.MANAGED_TAG
         )
@@ -529,6 +531,14 @@ class Rehearsal:
                 self.lifecycle["block"] = r
                 nodes = sum(len(n) for n in r["groups"].values())
                 self.say(minute, f"  spot_watch: {r['reservation']} ends: {nodes} node(s) in {', '.join(r['groups'])}")
+            for found in r.get("reservations_ending", []):
+                self.lifecycle["block_sweep"] = {"minute": minute, **found}
+                nodes = sum(len(n) for n in found["groups"].values())
+                self.say(
+                    minute,
+                    f"  spot_watch sweep: {found['reservation']} ends within the hour (DescribeCapacityReservations "
+                    f"[emulated]): {nodes} node(s) in {', '.join(found['groups'])}",
+                )
             for back in r.get("handed_back", []):
                 self.lifecycle.setdefault("handed_back", []).append({"minute": minute, **back})
                 self.say(minute, f"  spot_watch: {back['group']} {back['outcome']}: {back['reason']}")
@@ -733,10 +743,18 @@ class Rehearsal:
         else:
             r.failures.append(f"termination policy answered {allowed} for {nodes} (idle: {idle})")
         block = lc.get("block", {}).get("groups", {})
-        if set(block) == {BLOCK.key} and len(block[BLOCK.key]) == 2:
-            r.checks.append(f"Capacity Block warning named {BLOCK.key}'s 2 nodes")
+        swept = lc.get("block_sweep", {})
+        if (
+            set(block) == {BLOCK.key}
+            and len(block[BLOCK.key]) == 2
+            and swept.get("minute") == BLOCK_WARNING_MINUTE - 20
+        ):
+            r.checks.append(
+                f"Capacity Block end: the sweep told of {BLOCK.key}'s 2 nodes at minute {swept['minute']} (1 h before "
+                f"the end), EC2's warning at minute {BLOCK_WARNING_MINUTE} joined the same incident"
+            )
         else:
-            r.failures.append(f"Capacity Block warning named {block}")
+            r.failures.append(f"Capacity Block warning named {block}; sweep found {swept}")
         texts = [json.dumps(p) for p in r.slack]  # a paced update lists the ones folded into it
         for needle in ("spot interruption in 2 min", "its early replacement stays", "Capacity Block"):
             if not any(needle in t for t in texts):

@@ -14,7 +14,9 @@ from typing import Any
 import boto3
 from aws_lambda_powertools import Logger, Metrics
 
+from gpufleet.capacity.notes import capacity_block_note
 from gpufleet.domain import defaults
+from gpufleet.events.model import CapacityBlockEvent
 from gpufleet.notify.model import Notification
 from gpufleet.runtime import build_spot_watch
 from rehearsal import fleet
@@ -213,3 +215,29 @@ def test_a_group_another_actor_keeps_resizing_is_left_alone_with_a_warning(gpu_f
     assert held["action"] == "hold" and held["reason"].startswith("advice only (standing aside until")
     assert "would scale-out 4 -> 5" in held["reason"]
     assert gpu_fleet.desired() == 4
+
+
+def test_the_sweep_tells_of_a_reservation_ending_within_the_hour_before_ec2_does(
+    gpu_fleet: Fleet, tmp_path: Path
+) -> None:
+    """[emulated EC2 DescribeCapacityReservations] the block ends in 50 min: the sweep opens the same
+    incident EC2's 40-minute warning would (its notification id, so the two fold); 3 h away: nothing yet."""
+    queue = fleet.create_notification_stack(slack_secret=None).queue_url
+    nodes = block_group(gpu_fleet, 2)
+    busy(gpu_fleet, nodes[0])
+    now = datetime.now(UTC)
+    gpu_fleet.put_instance_gpu(nodes[1], 0, 1, now - timedelta(minutes=1))  # idle
+    fleet.inject_capacity_reservation(gpu_fleet.endpoint, RESERVATION, now + timedelta(hours=3))
+    assert run(gpu_fleet, EVENTS / "scheduler-sweep.json", queue)["reservations_ending"] == []
+    assert queued(queue) == []
+    fleet.inject_capacity_reservation(gpu_fleet.endpoint, RESERVATION, now + timedelta(minutes=50))
+    [ending] = run(gpu_fleet, EVENTS / "scheduler-sweep.json", queue)["reservations_ending"]
+    assert ending["reservation"] == RESERVATION and set(ending["groups"]["asg:train-p5-block"]) == set(nodes)
+    [told] = queued(queue)
+    assert told.title == f"Capacity Block {RESERVATION} ends: 2 node(s), 1 busy" and told.severity == "critical"
+    from_event = capacity_block_note(
+        CapacityBlockEvent(event_id="e", reservation_id=RESERVATION, phase="expiring", end=now, at=now),
+        {"asg:train-p5-block": {}},
+        region="us-east-1",
+    )
+    assert told.notification_id == from_event.notification_id  # EC2's own warning folds into this one

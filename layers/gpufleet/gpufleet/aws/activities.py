@@ -52,6 +52,15 @@ class LaunchActivityReader:
         target = data.get("CapacityReservationSpecification", {}).get("CapacityReservationTarget", {})
         return str(target["CapacityReservationId"]) if target.get("CapacityReservationId") else None
 
+    def reservation_ends(self, reservation_ids: list[str]) -> dict[str, datetime]:
+        """End dates of the reservations that have one (Capacity Blocks always do; open-ended ODCRs not)."""
+        found = self.ec2.describe_capacity_reservations(CapacityReservationIds=reservation_ids)
+        return {
+            r["CapacityReservationId"]: r["EndDate"]
+            for r in found.get("CapacityReservations", [])
+            if r.get("EndDate") and r.get("State") in ("active", "scheduled", "payment-pending")
+        }
+
     def failed_since(self, asg_name: str, since: datetime) -> list[ActivityTypeDef]:
         """Failed/cancelled activities of one ASG that started after `since` (stops paging at older ones)."""
         out: list[ActivityTypeDef] = []

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -54,8 +55,9 @@ class SpotWatch:
     scaler: Scaler
     activities: LaunchActivityReader
 
-    @property
+    @cached_property
     def warnings(self) -> CapacityWarnings:
+        """One per container: it remembers which reservation ends it has told."""
         return CapacityWarnings(self.ctx, self.scaler, self.activities)
 
     def handle(self, event: Any, now: datetime) -> dict[str, Any]:
@@ -109,19 +111,12 @@ class SpotWatch:
                     self.ctx.logger.exception("spot sweep failed for a group", extra={"group": obs.ref.key})
                     results.append({"group": obs.ref.key, "error": f"{type(exc).__name__}: {exc}"})
         self.ctx.emf.add_metric(name="SpotGroupsSwept", unit=MetricUnit.Count, value=len(results))
-        handed_back = self._hand_back_replacements(managed, policy, now, event_id)
-        return {"event_id": event_id, "groups": results, "groups_managed": len(managed), "handed_back": handed_back}
-
-    def _hand_back_replacements(
-        self, managed: list[GroupObservation], policy: FleetPolicy, now: datetime, event_id: str
-    ) -> list[dict[str, Any]]:
-        """Early replacements for interrupted nodes whose node is gone (one BatchGetItem of the states)."""
-        try:
-            states = self.ctx.states(managed, policy)
-            return self.warnings.hand_back(managed, states, policy, now, event_id)
-        except Exception:  # the sweep's own results stand; the next sweep tries again
-            self.ctx.logger.exception("hand-back of early replacements failed")
-            return []
+        return {
+            "event_id": event_id,
+            "groups": results,
+            "groups_managed": len(managed),
+            **self.warnings.on_sweep(managed, policy, now, event_id),
+        }
 
     def _with_market(self, obs: GroupObservation) -> GroupObservation:
         """A plain launch-template group's market, from the template (read only when a failure needs it)."""

@@ -6,14 +6,15 @@ groups and nodes launched into the reservation, busy or idle). Rules: `scaling.c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from gpufleet.aws.activities import LaunchActivityReader
 from gpufleet.aws.fleet import owning_group
 from gpufleet.capacity.notes import capacity_block_note, handback_note, warning_note
 from gpufleet.capacity.policy import WarningAction
+from gpufleet.domain import defaults
 from gpufleet.domain.models import Decision, Direction, GroupKind, GroupObservation, GroupRef, GroupState
 from gpufleet.domain.policy import FleetPolicy
 from gpufleet.events.model import CapacityBlockEvent, EventKind, InstanceWarning
@@ -27,6 +28,7 @@ class CapacityWarnings:
     ctx: ControlContext
     scaler: Scaler
     activities: LaunchActivityReader
+    _told_ends: set[tuple[str, datetime]] = field(default_factory=set)
 
     def on_instance(self, warning: InstanceWarning, now: datetime) -> dict[str, Any]:
         policy = self.ctx.load_policy()
@@ -91,6 +93,23 @@ class CapacityWarnings:
             return acted, acted.reason
         return acted, f"launched: {acted.current} -> {acted.desired} ({acted.outcome}); given back when {iid} is gone"
 
+    def on_sweep(
+        self, managed: list[GroupObservation], policy: FleetPolicy, now: datetime, event_id: str
+    ) -> dict[str, list[dict[str, Any]]]:
+        """The sweep's part here, each guarded (the sweep's own results stand; the next sweep tries again):
+        early replacements whose node is gone handed back (one BatchGetItem of the states), and reservation
+        ends within the hour told."""
+        out: dict[str, list[dict[str, Any]]] = {"handed_back": [], "reservations_ending": []}
+        try:
+            out["handed_back"] = self.hand_back(managed, self.ctx.states(managed, policy), policy, now, event_id)
+        except Exception:
+            self.ctx.logger.exception("hand-back of early replacements failed")
+        try:
+            out["reservations_ending"] = self.check_reservation_ends(managed, policy, now, event_id)
+        except Exception:
+            self.ctx.logger.exception("checking reservation end dates failed")
+        return out
+
     def hand_back(
         self,
         groups: list[GroupObservation],
@@ -150,14 +169,45 @@ class CapacityWarnings:
     def on_capacity_block(self, block: CapacityBlockEvent, now: datetime) -> dict[str, Any]:
         """The managed groups whose launch template targets the reservation, their nodes and GPUs."""
         policy = self.ctx.load_policy()
-        groups = [
-            obs
-            for obs, _ in self.ctx.managed(policy)
-            if obs.launch_template is not None
-            and self.activities.reservation_of(obs.launch_template) == block.reservation_id
-        ]
+        groups = self._launching_into([obs for obs, _ in self.ctx.managed(policy)]).get(block.reservation_id, [])
         if not groups:
             return {"event_id": block.event_id, "ignored": f"no managed group launches into {block.reservation_id}"}
+        return self._tell_block(block, groups, policy, now)
+
+    def check_reservation_ends(
+        self, groups: list[GroupObservation], policy: FleetPolicy, now: datetime, event_id: str
+    ) -> list[dict[str, Any]]:
+        """The sweep's own look at the reservations managed groups launch into (one
+        DescribeCapacityReservations): one ending within RESERVATION_END_WARNING_S is told as EC2's warning
+        would be - earlier, and even when that event is lost. Told once per container (the notification id
+        is the event's, so the two fold into one)."""
+        into = self._launching_into(groups)
+        if not into:
+            return []
+        horizon = timedelta(seconds=defaults.RESERVATION_END_WARNING_S)
+        out = []
+        for rid, end in self.activities.reservation_ends(sorted(into)).items():
+            if not now < end <= now + horizon or (rid, end) in self._told_ends:
+                continue
+            self._told_ends.add((rid, end))
+            block = CapacityBlockEvent(
+                event_id=f"{event_id}/{rid}", reservation_id=rid, phase="expiring", end=end, at=now
+            )
+            out.append(self._tell_block(block, into[rid], policy, now))
+        return out
+
+    def _launching_into(self, groups: list[GroupObservation]) -> dict[str, list[GroupObservation]]:
+        """Managed groups by the reservation their launch template targets (templates read once each)."""
+        into: dict[str, list[GroupObservation]] = {}
+        for obs in groups:
+            rid = self.activities.reservation_of(obs.launch_template) if obs.launch_template else None
+            if rid:
+                into.setdefault(rid, []).append(obs)
+        return into
+
+    def _tell_block(
+        self, block: CapacityBlockEvent, groups: list[GroupObservation], policy: FleetPolicy, now: datetime
+    ) -> dict[str, Any]:
         ids = [i.instance_id for obs in groups for i in obs.instances if i.in_service]
         gpu = self.scaler.metrics.instance_gpu(ids, now, policy.metric_lookback_s) if ids else {}
         affected = {

@@ -65,3 +65,6 @@ NOTIFY_REPEAT_INTERVAL_S = 4 * 3600
 NOTIFY_FLAP_MAX_FLIPS = 4
 NOTIFY_FLAP_WINDOW_S = 3600
 SECRET_CACHE_S = 300
+# spot_watch's sweep tells about a reservation a managed group launches into this long before it ends
+# (EC2's own Capacity Block warning comes 40 minutes before; instances go from 30 minutes before).
+RESERVATION_END_WARNING_S = 3600
