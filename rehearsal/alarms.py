@@ -59,19 +59,33 @@ def _evaluate(cloudwatch: Any, alarm: dict[str, Any], now: datetime) -> tuple[st
     return "OK", f"Threshold not crossed: [{shown}] vs {threshold:g}", values
 
 
+def eventbridge_event(
+    source: str, detail_type: str, at: datetime, detail: dict[str, Any], resources: list[str], event_id: str
+) -> dict[str, Any]:
+    """An event as EventBridge delivers it to a Lambda target: the envelope around `detail`."""
+    return {
+        "version": "0",
+        "id": event_id,
+        "detail-type": detail_type,
+        "source": source,
+        "account": ACCOUNT,
+        "time": at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "region": REGION,
+        "resources": resources,
+        "detail": detail,
+    }
+
+
 def alarm_event(alarm: dict[str, Any], state: str, previous: str, reason: str, now: datetime) -> dict[str, Any]:
     """The EventBridge event AWS sends for an alarm state change (shape as documented)."""
     stamp = now.strftime("%Y-%m-%dT%H:%M:%S.000+0000")
-    return {
-        "version": "0",
-        "id": str(uuid.uuid4()),
-        "detail-type": "CloudWatch Alarm State Change",
-        "source": "aws.cloudwatch",
-        "account": ACCOUNT,
-        "time": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "region": REGION,
-        "resources": [alarm["AlarmArn"]],
-        "detail": {
+    return eventbridge_event(
+        "aws.cloudwatch",
+        "CloudWatch Alarm State Change",
+        now,
+        resources=[alarm["AlarmArn"]],
+        event_id=str(uuid.uuid4()),
+        detail={
             "alarmName": alarm["AlarmName"],
             "state": {"value": state, "reason": reason, "timestamp": stamp},
             "previousState": {"value": previous, "reason": "", "timestamp": stamp},
@@ -93,7 +107,7 @@ def alarm_event(alarm: dict[str, Any], state: str, previous: str, reason: str, n
                 ]
             },
         },
-    }
+    )
 
 
 class AlarmEvaluator:

@@ -10,28 +10,15 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-ACCOUNT, REGION = "123456789012", "us-east-1"
+from rehearsal.alarms import ACCOUNT, REGION, eventbridge_event
+
 BLOCK_RESERVATION = "cr-0b10c4e5d6f7a8b90"  # the demo's Capacity Block (a capacity reservation id)
 # EC2 warns 40 minutes before a Capacity Block ends; its instances start terminating 30 minutes before.
 BLOCK_WARNING_BEFORE_END = timedelta(minutes=40)
 
 
-def _stamp(at: datetime) -> str:
-    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _ec2_event(detail_type: str, at: datetime, resource: str, detail: dict[str, Any], tag: str) -> dict[str, Any]:
-    return {
-        "version": "0",
-        "id": f"{tag}-{at:%H%M}",
-        "detail-type": detail_type,
-        "source": "aws.ec2",
-        "account": ACCOUNT,
-        "time": _stamp(at),
-        "region": REGION,
-        "resources": [resource],
-        "detail": detail,
-    }
+    return eventbridge_event("aws.ec2", detail_type, at, detail, [resource], f"{tag}-{at:%H%M}")
 
 
 def spot_interruption_warning(instance_id: str, at: datetime) -> dict[str, Any]:
@@ -50,7 +37,7 @@ def capacity_block_expiration_warning(at: datetime) -> dict[str, Any]:
         "Capacity Block Reservation Expiration Warning",
         at,
         f"arn:aws:ec2:{REGION}:{ACCOUNT}:capacity-reservation/{BLOCK_RESERVATION}",
-        {"capacity-reservation-id": BLOCK_RESERVATION, "end-date": _stamp(end)},
+        {"capacity-reservation-id": BLOCK_RESERVATION, "end-date": end.strftime("%Y-%m-%dT%H:%M:%SZ")},
         "block-expiring",
     )
 

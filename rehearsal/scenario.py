@@ -37,7 +37,7 @@ from gpufleet_node.nvml import SimulatedBackend
 from gpufleet_node.publisher import Publisher, simulate
 from gpufleet_node.sender import Sender
 from rehearsal import fleet, lifecycle
-from rehearsal.alarms import AlarmEvaluator
+from rehearsal.alarms import AlarmEvaluator, eventbridge_event
 from rehearsal.slack import Received, SlackReceiver, describe
 
 START = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)  # a Monday
@@ -430,24 +430,17 @@ class Rehearsal:
             self.say(minute, f"[emulated EC2] spot capacity is back: {len(arrived)} held train-spot instance(s) launch")
 
     def _launch_event(self, activity: str, at: datetime) -> dict[str, Any]:
-        return {
-            "version": "0",
-            "id": f"launch-{activity[:8]}",
-            "detail-type": "EC2 Instance Launch Unsuccessful",
-            "source": "aws.autoscaling",
-            "account": "123456789012",
-            "time": at.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "region": "us-east-1",
-            "resources": [],
-            "detail": {
-                "StatusCode": "Failed",
-                "AutoScalingGroupName": TRAIN.name,
-                "ActivityId": activity,
-                "StatusMessage": SPOT_FULL,
-                "StartTime": at.isoformat(),
-                "Details": {"Availability Zone": "us-east-1a"},
-            },
+        detail = {
+            "StatusCode": "Failed",
+            "AutoScalingGroupName": TRAIN.name,
+            "ActivityId": activity,
+            "StatusMessage": SPOT_FULL,
+            "StartTime": at.isoformat(),
+            "Details": {"Availability Zone": "us-east-1a"},
         }
+        return eventbridge_event(
+            "aws.autoscaling", "EC2 Instance Launch Unsuccessful", at, detail, [], f"launch-{activity[:8]}"
+        )
 
     def run_spot_watch(self, minute: int) -> None:
         now = START + timedelta(minutes=minute, seconds=45)

@@ -423,13 +423,24 @@ def _add_replay(sub: Any) -> None:
     p.set_defaults(func=_cmd_replay)
 
 
-def _add_invoke_options(p: argparse.ArgumentParser) -> None:
+TEMPLATE_HELP = "the SAM template (default: template.yaml here or above)"
+
+
+def _add_account_options(p: argparse.ArgumentParser, *, table: bool = False, changes: str | None = None) -> None:
+    """Where a command talks to: --endpoint (moto), the state --table, and for commands that change AWS
+    the --aws that says real AWS is meant (`changes` says what would change)."""
     p.add_argument("--endpoint", help="AWS endpoint URL, e.g. http://127.0.0.1:5000 for moto server")
+    if table:
+        p.add_argument("--table", help=f"state table name (default ${defaults.ENV_STATE_TABLE} or {DEFAULT_TABLE})")
+    if changes:
+        p.add_argument("--aws", action="store_true", help=f"without --endpoint: yes, {changes} in real AWS")
+
+
+def _add_invoke_options(p: argparse.ArgumentParser) -> None:
+    _add_account_options(p, table=True, changes="run the function")
     p.add_argument("--policy", help="fleet policy file (instead of the SSM parameter)")
-    p.add_argument("--table", help=f"state table name (default ${defaults.ENV_STATE_TABLE} or {DEFAULT_TABLE})")
     p.add_argument("--dry-run", action="store_true", help="decide and record, change nothing")
     p.add_argument("--functions-dir", help="where functions/<name>/app.py live")
-    p.add_argument("--aws", action="store_true", help="without --endpoint: yes, run against real AWS")
 
 
 def _add_local(sub: Any) -> None:
@@ -437,14 +448,14 @@ def _add_local(sub: Any) -> None:
     local = p.add_subparsers(dest="local_command", required=True)
     p = local.add_parser("send", help="deliver an event to the functions whose template rules match it")
     p.add_argument("event", help="event JSON file")
-    p.add_argument("--template", help="the SAM template (default: template.yaml here or above)")
+    p.add_argument("--template", help=TEMPLATE_HELP)
     p.add_argument("--param", action="append", metavar="NAME=VALUE", help="a template parameter (repeatable)")
     _add_invoke_options(p)
     p.set_defaults(func=_cmd_local_send)
     p = local.add_parser("up", help="moto server + the template's table, queues, topic, policy; prints exports")
     p.add_argument("--port", type=int, default=0, help="moto server's port (default: a free one)")
     p.add_argument("--example", action="store_true", help="also a tagged training ASG, its alarms and a policy")
-    p.add_argument("--template", help="the SAM template (default: template.yaml here or above)")
+    p.add_argument("--template", help=TEMPLATE_HELP)
     p.add_argument("--dir", default=".gpufleet-local", help="where the server's pid, log and policy go")
     p.set_defaults(func=_cmd_local_up)
     p = local.add_parser("down", help="stop the local stack's moto server")
@@ -463,14 +474,11 @@ def _add_silences(sub: Any) -> None:
     p.add_argument("--reason", default="silenced from the CLI")
     p.add_argument("--by", help="who (default $USER)")
     p.add_argument("--expire", metavar="ID", help="end the silence with this id now")
-    p.add_argument("--endpoint", help="AWS endpoint URL (moto server)")
-    p.add_argument("--aws", action="store_true", help="without --endpoint: yes, write the silence to real AWS")
-    p.add_argument("--table", help="state table name")
+    _add_account_options(p, table=True, changes="write the silence")
     p.set_defaults(func=_cmd_silence)
 
     p = sub.add_parser("silences", help="list active silences")
-    p.add_argument("--endpoint", help="AWS endpoint URL (moto server)")
-    p.add_argument("--table", help="state table name")
+    _add_account_options(p, table=True)
     p.set_defaults(func=_cmd_silences)
 
 
@@ -498,14 +506,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--low", type=float, default=20, help="scale in below this GPU utilization (percent)")
     p.add_argument("--memory-high", type=float, help="also scale out above this GPU memory use (percent)")
     p.add_argument("--apply", action="store_true", help="put them (PutMetricAlarm) instead of printing")
-    p.add_argument("--endpoint", help="AWS endpoint URL (moto server)")
-    p.add_argument("--aws", action="store_true", help="with --apply and no --endpoint: yes, real AWS")
+    _add_account_options(p, changes="put them (with --apply)")
     p.set_defaults(func=_cmd_alarms)
 
     p = sub.add_parser("explain", help="print a group's recent decisions and their reasons")
     p.add_argument("group", help="asg:NAME, eks:CLUSTER/NODEGROUP, a bare ASG name, or 'unresolved'")
-    p.add_argument("--endpoint", help="AWS endpoint URL (moto server)")
-    p.add_argument("--table", help="state table name")
+    _add_account_options(p, table=True)
     p.add_argument("--limit", type=int, default=20)
     p.set_defaults(func=_cmd_explain)
 
@@ -513,7 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
         "doctor", help="check a policy against an account (read-only): groups, tags, bounds, alarms, routes"
     )
     p.add_argument("--policy", required=True, help="the fleet policy file")
-    p.add_argument("--endpoint", help="AWS endpoint URL, e.g. http://127.0.0.1:5000 for moto server")
+    _add_account_options(p)
     p.add_argument("--slack-secret", help=f"Slack secret ARN (default ${defaults.ENV_SLACK_SECRET})")
     p.add_argument("--topic", help=f"SNS topic ARN (default ${defaults.ENV_NOTIFY_TOPIC_ARN})")
     p.set_defaults(func=_cmd_doctor)

@@ -8,6 +8,7 @@ Lambda layer).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,24 +23,33 @@ class EventRule:
     pattern: dict[str, Any]
 
 
-def _resolve(node: Any, parameters: dict[str, str]) -> Any:
-    """`{"Ref": "Param"}` -> the parameter's value; everything else as it is."""
+def resolve(node: Any, refs: Mapping[str, str], arns: Mapping[str, str] | None = None) -> Any:
+    """`{"Ref": X}` -> refs[X] and `{"Fn::GetAtt": [X, "Arn"]}` -> arns[X], at any depth; what is not
+    known stays as it is."""
     if isinstance(node, dict):
-        if set(node) == {"Ref"} and node["Ref"] in parameters:
-            return parameters[node["Ref"]]
-        return {k: _resolve(v, parameters) for k, v in node.items()}
+        if set(node) == {"Ref"} and node["Ref"] in refs:
+            return refs[node["Ref"]]
+        if set(node) == {"Fn::GetAtt"} and node["Fn::GetAtt"][1] == "Arn" and node["Fn::GetAtt"][0] in (arns or {}):
+            return (arns or {})[node["Fn::GetAtt"][0]]
+        return {k: resolve(v, refs, arns) for k, v in node.items()}
     if isinstance(node, list):
-        return [_resolve(v, parameters) for v in node]
+        return [resolve(v, refs, arns) for v in node]
     return node
+
+
+def load_template(template: Path, overrides: Mapping[str, str] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+    """The template (intrinsic functions as `{"Ref": ...}` mappings) and its parameters: defaults, then
+    `overrides`."""
+    from samtranslator.yaml_helper import yaml_parse
+
+    doc: dict[str, Any] = yaml_parse(template.read_text())
+    parameters = {name: str(p.get("Default", "")) for name, p in doc.get("Parameters", {}).items()}
+    return doc, {**parameters, **(overrides or {})}
 
 
 def template_rules(template: Path, overrides: dict[str, str] | None = None) -> list[EventRule]:
     """Every EventBridge rule of every function in the template, parameters resolved."""
-    from samtranslator.yaml_helper import yaml_parse
-
-    doc = yaml_parse(template.read_text())
-    parameters = {name: str(p.get("Default", "")) for name, p in doc.get("Parameters", {}).items()}
-    parameters.update(overrides or {})
+    doc, parameters = load_template(template, overrides)
     rules = []
     for resource in doc.get("Resources", {}).values():
         if resource.get("Type") != "AWS::Serverless::Function":
@@ -48,7 +58,7 @@ def template_rules(template: Path, overrides: dict[str, str] | None = None) -> l
         function = Path(str(props.get("CodeUri", ""))).name
         for name, source in props.get("Events", {}).items():
             if source.get("Type") in ("EventBridgeRule", "CloudWatchEvent"):
-                pattern = _resolve(source.get("Properties", {}).get("Pattern", {}), parameters)
+                pattern = resolve(source.get("Properties", {}).get("Pattern", {}), parameters)
                 rules.append(EventRule(function=function, name=name, pattern=pattern))
     return rules
 
@@ -109,9 +119,7 @@ _WHAT = {  # resource type -> what it is for a reader deciding to deploy
 
 def stack_resources(template: Path) -> list[str]:
     """The README's 'what the stack creates' table, counted from the template (a test keeps them equal)."""
-    from samtranslator.yaml_helper import yaml_parse
-
-    resources = yaml_parse(template.read_text()).get("Resources", {})
+    resources = load_template(template)[0].get("Resources", {})
     found: dict[str, list[str]] = {}
     for name, r in resources.items():
         label = f"{name} (if {r['Condition']})" if "Condition" in r else name

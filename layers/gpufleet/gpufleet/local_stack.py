@@ -10,6 +10,7 @@ Local tooling (moto and the SAM translator's YAML reader are dev dependencies, n
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import signal
@@ -25,6 +26,7 @@ import boto3
 
 from gpufleet.domain import defaults
 from gpufleet.domain.models import GroupKind, GroupRef
+from gpufleet.local import load_template, resolve
 from gpufleet.scaling.alarm_specs import put_metric_alarm_args, scaling_alarms
 
 REGION = "us-east-1"
@@ -117,46 +119,33 @@ def _make(logical: str, resource: dict[str, Any], endpoint: str) -> dict[str, st
     return None
 
 
-def _resolve(node: Any, made: dict[str, dict[str, str]], params: dict[str, str]) -> str | None:
-    if isinstance(node, str | int | float):
-        return str(node)
-    if isinstance(node, dict) and "Ref" in node:
-        ref = node["Ref"]
-        return made[ref]["ref"] if ref in made else params.get(ref)
-    if isinstance(node, dict) and "Fn::GetAtt" in node:
-        target, attribute = node["Fn::GetAtt"]
-        return made.get(target, {}).get(attribute.lower())
-    return None
-
-
 def create_stack(template: Path, endpoint: str) -> dict[str, str]:
     """The template's data resources in moto, and the functions' environment (Globals and every
     function's variables, references resolved); an empty value (an unset parameter) is left out."""
-    from samtranslator.yaml_helper import yaml_parse
-
-    doc = yaml_parse(template.read_text())
-    params = {k: str(p.get("Default", "")) for k, p in doc.get("Parameters", {}).items()}
+    doc, params = load_template(template)
     resources: dict[str, Any] = doc.get("Resources", {})
     made = {n: m for n, r in resources.items() if (m := _make(n, r, endpoint)) is not None}
+    refs = {**params, **{n: m["ref"] for n, m in made.items()}}
+    arns = {n: m["arn"] for n, m in made.items()}
     for n, r in resources.items():  # redrive policies name queues made above
         redrive = r.get("Properties", {}).get("RedrivePolicy")
         if r["Type"] == "AWS::SQS::Queue" and redrive:
-            target = _resolve(redrive["deadLetterTargetArn"], made, params)
-            body = f'{{"deadLetterTargetArn": "{target}", "maxReceiveCount": "{redrive["maxReceiveCount"]}"}}'
+            body = json.dumps(resolve(redrive, refs, arns))
             _client("sqs", endpoint).set_queue_attributes(QueueUrl=made[n]["ref"], Attributes={"RedrivePolicy": body})
     for r in resources.values():
         if r["Type"] == "AWS::SSM::Parameter":
-            props = r["Properties"]
-            name = _resolve(props["Name"], made, params)
-            _client("ssm", endpoint).put_parameter(Name=name, Value=props["Value"], Type="String", Overwrite=True)
+            props = resolve(r["Properties"], refs)
+            _client("ssm", endpoint).put_parameter(
+                Name=props["Name"], Value=props["Value"], Type="String", Overwrite=True
+            )
     env: dict[str, str] = {}
     blocks = [doc.get("Globals", {}).get("Function", {})]
     blocks += [r["Properties"] for r in resources.values() if r["Type"] == "AWS::Serverless::Function"]
     for block in blocks:
         for key, node in block.get("Environment", {}).get("Variables", {}).items():
-            value = _resolve(node, made, params)
-            if value and key != "POWERTOOLS_SERVICE_NAME":
-                env[key] = value
+            value = resolve(node, refs, arns)
+            if isinstance(value, str | int | float) and str(value) and key != "POWERTOOLS_SERVICE_NAME":
+                env[key] = str(value)
     return env
 
 

@@ -52,7 +52,8 @@ def _parse_cached(text: str, source: str) -> FleetPolicy:
 class LastGoodPolicy:
     """The deployed policy with a fallback: each new text that parses is kept in the state table (by the
     controllers, `writes`); an invalid one is replaced by the last kept, logged, and (where `tell` is given)
-    told as CRITICAL once per bad text per container. Nothing kept yet: the error stands, as before."""
+    told as CRITICAL - once per bad text per container, which then keeps its fallback instead of reading
+    the table on every call. Nothing kept yet: the error stands, as before."""
 
     store: PolicyStore
     logger: Logger
@@ -60,30 +61,37 @@ class LastGoodPolicy:
     writes: bool
     tell: Callable[[list[Notification]], object] | None = None
     _saved: set[str] = field(default_factory=set)
-    _told: set[str] = field(default_factory=set)
+    _fallbacks: dict[str, FleetPolicy] = field(default_factory=dict)  # by the bad text's digest
 
     def parse(self, text: str, source: str) -> FleetPolicy:
-        bad_digest = digest(text)
+        text_digest = digest(text)
+        if text_digest in self._fallbacks:
+            return self._fallbacks[text_digest]
         try:
             policy = _parse_cached(text, source)
         except PolicyError as bad:
-            last = self.store.load()
-            if last is None:
-                raise
-            if bad_digest not in self._told:
-                self._told.add(bad_digest)
-                self.logger.error(
-                    "invalid fleet policy: running on the last good one",
-                    extra={"source": source, "problems": bad.problems[:5], "last_good_saved_at": last.saved_at},
-                )
-                if self.tell is not None:
-                    now = datetime.now(UTC)
-                    self.tell([invalid_policy_note(bad.problems, source, last.saved_at, bad_digest, now, self.service)])
-            return _parse_cached(last.text, f"{last.source} (last good, saved {last.saved_at})")
-        if self.writes and bad_digest not in self._saved:
+            return self._fall_back(bad, text_digest, source)
+        self._fallbacks.clear()  # a good text again: a later bad one falls back to it
+        if self.writes and text_digest not in self._saved:
             self.store.save(text, source, datetime.now(UTC))
-            self._saved.add(bad_digest)
+            self._saved.add(text_digest)
         return policy
+
+    def _fall_back(self, bad: PolicyError, text_digest: str, source: str) -> FleetPolicy:
+        last = self.store.load()
+        if last is None:
+            raise bad
+        self.logger.error(
+            "invalid fleet policy: running on the last good one",
+            extra={"source": source, "problems": bad.problems[:5], "last_good_saved_at": last.saved_at},
+        )
+        if self.tell is not None:
+            now = datetime.now(UTC)
+            self.tell([invalid_policy_note(bad.problems, source, last.saved_at, text_digest, now, self.service)])
+        fallback = self._fallbacks[text_digest] = _parse_cached(
+            last.text, f"{last.source} (last good, saved {last.saved_at})"
+        )
+        return fallback
 
 
 def policy_loader(settings: Settings, last_good: LastGoodPolicy | None = None) -> Callable[[], FleetPolicy]:
@@ -149,12 +157,16 @@ def _control_context(
     policy, whose 2 s and narrow role leave no room for it: an invalid policy fails it, and Auto Scaling
     asks again)."""
     state = StateStore(clients.dynamodb, table)
-    last_good = LastGoodPolicy(
-        PolicyStore(clients.dynamodb, table),
-        logger,
-        logger.service,
-        writes=True,
-        tell=lambda notes: enqueue_or_log(queue, notes, logger, emf),
+    last_good = (
+        LastGoodPolicy(
+            PolicyStore(clients.dynamodb, table),
+            logger,
+            logger.service,
+            writes=True,
+            tell=lambda notes: enqueue_or_log(queue, notes, logger, emf),
+        )
+        if keeps_policy
+        else None
     )
     actuator = FleetActuator(clients.autoscaling, clients.eks)
     return ControlContext(
@@ -162,7 +174,7 @@ def _control_context(
         state=state,
         docs=DocStore(clients.dynamodb, table),
         executor=Executor(actuator, state, AuditLog(clients.dynamodb, table), logger, emf, queue, region),
-        load_policy=policy_loader(settings, last_good if keeps_policy else None),
+        load_policy=policy_loader(settings, last_good),
         logger=logger,
         emf=emf,
         region=region,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,13 @@ class AlarmReader:
         resp = self.cloudwatch.describe_alarms(AlarmNames=[name], AlarmTypes=["MetricAlarm", "CompositeAlarm"])
         found = [*resp.get("MetricAlarms", []), *resp.get("CompositeAlarms", [])]
         return dict(found[0]) if found else None
+
+    def every_alarm(self) -> Iterator[tuple[dict[str, Any], bool]]:
+        """Every metric and composite alarm in the region (DescribeAlarms, all pages), with `composite`."""
+        paginator = self.cloudwatch.get_paginator("describe_alarms")
+        for page in paginator.paginate(AlarmTypes=["MetricAlarm", "CompositeAlarm"]):
+            yield from ((dict(a), False) for a in page.get("MetricAlarms", []))
+            yield from ((dict(a), True) for a in page.get("CompositeAlarms", []))
 
     def firing(self, prefix: str) -> list[dict[str, Any]]:
         """Metric alarms whose name starts with `prefix` and that are in ALARM now."""

@@ -197,6 +197,14 @@ class FleetReader:
                     nodegroups[(g.cluster, g.name)] = found
         return [_asg_observation(a) for a in asgs.values()] + self._nodegroup_observations(nodegroups.values())
 
+    def scaling_policies(self) -> dict[str, tuple[str, ...]]:
+        """The region's native scaling policies' names, by ASG (DescribePolicies, all pages)."""
+        found: dict[str, list[str]] = {}
+        for page in self.autoscaling.get_paginator("describe_policies").paginate():
+            for p in page.get("ScalingPolicies", []):
+                found.setdefault(p["AutoScalingGroupName"], []).append(p["PolicyName"])
+        return {k: tuple(v) for k, v in found.items()}
+
     def recent_activities(self, asg_name: str, limit: int = 5) -> list[str]:
         """What Auto Scaling says changed the group lately (each activity's Cause, newest first)."""
         page = self.autoscaling.describe_scaling_activities(AutoScalingGroupName=asg_name, MaxRecords=limit)

@@ -18,6 +18,7 @@ from gpufleet.aws.documents import SPOT_SK
 from gpufleet.capacity.classify import FailureSource, LaunchFailure, describe_failure
 from gpufleet.capacity.core import FallbackPlan, SpotState, fallback_change, fold_failures, owed_after, plan_fallback
 from gpufleet.capacity.notes import spot_notes
+from gpufleet.capacity.reservations import ReservationWatch
 from gpufleet.capacity.warnings import CapacityWarnings
 from gpufleet.domain.models import CapacityType, Decision, GroupKind, GroupObservation, GroupRef
 from gpufleet.domain.policy import FleetPolicy
@@ -57,8 +58,9 @@ class SpotWatch:
 
     @cached_property
     def warnings(self) -> CapacityWarnings:
-        """One per container: it remembers which reservation ends it has told."""
-        return CapacityWarnings(self.ctx, self.scaler, self.activities)
+        """One per container: its reservation watch remembers which reservation ends it has told."""
+        reservations = ReservationWatch(self.ctx, self.scaler, self.activities)
+        return CapacityWarnings(self.ctx, self.scaler, self.activities, reservations)
 
     def handle(self, event: Any, now: datetime) -> dict[str, Any]:
         """Raises InvalidEvent (UnsupportedEvent for an alarm, say) before anything is read or changed."""
@@ -70,7 +72,7 @@ class SpotWatch:
             elif isinstance(e, InstanceWarning):
                 results.append(self.warnings.on_instance(e, now))
             elif isinstance(e, CapacityBlockEvent):
-                results.append(self.warnings.on_capacity_block(e, now))
+                results.append(self.warnings.reservations.on_capacity_block(e, now))
             else:
                 results.append(self.sweep(now, e.event_id))
         return {"results": results}

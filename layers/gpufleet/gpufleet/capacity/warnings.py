@@ -1,23 +1,22 @@
 """spot_watch's glue for capacity going away: a spot interruption warning or rebalance recommendation for
 a node of a managed group (tell its capacity incident what runs there; per policy launch its replacement
-now and give it back once the node is gone), and Capacity Blocks delivered or ending (name the managed
-groups and nodes launched into the reservation, busy or idle). Rules: `scaling.core.decide_replacement`,
-`capacity.notes`."""
+now and give it back once the node is gone); Capacity Blocks are `capacity.reservations`. Rules:
+`scaling.core.decide_replacement`, `capacity.notes`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from gpufleet.aws.activities import LaunchActivityReader
 from gpufleet.aws.fleet import owning_group
-from gpufleet.capacity.notes import capacity_block_note, handback_note, warning_note
+from gpufleet.capacity.notes import handback_note, warning_note
 from gpufleet.capacity.policy import WarningAction
-from gpufleet.domain import defaults
+from gpufleet.capacity.reservations import ReservationWatch
 from gpufleet.domain.models import Decision, Direction, GroupKind, GroupObservation, GroupRef, GroupState
-from gpufleet.domain.policy import FleetPolicy
-from gpufleet.events.model import CapacityBlockEvent, EventKind, InstanceWarning
+from gpufleet.domain.policy import FleetPolicy, GroupSettings
+from gpufleet.events.model import EventKind, InstanceWarning
 from gpufleet.scaling.core import INTERRUPTED, decide_replacement
 from gpufleet.scaling.execution import ControlContext
 from gpufleet.scaling.service import Scaler, with_instance_metrics
@@ -28,13 +27,14 @@ class CapacityWarnings:
     ctx: ControlContext
     scaler: Scaler
     activities: LaunchActivityReader
-    _told_ends: set[tuple[str, datetime]] = field(default_factory=set)
+    reservations: ReservationWatch
 
     def on_instance(self, warning: InstanceWarning, now: datetime) -> dict[str, Any]:
         policy = self.ctx.load_policy()
-        obs = self._managed_group_of(warning.instance_id, policy)
-        if obs is None:
+        found = self._managed_group_of(warning.instance_id, policy)
+        if found is None:
             return {"event_id": warning.event_id, "ignored": f"{warning.instance_id} is not in a managed group"}
+        obs, settings = found
         iid, key = warning.instance_id, obs.ref.key
         gpu = self.scaler.metrics.instance_gpu([iid], now, policy.metric_lookback_s).get(iid, (None, None))
         interruptions = policy.spot.interruptions
@@ -44,7 +44,7 @@ class CapacityWarnings:
         acted: Decision | None = None
         replacement = f"none (policy: {wanted}); Auto Scaling replaces it after it goes"
         if wanted is WarningAction.PRELAUNCH:
-            acted, replacement = self._prelaunch(obs, warning, policy, now)
+            acted, replacement = self._prelaunch(obs, settings, warning, policy, now)
         notes = [warning_note(obs, warning, gpu, replacement, region=self.ctx.region)]
         self.ctx.executor.record([acted] if acted else [], policy, extra=notes, tell=False)
         return {
@@ -57,25 +57,29 @@ class CapacityWarnings:
             else replacement,
         }
 
-    def _managed_group_of(self, instance_id: str, policy: FleetPolicy) -> GroupObservation | None:
+    def _managed_group_of(self, instance_id: str, policy: FleetPolicy) -> tuple[GroupObservation, GroupSettings] | None:
         asg = self.ctx.fleet.asg_of_instance(instance_id)
         backing = self.ctx.fleet.observe_one(GroupRef(kind=GroupKind.ASG, name=asg)) if asg else None
         if backing is None:
             return None
         owner = owning_group(backing)
         obs = backing if owner == backing.ref else self.ctx.fleet.observe_one(owner)
-        return obs if obs is not None and policy.settings_for(obs.ref, obs.tags) is not None else None
+        settings = policy.settings_for(obs.ref, obs.tags) if obs is not None else None
+        return (obs, settings) if obs is not None and settings is not None else None
 
     def _prelaunch(
-        self, obs: GroupObservation, warning: InstanceWarning, policy: FleetPolicy, now: datetime
+        self,
+        obs: GroupObservation,
+        settings: GroupSettings,
+        warning: InstanceWarning,
+        policy: FleetPolicy,
+        now: datetime,
     ) -> tuple[Decision | None, str]:
         """One replacement per node, whatever number of warnings arrive for it (the ledger remembers)."""
         key, iid = obs.ref.key, warning.instance_id
         state = self.ctx.states([obs], policy)[key]
         if state.owed.get(f"{INTERRUPTED}{iid}", 0) > 0:
             return None, "already launched for an earlier warning"
-        settings = policy.settings_for(obs.ref, obs.tags)
-        assert settings is not None
         why = f"{warning.kind} for {iid}"
         decision = decide_replacement(
             obs,
@@ -105,7 +109,7 @@ class CapacityWarnings:
         except Exception:
             self.ctx.logger.exception("hand-back of early replacements failed")
         try:
-            out["reservations_ending"] = self.check_reservation_ends(managed, policy, now, event_id)
+            out["reservations_ending"] = self.reservations.check_ends(managed, policy, now, event_id)
         except Exception:
             self.ctx.logger.exception("checking reservation end dates failed")
         return out
@@ -165,59 +169,3 @@ class CapacityWarnings:
             [acted], policy, extra=[handback_note(obs, acted, iid, region=self.ctx.region)], tell=False
         )
         return acted
-
-    def on_capacity_block(self, block: CapacityBlockEvent, now: datetime) -> dict[str, Any]:
-        """The managed groups whose launch template targets the reservation, their nodes and GPUs."""
-        policy = self.ctx.load_policy()
-        groups = self._launching_into([obs for obs, _ in self.ctx.managed(policy)]).get(block.reservation_id, [])
-        if not groups:
-            return {"event_id": block.event_id, "ignored": f"no managed group launches into {block.reservation_id}"}
-        return self._tell_block(block, groups, policy, now)
-
-    def check_reservation_ends(
-        self, groups: list[GroupObservation], policy: FleetPolicy, now: datetime, event_id: str
-    ) -> list[dict[str, Any]]:
-        """The sweep's own look at the reservations managed groups launch into (one
-        DescribeCapacityReservations): one ending within RESERVATION_END_WARNING_S is told as EC2's warning
-        would be - earlier, and even when that event is lost. Told once per container (the notification id
-        is the event's, so the two fold into one)."""
-        into = self._launching_into(groups)
-        if not into:
-            return []
-        horizon = timedelta(seconds=defaults.RESERVATION_END_WARNING_S)
-        out = []
-        for rid, end in self.activities.reservation_ends(sorted(into)).items():
-            if not now < end <= now + horizon or (rid, end) in self._told_ends:
-                continue
-            self._told_ends.add((rid, end))
-            block = CapacityBlockEvent(
-                event_id=f"{event_id}/{rid}", reservation_id=rid, phase="expiring", end=end, at=now
-            )
-            out.append(self._tell_block(block, into[rid], policy, now))
-        return out
-
-    def _launching_into(self, groups: list[GroupObservation]) -> dict[str, list[GroupObservation]]:
-        """Managed groups by the reservation their launch template targets (templates read once each)."""
-        into: dict[str, list[GroupObservation]] = {}
-        for obs in groups:
-            rid = self.activities.reservation_of(obs.launch_template) if obs.launch_template else None
-            if rid:
-                into.setdefault(rid, []).append(obs)
-        return into
-
-    def _tell_block(
-        self, block: CapacityBlockEvent, groups: list[GroupObservation], policy: FleetPolicy, now: datetime
-    ) -> dict[str, Any]:
-        ids = [i.instance_id for obs in groups for i in obs.instances if i.in_service]
-        gpu = self.scaler.metrics.instance_gpu(ids, now, policy.metric_lookback_s) if ids else {}
-        affected = {
-            obs.ref.key: {i.instance_id: gpu.get(i.instance_id, (None, None)) for i in obs.instances if i.in_service}
-            for obs in groups
-        }
-        self.ctx.send([capacity_block_note(block, affected, region=self.ctx.region)])
-        return {
-            "event_id": block.event_id,
-            "reservation": block.reservation_id,
-            "phase": block.phase,
-            "groups": affected,
-        }

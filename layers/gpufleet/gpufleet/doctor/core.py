@@ -190,8 +190,8 @@ def _alarm_event(alarm: AlarmView) -> AlarmEvent:
     )
 
 
-def _reads_our_metrics(alarm: AlarmView) -> bool:
-    return any(m.namespace == schema.NAMESPACE for m in alarm.metrics)
+def reads_gpufleet_metrics(metrics: tuple[MetricRef, ...]) -> bool:
+    return any(m.namespace == schema.NAMESPACE for m in metrics)
 
 
 def _alarms(
@@ -202,7 +202,7 @@ def _alarms(
         prefixed = alarm.name.startswith(policy.alarm_prefix)
         target = resolve_alarm_target(_alarm_event(alarm), alarm.tags, policy)
         if not prefixed:
-            if target.group in managed and _reads_our_metrics(alarm):
+            if target.group in managed and reads_gpufleet_metrics(alarm.metrics):
                 yield Finding(
                     level=Level.WARNING,
                     subject=alarm.name,

@@ -13,10 +13,9 @@ from botocore.exceptions import ClientError
 
 from gpufleet.aws.alarms import AlarmReader
 from gpufleet.aws.fleet import FleetReader
-from gpufleet.doctor.core import AccountView, AlarmView, Presence
+from gpufleet.doctor.core import AccountView, AlarmView, Presence, reads_gpufleet_metrics
 from gpufleet.domain.policy import FleetPolicy
 from gpufleet.events.alarms import described_metrics
-from gpufleet_node import schema
 
 _NOT_FOUND = ("ResourceNotFoundException", "NotFound", "NotFoundException")
 
@@ -31,7 +30,7 @@ class AccountReader:
     def read(self, policy: FleetPolicy, slack_secret_arn: str | None, topic_arn: str | None) -> AccountView:
         return AccountView(
             groups=tuple(self.fleet.every_group()),
-            scaling_policies=self._scaling_policies(),
+            scaling_policies=self.fleet.scaling_policies(),
             alarms=tuple(self._alarms(policy)),
             slack_secret=self._presence(
                 lambda: self.secrets.describe_secret(SecretId=slack_secret_arn), slack_secret_arn
@@ -39,27 +38,15 @@ class AccountReader:
             topic=self._presence(lambda: self.sns.get_topic_attributes(TopicArn=topic_arn), topic_arn),
         )
 
-    def _scaling_policies(self) -> dict[str, tuple[str, ...]]:
-        found: dict[str, list[str]] = {}
-        for page in self.fleet.autoscaling.get_paginator("describe_policies").paginate():
-            for p in page.get("ScalingPolicies", []):
-                found.setdefault(p["AutoScalingGroupName"], []).append(p["PolicyName"])
-        return {k: tuple(v) for k, v in found.items()}
-
     def _alarms(self, policy: FleetPolicy) -> list[AlarmView]:
         out = []
-        paginator = self.alarms.cloudwatch.get_paginator("describe_alarms")
-        for page in paginator.paginate(AlarmTypes=["MetricAlarm", "CompositeAlarm"]):
-            for raw, composite in [(a, False) for a in page.get("MetricAlarms", [])] + [
-                (a, True) for a in page.get("CompositeAlarms", [])
-            ]:
-                alarm: dict[str, Any] = dict(raw)
-                metrics = described_metrics(alarm)
-                ours = alarm["AlarmName"].startswith(policy.alarm_prefix)
-                if not ours and not any(m.namespace == schema.NAMESPACE for m in metrics):
-                    continue  # neither named for gpufleet nor reading its metrics: not doctor's business
-                tags = self.alarms.tags(alarm.get("AlarmArn"))
-                out.append(AlarmView(name=alarm["AlarmName"], tags=tags, metrics=metrics, composite=composite))
+        for alarm, composite in self.alarms.every_alarm():
+            metrics = described_metrics(alarm)
+            ours = alarm["AlarmName"].startswith(policy.alarm_prefix)
+            if not ours and not reads_gpufleet_metrics(metrics):
+                continue  # neither named for gpufleet nor reading its metrics: not doctor's business
+            tags = self.alarms.tags(alarm.get("AlarmArn"))
+            out.append(AlarmView(name=alarm["AlarmName"], tags=tags, metrics=metrics, composite=composite))
         return out
 
     @staticmethod

@@ -183,10 +183,14 @@ class _Ctx:
         capped = " (capped at max)" if target == b.max else ""
         return self.decision(Action.SCALE_OUT, trigger, f"{why}: scale out {current} -> {target}{step}{capped}", target)
 
+    @property
+    def low_water(self) -> int:
+        """No scale-in goes below this: min, or an open window's desired."""
+        return max(self.bounds.min, self.bounds.floor or 0)
+
     def scale_in_by(self, count: int, trigger: Trigger, why: str) -> Decision:
         """Remove up to `count` idle instances, never below min or an open window's desired."""
-        b, current = self.bounds, self.obs.desired
-        low_water = max(b.min, b.floor or 0)
+        b, current, low_water = self.bounds, self.obs.desired, self.low_water
         if current <= low_water:
             what = f"schedule '{b.window}' desired {b.floor}" if b.floor and b.floor > b.min else f"min {b.min}"
             return self.decision(Action.HOLD, trigger, f"{why}, but already at {what}")
@@ -448,7 +452,7 @@ def decide_replacement(
         target = obs.desired + 1
         reason = f"{why}: launch its replacement now, {obs.desired} -> {target}"
         return ctx.decision(Action.SCALE_OUT, trigger, reason, target, **owed)
-    low_water = max(ctx.bounds.min, ctx.bounds.floor or 0)
+    low_water = ctx.low_water
     doomed = next((i for i in obs.instances if i.instance_id == instance_id), None)
     if doomed is not None and doomed.in_service and doomed.healthy:
         return ctx.decision(Action.HOLD, trigger, f"{why}, but {instance_id} is still running")
