@@ -85,7 +85,7 @@ unit: venv
 .PHONY: pytest
 pytest: venv
 	@GPUFLEET_SIDE_SESSION=1 $(BIN)/pytest -q -p no:cacheprovider tests/crash > .pytest-crash.log 2>&1 & crash=$$!; \
-	GPUFLEET_REQUIRE_SAM_BUILD=1 $(BIN)/pytest tests --ignore=tests/crash --durations=12 --cov=gpufleet \
+	GPUFLEET_REQUIRE_SAM_BUILD=1 $(BIN)/pytest tests --ignore=tests/crash --durations=12 --cov=gpufleet --cov=gpufleet_tools \
 	  --cov=gpufleet_node --cov-report=term:skip-covered --cov-report=json:.coverage.json; main=$$?; \
 	wait $$crash; crashed=$$?; echo "--- crash points (tests/crash, its own session) ---"; tail -n 25 .pytest-crash.log; \
 	test $$main -eq 0 -a $$crashed -eq 0

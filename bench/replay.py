@@ -13,13 +13,13 @@ import time
 from pathlib import Path
 
 from gpufleet.domain.policy import FleetPolicy, parse_policy
-from gpufleet.replay.baselines import ClusterAutoscaler, oracle
-from gpufleet.replay.core import GpufleetController
-from gpufleet.replay.model import Placement, ReplayOptions, RunName, Trace
-from gpufleet.replay.policy import Workload, derived_max, recommended_policy
-from gpufleet.replay.report import compare, goals, table
-from gpufleet.replay.service import ALL_EXPERIMENTS, load_trace, plot
-from gpufleet.replay.simulate import Controller, run
+from gpufleet_tools.replay.baselines import ClusterAutoscaler, oracle
+from gpufleet_tools.replay.core import GpufleetController
+from gpufleet_tools.replay.model import Placement, ReplayOptions, RunName, Trace
+from gpufleet_tools.replay.policy import Workload, derived_max, recommended_policy
+from gpufleet_tools.replay.report import compare, goals, table
+from gpufleet_tools.replay.service import ALL_EXPERIMENTS, load_trace, plot
+from gpufleet_tools.replay.simulate import Controller, run
 
 ROOT = Path(__file__).resolve().parents[1]
 DLRM = ROOT.parent / "shared" / "traces" / "alibaba-gpu-v2025-dlrm-instances.csv"

@@ -13,9 +13,9 @@ from typing import Any
 
 import boto3
 
-from gpufleet import local
 from gpufleet.domain import defaults
 from gpufleet_node import schema
+from gpufleet_tools import local
 
 INSTANCE_TYPE = "g5.12xlarge"
 MANAGED_TAG = {defaults.TAG_MANAGED: defaults.TAG_MANAGED_VALUE}

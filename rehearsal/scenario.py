@@ -27,7 +27,6 @@ import boto3
 from aws_lambda_powertools import Logger, Metrics
 
 from gpufleet.aws.metrics import group_dimensions
-from gpufleet.cli import LocalLambdaContext
 from gpufleet.domain import defaults
 from gpufleet.domain.errors import InvalidEvent
 from gpufleet.domain.models import GroupKind, GroupRef
@@ -36,6 +35,7 @@ from gpufleet_node.identity import Identity
 from gpufleet_node.nvml import SimulatedBackend
 from gpufleet_node.publisher import Publisher, simulate
 from gpufleet_node.sender import Sender
+from gpufleet_tools.invoke import LocalLambdaContext
 from rehearsal import fleet, lifecycle
 from rehearsal.alarms import AlarmEvaluator, eventbridge_event
 from rehearsal.slack import Received, SlackReceiver, describe

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.local import rules_matching, template_rules
+from gpufleet_tools.local import rules_matching, template_rules
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = template_rules(ROOT / "template.yaml")

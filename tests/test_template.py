@@ -108,7 +108,7 @@ def test_scaling_calls_are_limited_to_tagged_resources(template: dict[str, Any],
             assert "dynamodb:Scan" not in actions, s["Sid"]
             assert cond["Null"] == {"dynamodb:LeadingKeys": "false"}, s["Sid"]
             keys = cond["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]
-            # POLICY: the last good fleet policy, kept by the controllers (runtime.LastGoodPolicy)
+            # POLICY: the last good fleet policy, kept by the controllers (policy_loading.LastGoodPolicy)
             assert keys and all(k.startswith(("GROUP#", "IDEMPOTENCY#")) or k == "POLICY" for k in keys), s["Sid"]
         else:
             assert all(re.match(r"^\w+:(Describe|List|Get)", a) for a in actions), s["Sid"]
@@ -168,7 +168,7 @@ def test_notification_queue_redrives_to_a_dlq_and_reports_partial_failures(templ
 
 def test_every_function_gets_both_layers(template: dict[str, Any]) -> None:
     """gpufleet imports gpufleet_node.schema: a function without the node layer fails at import."""
-    assert template["Globals"]["Function"]["Layers"] == [{"Ref": "GpufleetLayer"}, {"Ref": "NodeLayer"}]
+    assert template["Globals"]["Function"]["Layers"] == [{"Ref": "GpufleetLayer"}, {"Ref": "SchemaLayer"}]
     functions = [r for r in template["Resources"].values() if r["Type"] == "AWS::Serverless::Function"]
     assert functions and all("Layers" not in f["Properties"] for f in functions)
 
@@ -204,7 +204,7 @@ def test_built_native_code_is_arm64() -> None:
 
 
 def test_the_readme_says_what_the_stack_creates_as_the_template_does() -> None:
-    from gpufleet.local import stack_resources
+    from gpufleet_tools.local import stack_resources
 
     readme = (ROOT / "README.md").read_text()
     block = readme.split("<!-- stack-resources:start -->\n")[1].split("\n<!-- stack-resources:end -->")[0]

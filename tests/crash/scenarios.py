@@ -18,7 +18,6 @@ from aws_lambda_powertools import Logger, Metrics
 
 from gpufleet.aws.audit import AuditLog
 from gpufleet.aws.state import StateStore
-from gpufleet.cli import LocalLambdaContext
 from gpufleet.domain import defaults
 from gpufleet.domain.models import Outcome
 from gpufleet.notify.model import Notification, NotificationKind, Severity, note
@@ -28,6 +27,7 @@ from gpufleet_node.identity import Identity
 from gpufleet_node.nvml import SimulatedBackend
 from gpufleet_node.publisher import Publisher, simulate
 from gpufleet_node.sender import Sender
+from gpufleet_tools.invoke import LocalLambdaContext
 from rehearsal import calls, fleet
 from tests.crash.harness import World
 

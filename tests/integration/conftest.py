@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from aws_lambda_powertools import Logger, Metrics
 
-from gpufleet.cli import LocalLambdaContext
 from gpufleet.domain import defaults
 from gpufleet.runtime import build_scaler
 from gpufleet.scaling.service import Scaler
 from gpufleet_node import schema
+from gpufleet_tools.invoke import LocalLambdaContext
 from rehearsal import fleet
 
 TABLE = "gpufleet-state"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.cli import main
+from gpufleet_tools.cli import main
 from rehearsal import fleet
 from rehearsal.scenario import Rehearsal
 from rehearsal.slack import slack_receiver

@@ -36,7 +36,7 @@ def gpufleet(*args: str, extra_env: dict[str, str] | None = None) -> subprocess.
         **(extra_env or {}),
     }
     return subprocess.run(
-        [sys.executable, "-m", "gpufleet.cli", *args],
+        [sys.executable, "-m", "gpufleet_tools.cli", *args],
         capture_output=True,
         text=True,
         env=env,

@@ -11,10 +11,10 @@ import pytest
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities import parameters
 
-from gpufleet.cli import LocalLambdaContext
 from gpufleet.domain import defaults
 from gpufleet.domain.errors import PolicyError
 from gpufleet.runtime import build_scaler
+from gpufleet_tools.invoke import LocalLambdaContext
 from rehearsal import fleet
 from tests.integration.conftest import POLICY, TABLE, Fleet
 from tests.integration.test_capacity_lifecycle_moto import queued

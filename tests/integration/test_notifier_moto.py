@@ -19,10 +19,10 @@ import boto3
 import pytest
 
 from gpufleet.aws.queue import NotificationQueue
-from gpufleet.cli import LocalLambdaContext
-from gpufleet.cli import main as cli_main
 from gpufleet.domain import defaults
 from gpufleet.notify.model import Notification, Severity
+from gpufleet_tools.cli import main as cli_main
+from gpufleet_tools.invoke import LocalLambdaContext
 from rehearsal import fleet
 from rehearsal.slack import SlackReceiver, slack_receiver
 from tests.conftest import ROOT

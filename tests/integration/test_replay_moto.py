@@ -3,7 +3,6 @@ pod list through the CLI, and (when the shared trace is present) the whole 31-da
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import urllib.request
@@ -13,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from gpufleet.cli import main
 from gpufleet.domain.models import GroupRef
-from gpufleet.replay.service import MAX_POINTS_PER_CALL, history_report
 from gpufleet_node import schema
+from gpufleet_tools.cli import main
+from gpufleet_tools.replay.model import ReplayRequest
+from gpufleet_tools.replay.service import MAX_POINTS_PER_CALL, history_report
 from rehearsal import fleet
 from tests.integration.conftest import count_calls
 
@@ -103,8 +103,8 @@ def test_history_from_cloudwatch_in_batched_day_sized_reads(aws: str) -> None:
     _inject_removal(aws, start + timedelta(days=1))
     calls = count_calls(clients.cloudwatch)
     api = {"cloudwatch": clients.cloudwatch, "autoscaling": clients.autoscaling, "eks": clients.eks}
-    args = argparse.Namespace(days=DAYS, policy=None, workload="batch", gpus_per_node=8, boot_minutes=5)
-    report, label = history_report(GroupRef.parse_key("asg:train"), end, api, args)
+    request = ReplayRequest(from_cloudwatch="asg:train", days=DAYS, workload="batch")
+    report, label = history_report(GroupRef.parse_key("asg:train"), end, api, request)
     # 2 group series + the in-service count + 2 x 3 instance series = 9 series, one batch; 2 days of
     # one-minute points = 2 calls of <= 1,440 points per series.
     assert calls["cloudwatch:GetMetricData"] == DAYS * 1440 // MAX_POINTS_PER_CALL

@@ -46,7 +46,7 @@ def main() -> None:
     assert spec is not None and spec.loader is not None
     app = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(app)
-    from gpufleet.cli import LocalLambdaContext
+    from gpufleet_tools.invoke import LocalLambdaContext
 
     app.lambda_handler(json.loads(Path(event_file).read_text()), LocalLambdaContext("notifier"))
     for doc in documents:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.cli import main
 from gpufleet.notify.model import NotificationKind
+from gpufleet_tools.cli import main
 
 
 def test_a_misspelled_kind_is_refused_with_the_list(capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.doctor.core import AccountView, AlarmView, Finding, Level, Presence, diagnose, worst
 from gpufleet.domain import defaults
 from gpufleet.domain.models import GroupKind, GroupObservation, GroupRef, MetricRef
 from gpufleet.domain.policy import parse_policy
 from gpufleet_node import schema
+from gpufleet_tools.doctor.core import AccountView, AlarmView, Finding, Level, Presence, diagnose, worst
 
 MANAGED = {defaults.TAG_MANAGED: defaults.TAG_MANAGED_VALUE}
 TRAIN = GroupRef(kind=GroupKind.ASG, name="train-p4d")

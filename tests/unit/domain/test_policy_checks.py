@@ -9,7 +9,7 @@ import pytest
 
 from gpufleet.domain.policy import PolicyError, parse_policy
 from gpufleet.domain.policy_checks import covers, policy_problems
-from gpufleet.replay.policy import Workload, recommended_policy_yaml
+from gpufleet_tools.replay.policy import Workload, recommended_policy_yaml
 from rehearsal.scenario import POLICY
 
 ROOT = Path(__file__).resolve().parents[3]

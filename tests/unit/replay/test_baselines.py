@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import random
 
-from gpufleet.replay.baselines import AsgTargetTracking, ClusterAutoscaler, StaticPeak, demand_milli, oracle
-from gpufleet.replay.model import MILLI_PER_GPU, Placement, Pod, ReplayOptions
-from gpufleet.replay.simulate import Cluster, run
+from gpufleet_tools.replay.baselines import AsgTargetTracking, ClusterAutoscaler, StaticPeak, demand_milli, oracle
+from gpufleet_tools.replay.model import MILLI_PER_GPU, Placement, Pod, ReplayOptions
+from gpufleet_tools.replay.simulate import Cluster, run
 
 OPTS = ReplayOptions(gpus_per_node=4, boot_minutes=3)
 

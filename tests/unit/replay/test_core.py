@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from gpufleet.domain.models import Action
 from gpufleet.domain.policy import parse_policy
-from gpufleet.replay.core import Experiment, GpufleetController, instance_observation
-from gpufleet.replay.model import MILLI_PER_GPU, Pod, ReplayOptions
-from gpufleet.replay.simulate import Cluster, run
+from gpufleet_tools.replay.core import Experiment, GpufleetController, instance_observation
+from gpufleet_tools.replay.model import MILLI_PER_GPU, Pod, ReplayOptions
+from gpufleet_tools.replay.simulate import Cluster, run
 
 OPTS = ReplayOptions(gpus_per_node=4, boot_minutes=3)
 POLICY = parse_policy(

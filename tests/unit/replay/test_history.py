@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 from gpufleet.domain.models import GroupRef
 from gpufleet.domain.policy import parse_policy
-from gpufleet.replay.core import group_settings
-from gpufleet.replay.history import History, InstanceSeries, history_md, replay_history
+from gpufleet_tools.replay.core import group_settings
+from gpufleet_tools.replay.history import History, InstanceSeries, history_md, replay_history
 
 SETTINGS = group_settings(
     parse_policy("defaults: {target: {low: 50, high: 80}, scale_in_step: 1, scale_in_cooldown_s: 600}")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import io
 import random
 
-from gpufleet.replay.model import ReplayOptions, RunName
-from gpufleet.replay.policy import Workload, derived_max, recommended_policy, workload_of
-from gpufleet.replay.report import compare, goals, report_json, report_md
-from gpufleet.replay.traces import bursty_trace, parse_trace
+from gpufleet_tools.replay.model import ReplayOptions, RunName
+from gpufleet_tools.replay.policy import Workload, derived_max, recommended_policy, workload_of
+from gpufleet_tools.replay.report import compare, goals, report_json, report_md
+from gpufleet_tools.replay.traces import bursty_trace, parse_trace
 
 KEYS = {
     "name",

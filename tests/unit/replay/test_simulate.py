@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import random
 
-from gpufleet.replay.model import MILLI_PER_GPU, Placement, Pod, ReplayOptions
-from gpufleet.replay.simulate import Cluster, default_termination, run
+from gpufleet_tools.replay.model import MILLI_PER_GPU, Placement, Pod, ReplayOptions
+from gpufleet_tools.replay.simulate import Cluster, default_termination, run
 
 OPTS = ReplayOptions(gpus_per_node=4, boot_minutes=3)
 

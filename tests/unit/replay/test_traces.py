@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from gpufleet.replay.model import TraceFormat
-from gpufleet.replay.traces import TraceError, bursty_trace, detect_format, parse_trace, to_v2023_csv
+from gpufleet_tools.replay.model import TraceFormat
+from gpufleet_tools.replay.traces import TraceError, bursty_trace, detect_format, parse_trace, to_v2023_csv
 
 
 def test_dlrm_rows_become_one_gpu_pods_with_nan_semantics(dlrm_csv: str) -> None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.doctor.core import AccountView, AlarmView, Level, Presence, diagnose
 from gpufleet.domain import defaults
 from gpufleet.domain.models import Direction, GroupKind, GroupObservation, GroupRef, MetricRef
 from gpufleet.domain.policy import parse_policy
-from gpufleet.scaling.alarm_specs import cloudformation, put_metric_alarm_args, scaling_alarms
 from gpufleet_node import schema
+from gpufleet_tools.alarm_specs import cloudformation, put_metric_alarm_args, scaling_alarms
+from gpufleet_tools.doctor.core import AccountView, AlarmView, Level, Presence, diagnose
 
 ASG = GroupRef(kind=GroupKind.ASG, name="train-p4d")
 EKS = GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster="ml", name="infer-g6")

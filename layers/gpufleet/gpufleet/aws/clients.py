@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import boto3
+from boto3.session import Session as Session  # the one session type the runtime builds clients from
 from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
 
 if TYPE_CHECKING:
     from mypy_boto3_autoscaling import AutoScalingClient
@@ -21,8 +22,25 @@ RETRY_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, connect_t
 QUICK_CONFIG = Config(retries={"mode": "standard", "max_attempts": 2}, connect_timeout=0.5, read_timeout=0.8)
 
 
-def client(name: str, session: boto3.session.Session | None = None) -> Any:
-    return (session or boto3.session.Session()).client(name, config=RETRY_CONFIG)
+# What an AWS call raises when AWS (or the way to it) fails; modules outside aws/ catch these instead of
+# importing botocore.
+AWS_FAILURES: tuple[type[Exception], ...] = (BotoCoreError, ClientError)
+
+
+def error_code(exc: Exception) -> str:
+    """The AWS error code of a failed call ('AccessDenied', ...), or the exception's class name."""
+    if isinstance(exc, ClientError):
+        return str(exc.response.get("Error", {}).get("Code", "")) or type(exc).__name__
+    return type(exc).__name__
+
+
+def client(name: str, session: Session | None = None) -> Any:
+    return (session or Session()).client(name, config=RETRY_CONFIG)
+
+
+def region_of(session: Session | None = None) -> str:
+    """The region clients made from `session` (or the default session) talk to."""
+    return (session or Session()).region_name or "us-east-1"
 
 
 @dataclass(frozen=True)
@@ -33,8 +51,8 @@ class AwsClients:
     dynamodb: DynamoDBClient
 
     @classmethod
-    def create(cls, session: boto3.session.Session | None = None, config: Config = RETRY_CONFIG) -> AwsClients:
-        s = session or boto3.session.Session()
+    def create(cls, session: Session | None = None, config: Config = RETRY_CONFIG) -> AwsClients:
+        s = session or Session()
         return cls(
             autoscaling=s.client("autoscaling", config=config),
             eks=s.client("eks", config=config),

@@ -14,8 +14,8 @@ from datetime import datetime
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
-from botocore.exceptions import BotoCoreError, ClientError
 
+from gpufleet.aws.clients import AWS_FAILURES
 from gpufleet.aws.fleet import owning_group
 from gpufleet.aws.metrics import GpuMetricsReader
 from gpufleet.domain.models import Action, Decision, GroupKind, GroupRef, Outcome, Trigger, TriggerKind
@@ -56,7 +56,7 @@ class TerminationPolicy:
             group = owner.key
             settings = policy.settings_for(owner, obs.asg_tags) or policy.defaults
             [obs] = with_instance_metrics(self.metrics, [obs], now, policy)
-        except (BotoCoreError, ClientError) as exc:
+        except AWS_FAILURES as exc:
             self.ctx.logger.warning("termination request unanswerable", extra={"error": str(exc)})
             return _none(request, f"could not read the group or its GPU metrics ({type(exc).__name__})"), ref.key, False
         observed = {i.instance_id: i for i in obs.instances}

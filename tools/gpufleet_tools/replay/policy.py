@@ -21,7 +21,7 @@ import math
 from enum import StrEnum
 
 from gpufleet.domain.policy import FleetPolicy, parse_policy
-from gpufleet.replay.model import TraceFormat
+from gpufleet_tools.replay.model import TraceFormat
 
 
 class Workload(StrEnum):

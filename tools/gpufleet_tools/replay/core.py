@@ -37,9 +37,9 @@ from gpufleet.domain.models import (
     SkipReason,
 )
 from gpufleet.domain.policy import FleetPolicy, GroupSettings, Step
-from gpufleet.replay.model import ReplayOptions, RunName
-from gpufleet.replay.simulate import Cluster, Node, default_termination
 from gpufleet.scaling.core import decide_reconcile
+from gpufleet_tools.replay.model import ReplayOptions, RunName
+from gpufleet_tools.replay.simulate import Cluster, Node, default_termination
 
 GROUP = GroupRef(kind=GroupKind.ASG, name="replay")
 RECENTLY_BUSY = 50.0  # percent reported for a node whose last pod left within the lookback window

@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterable
 from typing import Protocol
 
-from gpufleet.replay.model import MILLI_PER_GPU, Pod, Trace, TraceFormat
+from gpufleet_tools.replay.model import MILLI_PER_GPU, Pod, Trace, TraceFormat
 
 DLRM_COLUMNS = frozenset({"instance_sn", "role", "gpu_request", "creation_time", "scheduled_time", "deletion_time"})
 V2023_COLUMNS = frozenset({"name", "num_gpu", "gpu_milli", "creation_time", "scheduled_time", "deletion_time"})

@@ -15,8 +15,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from gpufleet.replay.model import MILLI_PER_GPU, Pod, ReplayOptions, RunName, RunOutcome, RunResult, Timeline
-from gpufleet.replay.simulate import Cluster, Node, TieBreaker, default_termination
+from gpufleet_tools.replay.model import MILLI_PER_GPU, Pod, ReplayOptions, RunName, RunOutcome, RunResult, Timeline
+from gpufleet_tools.replay.simulate import Cluster, Node, TieBreaker, default_termination
 
 
 def demand_milli(pods: Sequence[Pod], horizon: int) -> list[int]:

@@ -10,11 +10,11 @@ from collections.abc import Callable, Sequence
 
 from gpufleet.domain.models import Frozen
 from gpufleet.domain.policy import FleetPolicy
-from gpufleet.replay.baselines import AsgTargetTracking, ClusterAutoscaler, StaticPeak, demand_milli, oracle
-from gpufleet.replay.core import Experiment, GpufleetController
-from gpufleet.replay.model import MILLI_PER_GPU, ReplayOptions, RunName, RunOutcome, RunResult, Trace
-from gpufleet.replay.policy import derived_max
-from gpufleet.replay.simulate import Controller, TieBreaker, run
+from gpufleet_tools.replay.baselines import AsgTargetTracking, ClusterAutoscaler, StaticPeak, demand_milli, oracle
+from gpufleet_tools.replay.core import Experiment, GpufleetController
+from gpufleet_tools.replay.model import MILLI_PER_GPU, ReplayOptions, RunName, RunOutcome, RunResult, Trace
+from gpufleet_tools.replay.policy import derived_max
+from gpufleet_tools.replay.simulate import Controller, TieBreaker, run
 
 ORDER = tuple(RunName)
 

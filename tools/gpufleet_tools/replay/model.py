@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import Field
 
@@ -89,6 +90,22 @@ class ReplayOptions(Frozen):
     @property
     def node_milli(self) -> int:
         return self.gpus_per_node * MILLI_PER_GPU
+
+
+class ReplayRequest(Frozen):
+    """What `gpufleet replay` was asked for: exactly one of a trace and a group's CloudWatch history, the
+    policy (a file, else the recommended one for the workload), the simulated world, and where to write."""
+
+    trace: str | None = None  # a trace CSV, or `synthetic:bursty`
+    from_cloudwatch: str | None = None  # asg:NAME or eks:CLUSTER/NODEGROUP
+    days: int = Field(default=7, ge=1)
+    policy: str | None = None
+    workload: Literal["serving", "batch"] | None = None
+    experiments: bool = False
+    progress: bool = True
+    endpoint: str | None = None
+    out: str = "replay-out"
+    options: ReplayOptions = ReplayOptions()
 
 
 class RunResult(Frozen):

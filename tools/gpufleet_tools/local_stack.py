@@ -22,12 +22,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import boto3
-
 from gpufleet.domain import defaults
 from gpufleet.domain.models import GroupKind, GroupRef
-from gpufleet.local import load_template, resolve
-from gpufleet.scaling.alarm_specs import put_metric_alarm_args, scaling_alarms
+from gpufleet_tools.alarm_specs import put_metric_alarm_args, scaling_alarms
+from gpufleet_tools.local import load_template, resolve
+from gpufleet_tools.session import client
 
 REGION = "us-east-1"
 STACK = "gpufleet"
@@ -84,13 +83,7 @@ def stop(state_dir: Path) -> bool:
 
 
 def _client(service: str, endpoint: str) -> Any:
-    return boto3.client(
-        service,
-        endpoint_url=endpoint,
-        region_name=REGION,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
+    return client(service, endpoint, REGION)
 
 
 def _make(logical: str, resource: dict[str, Any], endpoint: str) -> dict[str, str] | None:

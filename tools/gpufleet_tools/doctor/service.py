@@ -9,13 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from gpufleet.aws.alarms import AlarmReader
+from gpufleet.aws.clients import AWS_FAILURES, AwsClients, Session, client, error_code
 from gpufleet.aws.fleet import FleetReader
-from gpufleet.doctor.core import AccountView, AlarmView, Presence, reads_gpufleet_metrics
 from gpufleet.domain.policy import FleetPolicy
 from gpufleet.events.alarms import described_metrics
+from gpufleet_tools.doctor.core import AccountView, AlarmView, Presence, reads_gpufleet_metrics
 
 _NOT_FOUND = ("ResourceNotFoundException", "NotFound", "NotFoundException")
 
@@ -55,8 +54,19 @@ class AccountReader:
             return Presence.NOT_CONFIGURED
         try:
             describe()
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] in _NOT_FOUND:
+        except AWS_FAILURES as exc:
+            if error_code(exc) in _NOT_FOUND:
                 return Presence.MISSING
             raise
         return Presence.PRESENT
+
+
+def build_account_reader(session: Session | None = None) -> AccountReader:
+    """`gpufleet doctor`'s read-only view of the account (the caller's credentials, not a function's role)."""
+    clients = AwsClients.create(session)
+    return AccountReader(
+        FleetReader(clients.autoscaling, clients.eks),
+        AlarmReader(clients.cloudwatch),
+        client("secretsmanager", session),
+        client("sns", session),
+    )

@@ -7,7 +7,6 @@ one-minute datapoints per series per call (CloudWatch's limit), so a long range 
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import re
@@ -21,13 +20,13 @@ from typing import Any
 from gpufleet.domain import defaults
 from gpufleet.domain.models import GroupKind, GroupRef
 from gpufleet.domain.policy import FleetPolicy, parse_policy
-from gpufleet.replay.core import Experiment, group_settings
-from gpufleet.replay.history import History, HistoryReport, InstanceSeries, history_md, replay_history
-from gpufleet.replay.model import Placement, ReplayOptions, Trace
-from gpufleet.replay.policy import Workload, recommended_policy, workload_of
-from gpufleet.replay.report import Comparison, compare, report_json, report_md
-from gpufleet.replay.traces import bursty_trace, parse_trace, to_v2023_csv
 from gpufleet_node import schema
+from gpufleet_tools.replay.core import Experiment, group_settings
+from gpufleet_tools.replay.history import History, HistoryReport, InstanceSeries, history_md, replay_history
+from gpufleet_tools.replay.model import ReplayOptions, ReplayRequest, Trace
+from gpufleet_tools.replay.policy import Workload, recommended_policy, workload_of
+from gpufleet_tools.replay.report import Comparison, compare, report_json, report_md
+from gpufleet_tools.replay.traces import bursty_trace, parse_trace, to_v2023_csv
 
 MAX_POINTS_PER_CALL = 1440  # CloudWatch: datapoints per series per GetMetricData call
 SYNTHETIC = "synthetic:bursty"
@@ -54,19 +53,6 @@ def load_policy(path: str | None, workload: Workload) -> tuple[FleetPolicy, str]
     if path:
         return parse_policy(Path(path).read_text(), path), path
     return recommended_policy(workload), f"recommended ({workload})"
-
-
-def options_from(args: argparse.Namespace) -> ReplayOptions:
-    return ReplayOptions(
-        gpus_per_node=args.gpus_per_node,
-        boot_minutes=args.boot_minutes,
-        node_price=args.node_price,
-        placement=Placement(args.placement),
-        min_nodes=args.min_nodes,
-        max_nodes=args.max_nodes,
-        tt_target=args.tt_target,
-        seed=args.seed,
-    )
 
 
 def _progress(total: int, enabled: bool) -> tuple[Callable[[int], None] | None, Callable[[], None]]:
@@ -137,15 +123,15 @@ def plot(c: Comparison, path: Path) -> None:
     plt.close(fig)
 
 
-def replay_trace_cli(args: argparse.Namespace) -> int:
-    trace = load_trace(args.trace, args.seed, args.days)
-    policy, label = load_policy(args.policy, Workload(args.workload) if args.workload else workload_of(trace.format))
-    options = options_from(args)
-    experiments = ALL_EXPERIMENTS if args.experiments else ()
-    c = run_comparison(trace, policy, options, experiments, show=not args.no_progress)
-    md = write_outputs(c, Path(args.out), label, trace)
+def replay_trace(request: ReplayRequest, trace_spec: str) -> int:
+    trace = load_trace(trace_spec, request.options.seed, request.days)
+    workload = Workload(request.workload) if request.workload else workload_of(trace.format)
+    policy, label = load_policy(request.policy, workload)
+    experiments = ALL_EXPERIMENTS if request.experiments else ()
+    c = run_comparison(trace, policy, request.options, experiments, show=request.progress)
+    md = write_outputs(c, Path(request.out), label, trace)
     print(md, end="")
-    print(f"\nwritten: {args.out}/report.json, report.md, capacity.png")
+    print(f"\nwritten: {request.out}/report.json, report.md, capacity.png")
     return 0
 
 
@@ -288,30 +274,25 @@ def _group_dims(ref: GroupRef) -> dict[str, str]:
 
 
 def history_report(
-    ref: GroupRef, end: datetime, clients: dict[str, Any], args: argparse.Namespace
+    ref: GroupRef, end: datetime, clients: dict[str, Any], request: ReplayRequest
 ) -> tuple[HistoryReport, str]:
     """Read the history and replay it under the policy given (default: the batch recommendation)."""
-    history = read_history(ref, args.days, end, clients)
-    policy, label = load_policy(args.policy, Workload(args.workload or Workload.BATCH))
+    history = read_history(ref, request.days, end, clients)
+    policy, label = load_policy(request.policy, Workload(request.workload or Workload.BATCH))
     lookback = max(1, policy.metric_lookback_s // 60)
-    report = replay_history(history, group_settings(policy), lookback, args.gpus_per_node, args.boot_minutes)
+    o = request.options
+    report = replay_history(history, group_settings(policy), lookback, o.gpus_per_node, o.boot_minutes)
     return report, label
 
 
-def replay_history_cli(args: argparse.Namespace) -> int:
-    import boto3
+def replay_cloudwatch(request: ReplayRequest, group: str) -> int:
+    from gpufleet_tools.session import clients
 
-    from gpufleet.aws.clients import RETRY_CONFIG
-
-    ref = GroupRef.parse_key(args.from_cloudwatch)
-    session = boto3.session.Session()
-    clients = {
-        n: session.client(n, endpoint_url=args.endpoint, config=RETRY_CONFIG)
-        for n in ("cloudwatch", "autoscaling", "eks")
-    }
-    report, label = history_report(ref, datetime.now(UTC), clients, args)
+    ref = GroupRef.parse_key(group)
+    api = clients(("cloudwatch", "autoscaling", "eks"), request.endpoint)
+    report, label = history_report(ref, datetime.now(UTC), api, request)
     md = history_md(report).replace("\n\n", f"\n\nPolicy: {label}.\n\n", 1)
-    out = Path(args.out)
+    out = Path(request.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "history.json").write_text(report.model_dump_json(indent=2) + "\n")
     (out / "history.md").write_text(md)
@@ -319,13 +300,15 @@ def replay_history_cli(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(args: argparse.Namespace) -> int:
+def main(request: ReplayRequest) -> int:
     """`gpufleet replay`: a trace (or `synthetic:bursty`), or a group's CloudWatch history."""
-    if bool(args.trace) == bool(args.from_cloudwatch):
+    try:
+        if request.from_cloudwatch and not request.trace:
+            return replay_cloudwatch(request, request.from_cloudwatch)
+        if request.trace and not request.from_cloudwatch:
+            return replay_trace(request, request.trace)
         print("error: give exactly one of --trace FILE and --from-cloudwatch GROUP", file=sys.stderr)
         return 2
-    try:
-        return replay_history_cli(args) if args.from_cloudwatch else replay_trace_cli(args)
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

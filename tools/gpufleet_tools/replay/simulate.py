@@ -22,7 +22,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from gpufleet.replay.model import MILLI_PER_GPU, Placement, Pod, ReplayOptions, RunOutcome, RunResult, Timeline
+from gpufleet_tools.replay.model import MILLI_PER_GPU, Placement, Pod, ReplayOptions, RunOutcome, RunResult, Timeline
 
 ZONES = 3  # an ASG balances its instances across (here: three) Availability Zones
 
