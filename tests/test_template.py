@@ -77,7 +77,11 @@ def test_runtime_is_python313_arm64_and_layers_build_for_arm64(template: dict[st
     assert (fn["Runtime"], fn["Architectures"]) == ("python3.13", ["arm64"])
     for name, res in template["Resources"].items():
         if res["Type"] == "AWS::Serverless::LayerVersion":
-            assert res["Metadata"] == {"BuildMethod": "python3.13", "BuildArchitecture": "arm64"}, name
+            # Each layer is built by the Makefile beside its content (what goes in, for python3.13 on arm64).
+            assert res["Metadata"] == {"BuildMethod": "makefile", "BuildArchitecture": "arm64"}, name
+            makefile = ROOT / res["Properties"]["ContentUri"] / "Makefile"
+            assert f"build-{name}:" in makefile.read_text(), name
+    assert "--python-version 3.13" in (ROOT / "layers" / "gpufleet" / "Makefile").read_text()
 
 
 @pytest.mark.parametrize("function", ["ScalerFunction", "OomGuardFunction", "SpotWatchFunction"])
