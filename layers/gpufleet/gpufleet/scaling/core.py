@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import wraps
+from functools import cached_property, wraps
 from typing import Concatenate, ParamSpec
 from zoneinfo import ZoneInfo
 
@@ -130,25 +131,53 @@ def choose_scale_in_victims(instances: Iterable[InstanceObservation], count: int
     return VictimChoice(victims=victims, eligible=len(eligible), skipped=ordered, idle=idle)
 
 
-class _Ctx:
-    """What every rule needs to build a decision for one group."""
+@dataclass(frozen=True)
+class _Group:
+    """One group as every rule sees it: built once per decision by `group_rule`, from the four arguments every
+    `decide_*` takes; `on` adds the event being answered."""
 
-    def __init__(
-        self,
-        obs: GroupObservation,
-        settings: GroupSettings,
-        state: GroupState,
-        now: datetime,
-        event_id: str,
-        global_dry_run: bool,
-    ) -> None:
-        self.obs = obs
-        self.settings = settings
-        self.state = state
-        self.now = now
-        self.event_id = event_id
-        self.bounds = effective_bounds(obs, settings, now)
-        self.dry_run = global_dry_run or settings.dry_run
+    obs: GroupObservation
+    settings: GroupSettings
+    state: GroupState
+    now: datetime
+
+    def on(self, event_id: str, global_dry_run: bool) -> _Ctx:
+        """The context for deciding on this group for one event: its id and the dry run (the group's own
+        or everyone's) go on every decision."""
+        return _Ctx(self.obs, self.settings, self.state, self.now, event_id, global_dry_run or self.settings.dry_run)
+
+    def owned(self, decision: Decision) -> Decision:
+        """A change gpufleet may not make on this group becomes advice: held, saying what it would do."""
+        settings, state, now = self.settings, self.state, self.now
+        if not decision.changes_capacity:
+            return decision
+        if settings.owner is Owner.EXTERNAL:
+            why = "owner: external - another autoscaler sizes this group"
+        elif state.stand_aside_until is not None and now < state.stand_aside_until:
+            why = f"standing aside until {state.stand_aside_until:%H:%M} UTC: another actor keeps sizing this group"
+        else:
+            return decision
+        advice = f"advice only ({why}): would {decision.action} {decision.current} -> {decision.desired}"
+        return decision.model_copy(
+            update={
+                "action": Action.HOLD,
+                "desired": decision.current,
+                "victims": (),
+                "reason": f"{advice}; {decision.reason}",
+            }
+        )
+
+
+@dataclass(frozen=True)
+class _Ctx(_Group):
+    """What every rule needs to build a decision for one group and one event."""
+
+    event_id: str
+    dry_run: bool
+
+    @cached_property
+    def bounds(self) -> Bounds:
+        return effective_bounds(self.obs, self.settings, self.now)
 
     def decision(
         self, action: Action, trigger: Trigger, reason: str, desired: int | None = None, **kw: object
@@ -302,43 +331,25 @@ def fight_reason(state: GroupState, now: datetime) -> str | None:
     )
 
 
-def _advisory(decision: Decision, settings: GroupSettings, state: GroupState, now: datetime) -> Decision:
-    """A change gpufleet may not make on this group becomes advice: held, saying what it would do."""
-    if not decision.changes_capacity:
-        return decision
-    if settings.owner is Owner.EXTERNAL:
-        why = "owner: external - another autoscaler sizes this group"
-    elif state.stand_aside_until is not None and now < state.stand_aside_until:
-        why = f"standing aside until {state.stand_aside_until:%H:%M} UTC: another actor keeps sizing this group"
-    else:
-        return decision
-    advice = f"advice only ({why}): would {decision.action} {decision.current} -> {decision.desired}"
-    return decision.model_copy(
-        update={
-            "action": Action.HOLD,
-            "desired": decision.current,
-            "victims": (),
-            "reason": f"{advice}; {decision.reason}",
-        }
-    )
-
-
 P = ParamSpec("P")
 
 
-def owned(
-    decide: Callable[Concatenate[GroupObservation, GroupSettings, GroupState, datetime, P], Decision],
+def group_rule(
+    decide: Callable[Concatenate[_Group, P], Decision],
 ) -> Callable[Concatenate[GroupObservation, GroupSettings, GroupState, datetime, P], Decision]:
-    """Every decision on a group goes through its ownership: advice only for `owner: external` and while
-    standing aside from a fight; bounds, cooldowns and victims are decided exactly as they would be."""
+    """A `decide_*` function from its rule: the rule gets the group built once from the four arguments every
+    decision takes (observation, settings, state, now), and what it decides goes through the group's
+    ownership - advice only for `owner: external` and while standing aside from a fight; bounds, cooldowns
+    and victims are decided exactly as they would be."""
 
     @wraps(decide)
-    def wrapper(
+    def decide_on(
         obs: GroupObservation, settings: GroupSettings, state: GroupState, now: datetime, /, *a: P.args, **kw: P.kwargs
     ) -> Decision:
-        return _advisory(decide(obs, settings, state, now, *a, **kw), settings, state, now)
+        group = _Group(obs, settings, state, now)
+        return group.owned(decide(group, *a, **kw))
 
-    return wrapper
+    return decide_on
 
 
 def alarm_hold_reason(alarm: AlarmEvent) -> str | None:
@@ -353,19 +364,12 @@ def alarm_hold_reason(alarm: AlarmEvent) -> str | None:
     return None
 
 
-@owned
+@group_rule
 def decide_alarm(
-    obs: GroupObservation,
-    settings: GroupSettings,
-    state: GroupState,
-    now: datetime,
-    *,
-    alarm: AlarmEvent,
-    direction: Direction,
-    global_dry_run: bool = False,
+    group: _Group, /, *, alarm: AlarmEvent, direction: Direction, global_dry_run: bool = False
 ) -> Decision:
     """An alarm changed state (delivered by EventBridge, the alarm action or SNS)."""
-    ctx = _Ctx(obs, settings, state, now, alarm.event_id, global_dry_run)
+    ctx = group.on(alarm.event_id, global_dry_run)
     trigger = Trigger(kind=TriggerKind.ALARM, name=alarm.alarm_name)
     held = alarm_hold_reason(alarm)
     if held is not None:
@@ -373,12 +377,10 @@ def decide_alarm(
     return ctx.bounds_fix() or ctx.step(direction, trigger, f"alarm {alarm.alarm_name} in ALARM")
 
 
-@owned
+@group_rule
 def decide_request(
-    obs: GroupObservation,
-    settings: GroupSettings,
-    state: GroupState,
-    now: datetime,
+    group: _Group,
+    /,
     *,
     event_id: str,
     direction: Direction,
@@ -387,16 +389,14 @@ def decide_request(
     global_dry_run: bool = False,
 ) -> Decision:
     """Another controller (the OOM guard) asks for a step: the same bounds, windows and cooldowns apply."""
-    ctx = _Ctx(obs, settings, state, now, event_id, global_dry_run)
+    ctx = group.on(event_id, global_dry_run)
     return ctx.bounds_fix() or ctx.step(direction, trigger, why)
 
 
-@owned
+@group_rule
 def decide_target(
-    obs: GroupObservation,
-    settings: GroupSettings,
-    state: GroupState,
-    now: datetime,
+    group: _Group,
+    /,
     *,
     event_id: str,
     target: int,
@@ -407,11 +407,11 @@ def decide_target(
     """Another controller wants the group at `target` desired (the spot fallback raising or handing
     back on-demand capacity): clamped into the same effective bounds the scaler uses, waiting for the
     same cooldowns, and lowered only by removing idle instances."""
-    ctx = _Ctx(obs, settings, state, now, event_id, global_dry_run)
+    ctx = group.on(event_id, global_dry_run)
     fix = ctx.bounds_fix()
     if fix is not None:
         return fix
-    current = obs.desired
+    current = ctx.obs.desired
     if target == current:
         return ctx.decision(Action.HOLD, trigger, f"{why}: already at {current}")
     direction = Direction.OUT if target > current else Direction.IN
@@ -423,12 +423,10 @@ def decide_target(
     return ctx.scale_in_by(current - target, trigger, why)
 
 
-@owned
+@group_rule
 def decide_replacement(
-    obs: GroupObservation,
-    settings: GroupSettings,
-    state: GroupState,
-    now: datetime,
+    group: _Group,
+    /,
     *,
     event_id: str,
     instance_id: str,
@@ -439,7 +437,7 @@ def decide_replacement(
     """A replacement for a spot node about to be interrupted: one node launched before it goes (OUT),
     and given back once it is gone (IN: an idle node only). Not a change of the group's size, so no
     cooldown applies; bounds and windows do, and the group's ledger `interrupted:<id>` counts it."""
-    ctx = _Ctx(obs, settings, state, now, event_id, global_dry_run)
+    ctx, obs = group.on(event_id, global_dry_run), group.obs
     trigger = Trigger(kind=TriggerKind.INTERRUPTION, name=instance_id)
     owed = {"owed_to": f"{INTERRUPTED}{instance_id}"}
     fix = ctx.bounds_fix()
@@ -474,12 +472,10 @@ def decide_replacement(
     return decision.model_copy(update=owed) if decision.action is Action.SCALE_IN else decision
 
 
-@owned
+@group_rule
 def decide_reconcile(
-    obs: GroupObservation,
-    settings: GroupSettings,
-    state: GroupState,
-    now: datetime,
+    group: _Group,
+    /,
     *,
     event_id: str,
     firing_alarms: Iterable[tuple[str, Direction]] = (),
@@ -487,14 +483,14 @@ def decide_reconcile(
 ) -> Decision:
     """One group at a reconcile tick: bounds and windows, then alarms still firing, then the GPU
     target band. A scale-out signal wins over any scale-in signal in the same tick."""
-    ctx = _Ctx(obs, settings, state, now, event_id, global_dry_run)
+    ctx = group.on(event_id, global_dry_run)
     fix = ctx.bounds_fix()
     if fix is not None:
         return fix
     alarms = sorted(firing_alarms)
     outs = [name for name, d in alarms if d is Direction.OUT]
     ins = [name for name, d in alarms if d is Direction.IN]
-    band, util = settings.target, obs.gpu_utilization
+    band, util = ctx.settings.target, ctx.obs.gpu_utilization
     tracking = Trigger(kind=TriggerKind.TARGET_TRACKING)
     if outs:
         return ctx.step(Direction.OUT, Trigger(kind=TriggerKind.ALARM, name=outs[0]), f"alarm {outs[0]} still in ALARM")

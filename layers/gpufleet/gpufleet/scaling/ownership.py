@@ -1,7 +1,7 @@
 """Who sizes a group (glue): each reconcile notes changes of desired capacity gpufleet did not make; a
 fight - repeated ones while gpufleet changes the group too - makes gpufleet stand aside (advise only) and
 tell on-call, naming the changes and what Auto Scaling says caused them. Rules: `scaling.core`
-(`foreign_change`, `fight_reason`, `owned`), `scaling.notes.fight_note`."""
+(`foreign_change`, `fight_reason`, `group_rule`), `scaling.notes.fight_note`."""
 
 from __future__ import annotations
 
