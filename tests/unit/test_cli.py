@@ -71,3 +71,10 @@ def test_commands_are_imported_lazily() -> None:
     validate = _modules_loaded_by(["validate-policy", "policy.yaml"])
     assert "gpufleet_tools.cli.validate" in validate
     assert not {"boto3", "gpufleet_tools.cli.replay", "gpufleet_tools.cli.local", "matplotlib"} & validate
+
+
+def test_replay_options_are_validated_into_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """The replay takes a typed request: an impossible option is one clear line and exit 2, nothing run."""
+    assert main(["replay", "--trace", "synthetic:bursty", "--gpus-per-node", "0", "--no-progress"]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line == "error: gpus_per_node: Input should be greater than or equal to 1 (got 0)"

@@ -32,6 +32,7 @@ def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
+    from gpufleet.domain.errors import describe_validation_error
     from gpufleet_tools.replay.model import Placement, ReplayOptions, ReplayRequest
     from gpufleet_tools.replay.service import main
 
@@ -58,7 +59,6 @@ def run(args: argparse.Namespace) -> int:
             ),
         )
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        print(f"error: {problems}", file=sys.stderr)
+        print(f"error: {'; '.join(describe_validation_error(exc))}", file=sys.stderr)
         return 2
     return main(request)
