@@ -1,7 +1,7 @@
-"""The README's local section, run verbatim: the lines between its local-session markers, in one bash
-session at the checkout's root, with no AWS credentials or endpoint in the environment beforehand. They
-must bring up the stack, pass the doctor, scale the example group through the template's rule, explain
-it, and leave nothing running."""
+"""The docs' local session (docs/cli.md, "Local invoke without Docker"), run verbatim: the lines between
+its local-session markers, in one bash session at the checkout's root, with no AWS credentials or endpoint
+in the environment beforehand. They must bring up the stack, pass the doctor, scale the example group
+through the template's rule, explain it, and leave nothing running."""
 
 from __future__ import annotations
 
@@ -12,17 +12,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+SESSION_PAGE = ROOT / "docs" / "cli.md"
 pytestmark = pytest.mark.integration
 
 
-def readme_session() -> list[str]:
-    text = (ROOT / "README.md").read_text()
+def documented_session() -> list[str]:
+    text = SESSION_PAGE.read_text()
     block = text.split("<!-- local-session:start -->\n```sh\n")[1].split("```\n<!-- local-session:end -->")[0]
     return [line for line in block.splitlines() if line.strip()]
 
 
-def test_the_readmes_local_session_runs_verbatim(tmp_path: Path) -> None:
-    lines = readme_session()
+def test_the_documented_local_session_runs_verbatim(tmp_path: Path) -> None:
+    lines = documented_session()
     assert lines[0].startswith('eval "$(.venv/bin/gpufleet local up') and lines[-1].endswith("local down")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GPUFLEET_"))}
     env.update(HOME=str(tmp_path), POWERTOOLS_METRICS_DISABLED="true")

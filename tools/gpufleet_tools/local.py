@@ -118,7 +118,8 @@ _WHAT = {  # resource type -> what it is for a reader deciding to deploy
 
 
 def stack_resources(template: Path) -> list[str]:
-    """The README's 'what the stack creates' table, counted from the template (a test keeps them equal)."""
+    """The 'what the stack creates' table (docs/deploy.md; the README's summary), counted from the
+    template (a test keeps them equal)."""
     resources = load_template(template)[0].get("Resources", {})
     found: dict[str, list[str]] = {}
     for name, r in resources.items():

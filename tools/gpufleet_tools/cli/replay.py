@@ -12,7 +12,7 @@ def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
     p.add_argument("--trace", help="Alibaba GPU trace CSV (v2025 DLRM instances or v2023 pods), or synthetic:bursty")
     p.add_argument("--from-cloudwatch", metavar="GROUP", help="asg:NAME or eks:CLUSTER/NODEGROUP")
     p.add_argument("--days", type=int, default=7, help="history days (CloudWatch) or synthetic trace days")
-    p.add_argument("--policy", help="fleet policy file (default: the README's recommendation for the workload)")
+    p.add_argument("--policy", help="fleet policy file (default: the recommended one for the workload, docs/replay.md)")
     p.add_argument("--workload", choices=["serving", "batch"], help="which recommended policy (default: by trace)")
     p.add_argument("--gpus-per-node", type=int, default=8)
     p.add_argument("--boot-minutes", type=int, default=5, help="launch to schedulable")

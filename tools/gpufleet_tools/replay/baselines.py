@@ -1,5 +1,5 @@
-"""What an operator would use instead of gpufleet, each as documented by its owner (sources in the
-README's "Replay" section and research notes), replayed on the same trace and boot delay.
+"""What an operator would use instead of gpufleet, each as documented by its owner (sources in
+docs/replay.md and research notes), replayed on the same trace and boot delay.
 
 - `oracle`: perfect foresight and perfect packing, computed rather than simulated: at every minute the
   fewest nodes that hold the demand (GPUs summed, divided by GPUs per node, rounded up), launched exactly

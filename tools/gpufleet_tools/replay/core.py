@@ -9,7 +9,7 @@ mark committed like `StateStore.commit` (raises capacity -> last_scale_out_at, e
 
 Signals: reconcile ticks only. The policy's alarms are CloudWatch alarms that step through the same
 `_Ctx.step` with the same cooldowns; an alarm at the band's edge adds nothing a one-minute tick on the
-same metric does not, so the replay relies on the target band (the README says so).
+same metric does not, so the replay relies on the target band (docs/replay.md says so).
 
 `Experiment` switches are what the replay evaluated beyond today's scaler, clearly labelled; the report
 names them in the run's name. None of them changes a rule of the core: drain by attrition only cordons

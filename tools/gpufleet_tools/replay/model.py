@@ -16,7 +16,7 @@ from gpufleet.domain import defaults
 from gpufleet.domain.models import Frozen
 
 MILLI_PER_GPU = 1000
-# g5.48xlarge (8x A10G), us-east-1 on-demand, Linux: the README's default node price (see its sources).
+# g5.48xlarge (8x A10G), us-east-1 on-demand, Linux: the replay's default node price (sources in docs/replay.md).
 DEFAULT_NODE_PRICE = 16.288
 DEFAULT_START = datetime(2026, 1, 5, tzinfo=UTC)  # a Monday, so schedule windows in a policy make sense
 

@@ -1,4 +1,4 @@
-"""The policies the README recommends, chosen from replay results (the README's "Replay: decision
+"""The policies docs/replay.md recommends, chosen from replay results (docs/replay.md, "decision
 quality, measured" tables), and how the replayed group's bounds are derived.
 
 No single fixed step served both workloads with today's core (the sweep in bench/README.md), so there
@@ -30,7 +30,7 @@ class Workload(StrEnum):
 
 
 SERVING_POLICY_YAML = """\
-# gpufleet's recommended policy for steady serving GPU groups (values from the replay; see README).
+# gpufleet's recommended policy for steady serving GPU groups (values from the replay; see docs/replay.md).
 version: 1
 metric_lookback_s: 300
 defaults:
@@ -43,7 +43,7 @@ defaults:
 """
 
 BATCH_POLICY_YAML = """\
-# gpufleet's recommended policy for bursty batch GPU groups (values from the replay; see README).
+# gpufleet's recommended policy for bursty batch GPU groups (values from the replay; see docs/replay.md).
 version: 1
 metric_lookback_s: 300
 defaults:

@@ -49,7 +49,7 @@ def load_trace(spec: str, seed: int, days: int) -> Trace:
 
 
 def load_policy(path: str | None, workload: Workload) -> tuple[FleetPolicy, str]:
-    """The policy file given, else the README's recommended policy for the workload."""
+    """The policy file given, else the recommended policy (docs/replay.md) for the workload."""
     if path:
         return parse_policy(Path(path).read_text(), path), path
     return recommended_policy(workload), f"recommended ({workload})"

@@ -2,7 +2,7 @@
 pending queue, and disruption of the pods on a removed node. Controllers (gpufleet's, the baselines)
 look at it once a minute and launch or terminate nodes; the loop records what it cost.
 
-Model (the README's "Replay" section states the same assumptions):
+Model (docs/replay.md states the same assumptions):
 - a node has `gpus_per_node` GPUs of 1000 milli each; a pod takes `gpus` whole GPUs on one node, or a
   `milli` share of one GPU (best fit among the node's GPUs);
 - the scheduler tries every pending pod in arrival order each minute (a pod that does not fit does not

@@ -51,7 +51,7 @@ class Rng(Protocol):
 
 
 def _seconds(raw: str | None) -> float | None:
-    """A trace time: None when empty or NaN (the README's 'before/after the trace')."""
+    """A trace time: None when empty or NaN (docs/replay.md: 'before/after the trace')."""
     if raw is None or not raw.strip():
         return None
     value = float(raw)

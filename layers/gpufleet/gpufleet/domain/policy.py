@@ -141,7 +141,7 @@ class ScheduleWindow(Frozen):
 
 class Owner(StrEnum):
     GPUFLEET = "gpufleet"  # gpufleet sizes the group
-    EXTERNAL = "external"  # Cluster Autoscaler, Karpenter or native policies do: gpufleet advises only
+    EXTERNAL = "external"  # Cluster Autoscaler or native scaling policies size it: gpufleet advises only
 
 
 class GroupSettings(Frozen):
