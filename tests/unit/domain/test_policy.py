@@ -95,3 +95,41 @@ def test_all_problems_are_reported_at_once() -> None:
     with pytest.raises(PolicyError) as err:
         parse_policy("defaults: {scale_out_step: x, scale_in_step: y, min: -1}")
     assert len(err.value.problems) == 3
+
+
+def test_a_demand_source_per_group() -> None:
+    policy = parse_policy(
+        """
+groups:
+  - {name: train-gpu, cluster: ml, kind: eks-nodegroup, min: 0,
+     demand: {kubernetes: {gpu_resources: {nvidia.com/gpu: 1, k8s.amazonaws.com/vgpu: 10}}}}
+  - {name: slurm-*, kind: asg,
+     demand: {metric: {namespace: Slurm, metric_name: PendingGPUs}, gpus_per_node: 8}}
+  - {name: jobs, kind: asg,
+     demand: {sqs: {queue_url: "https://sqs.us-east-1.amazonaws.com/123456789012/jobs", gpus_per_message: 4}}}
+""",
+        "policy.yaml",
+    )
+    eks = policy.settings_for(GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster="ml", name="train-gpu"), {})
+    assert eks is not None and eks.demand is not None and eks.demand.kubernetes is not None
+    assert eks.demand.kubernetes.gpu_resources == {"nvidia.com/gpu": 1, "k8s.amazonaws.com/vgpu": 10}
+    slurm = policy.settings_for(GroupRef(kind=GroupKind.ASG, name="slurm-a"), {})
+    assert slurm is not None and slurm.demand is not None and slurm.demand.gpus_per_node == 8
+    default = policy.settings_for(GroupRef(kind=GroupKind.ASG, name="other"), {"gpufleet:managed": "true"})
+    assert default is not None and default.demand is None  # no source: utilization rules only
+
+
+@pytest.mark.parametrize(
+    ("demand", "expected"),
+    [
+        ("{}", "demand needs exactly one of kubernetes, sqs, metric (got none)"),
+        ("{kubernetes: {}, metric: {namespace: A, metric_name: B}}", "(got kubernetes, metric)"),
+        ("{sqs: {queue_url: not-a-url}}", "queue_url"),
+        ("{kubernetes: {gpu_resources: {nvidia.com/gpu: 0}}}", "units per GPU must be in (0, 1000]"),
+        ("{sqs: {queue_url: 'https://q', gpus_per_message: -1}}", "gpus_per_message"),
+    ],
+)
+def test_a_bad_demand_source_is_one_clear_error(demand: str, expected: str) -> None:
+    with pytest.raises(PolicyError) as err:
+        parse_policy(f"groups:\n  - {{name: g, kind: asg, demand: {demand}}}\n", "p.yaml")
+    assert any(expected in problem for problem in err.value.problems), err.value.problems

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpufleet.events.kubernetes import SelectorTerm, Toleration, WaitingPod
-from gpufleet.scaling.demand import NodeShape, describe_waiting, fits, pack
+from gpufleet.scaling.demand import NodeShape, as_work, describe_waiting, fits, pack
 
 NOW = datetime(2026, 11, 23, 9, 4, tzinfo=UTC)
 
@@ -97,7 +97,35 @@ def test_fits(waiting: WaitingPod, expected: bool) -> None:
 
 
 def test_the_reason_names_what_waits() -> None:
-    pods = [pod(8, "a", 4), pod(8, "b", 2), pod(4, "c", 1)]
+    pods = [as_work(pod(8, "a", 4)), as_work(pod(8, "b", 2)), as_work(pod(4, "c", 1))]
     assert describe_waiting(pods, NOW) == "3 pods (2x8 GPUs, 1x4) unschedulable for 4 min"
-    assert describe_waiting([pod(0.5, "d", 0)], NOW) == "1 pod (1x0.5 GPUs) unschedulable for 0 min"
+    assert describe_waiting([as_work(pod(0.5, "d", 0))], NOW) == "1 pod (1x0.5 GPUs) unschedulable for 0 min"
     assert describe_waiting([], NOW) == "no pods waiting"
+    jobs = [as_work(pod(4, "j1", 9)), as_work(pod(4, "j2", 3))]
+    assert describe_waiting(jobs, NOW, "job") == "2 jobs (2x4 GPUs) waiting for 9 min"
+
+
+def _one_by_one(sizes: list[float], per_node: float, free: list[float], booting: int) -> tuple[int, int]:
+    """First-fit decreasing, item by item: the reference the batched pack() must equal."""
+    bins, new, existing = [*free, *([per_node] * booting)], 0, 0
+    for size in sorted((s for s in sizes if s <= per_node), reverse=True):
+        slot = next((i for i, room in enumerate(bins) if room + 1e-9 >= size), None)
+        if slot is None:
+            bins.append(per_node)
+            slot, new = len(bins) - 1, new + 1
+        bins[slot] -= size
+        existing += slot < len(free)
+    return new, existing
+
+
+@given(
+    st.lists(st.sampled_from([0.25, 0.5, 1, 2, 3, 4, 8, 16]), max_size=60),
+    st.sampled_from([4, 8]),
+    st.lists(st.sampled_from([0, 0.5, 1, 2, 4]), max_size=5),
+    st.integers(0, 3),
+)
+def test_batched_packing_equals_first_fit_one_by_one(
+    sizes: list[float], per_node: int, free: list[float], booting: int
+) -> None:
+    p = pack(sizes, per_node, free, booting)
+    assert (p.new_nodes, p.placed_on_existing) == _one_by_one(sizes, per_node, free, booting)

@@ -105,6 +105,7 @@ class TriggerKind(StrEnum):
     REQUEST = "request"
     TERMINATION_REQUEST = "termination-request"  # EC2 Auto Scaling asked the custom termination policy
     INTERRUPTION = "interruption"  # a spot interruption warning or rebalance recommendation
+    DEMAND = "demand"  # work waiting for GPUs: unschedulable pods, a queue's backlog, a scheduler's metric
 
 
 class Trigger(Frozen):
@@ -143,10 +144,36 @@ class InstanceObservation(Frozen):
     healthy: bool = True  # Auto Scaling's health status (a reclaimed spot instance turns Unhealthy first)
     gpu_utilization: float | None = None  # busiest GPU on the instance, percent
     gpu_memory_percent: float | None = None  # fullest GPU on the instance, percent
+    runs_gpu_work: bool = False  # a pod that asks for GPUs is bound to it (EKS): never a victim
 
     @property
     def in_service(self) -> bool:
         return self.lifecycle_state == "InService"
+
+
+class WaitingWork(Frozen):
+    """One item of work that waits for GPUs: a pod, a job or a queued message, and what it asks for."""
+
+    name: str
+    gpus: float = Field(gt=0)
+    since: datetime | None = None  # when it started waiting, when the source says
+
+
+class Demand(Frozen):
+    """What waits for a group, read from its demand source this tick, in the group's node shape so the
+    core can pack it. `unreadable` says why the source could not be read: the group then falls back to its
+    utilization rules, as if it had no source."""
+
+    source: str  # for people: "cluster ml", "queue train-jobs", "metric Slurm/PendingGPUs"
+    noun: str = "pod"  # what one item is called in a reason: pod, job, message
+    waiting: tuple[WaitingWork, ...] = ()
+    gpus_per_node: float = Field(default=1.0, gt=0)
+    free_gpus: tuple[float, ...] = ()  # room on the group's serving nodes, per node, that waiting work may use
+    unreadable: str | None = None
+
+    @property
+    def known(self) -> bool:
+        return self.unreadable is None
 
 
 class GroupObservation(Frozen):
@@ -163,6 +190,7 @@ class GroupObservation(Frozen):
     capacity_type: CapacityType = CapacityType.UNKNOWN
     instance_types: tuple[str, ...] = ()  # what the group may launch, when its configuration says
     launch_template: tuple[str, str] | None = None  # (id or name, version) of a plain launch-template group
+    demand: Demand | None = None  # what waits for this group, where it has a demand source
 
     @property
     def in_service(self) -> int:
@@ -200,6 +228,7 @@ class SkipReason(StrEnum):
     PROTECTED = "scale-in protected"
     NO_METRICS = "without GPU metrics"
     NOT_IN_SERVICE = "not InService"
+    RUNS_GPU_WORK = "running a GPU pod"
 
 
 class Bounds(Frozen):

@@ -144,6 +144,54 @@ class Owner(StrEnum):
     EXTERNAL = "external"  # Cluster Autoscaler or native scaling policies size it: gpufleet advises only
 
 
+class KubernetesDemand(Frozen):
+    """Pods waiting for GPUs in an EKS node group's cluster (Unschedulable, matched to the group by
+    nodeSelector, required node affinity, taints and GPUs per instance)."""
+
+    # Extended resources that are (shares of) GPUs -> how many of them make one GPU.
+    gpu_resources: dict[str, float] = Field(default_factory=lambda: {"nvidia.com/gpu": 1.0}, min_length=1)
+
+    @model_validator(mode="after")
+    def _units(self) -> Self:
+        bad = [name for name, units in self.gpu_resources.items() if not 0 < units <= 1000]
+        if bad:
+            raise ValueError(f"gpu_resources units per GPU must be in (0, 1000]: {', '.join(bad)}")
+        return self
+
+
+class QueueDemand(Frozen):
+    """An SQS queue of jobs for a plain ASG: each visible message is one job of `gpus_per_message` GPUs."""
+
+    queue_url: str = Field(pattern=r"^https?://\S+$")
+    gpus_per_message: float = Field(default=1.0, gt=0, le=1024)
+    in_flight: bool = False  # also count messages being worked on (when a worker holds one until it has a node)
+
+
+class MetricDemand(Frozen):
+    """A CloudWatch metric a scheduler publishes: GPUs requested by waiting jobs (latest datum, Maximum),
+    on the group's dimension unless `dimensions` says otherwise (the Slurm publisher: ami/slurm-pending-gpus)."""
+
+    namespace: str = Field(min_length=1, max_length=255)
+    metric_name: str = Field(min_length=1, max_length=255)
+    dimensions: dict[str, str] | None = None
+
+
+class DemandSource(Frozen):
+    """Where a group's waiting work is read each tick: exactly one source."""
+
+    kubernetes: KubernetesDemand | None = None
+    sqs: QueueDemand | None = None
+    metric: MetricDemand | None = None
+    gpus_per_node: float | None = Field(default=None, gt=0, le=1024)  # ASGs: GPUs per instance (EKS: its type's)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Self:
+        given = [name for name in ("kubernetes", "sqs", "metric") if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ValueError(f"demand needs exactly one of kubernetes, sqs, metric (got {', '.join(given) or 'none'})")
+        return self
+
+
 class GroupSettings(Frozen):
     """How one group is scaled. Unset min/max mean the group's own bounds."""
 
@@ -159,6 +207,7 @@ class GroupSettings(Frozen):
     idle: IdleThreshold = IdleThreshold()
     schedules: tuple[ScheduleWindow, ...] = ()
     dry_run: bool = False
+    demand: DemandSource | None = None  # waiting work drives scale-out, scale from and to zero
 
     @model_validator(mode="after")
     def _bounds(self) -> Self:

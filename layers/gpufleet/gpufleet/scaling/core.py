@@ -37,6 +37,7 @@ from gpufleet.domain.models import (
 )
 from gpufleet.domain.policy import GroupSettings, IdleThreshold, Owner, ScheduleWindow
 from gpufleet.events.model import AlarmEvent
+from gpufleet.scaling.demand import describe_waiting, pack
 
 INTERRUPTED = "interrupted:"  # the group's ledger key prefix for replacements launched before an interruption
 
@@ -107,6 +108,8 @@ def skip_reason(inst: InstanceObservation, idle: IdleThreshold) -> SkipReason | 
         return SkipReason.NOT_IN_SERVICE
     if inst.protected_from_scale_in:
         return SkipReason.PROTECTED
+    if inst.runs_gpu_work:  # a pod loading weights or waiting on data reads idle; it still holds its GPUs
+        return SkipReason.RUNS_GPU_WORK
     if inst.gpu_utilization is None or inst.gpu_memory_percent is None:
         return SkipReason.NO_METRICS
     if inst.gpu_utilization <= idle.gpu_utilization and inst.gpu_memory_percent <= idle.memory_percent:
@@ -253,6 +256,9 @@ class _Ctx(_Group):
                 return self.decision(Action.HOLD, trigger, reason)
             on_way = f", {booting} already booting" if booting else ""
             return self.scale_out_to(current + size - booting, trigger, why, f" (step {s.scale_out_step}{on_way})")
+        waiting = self.waiting_hold(trigger, why)
+        if waiting is not None:
+            return waiting
         size, replacing = s.scale_in_step.size(current), self.replacing()
         if replacing and size <= len(replacing):
             reason = (
@@ -261,6 +267,47 @@ class _Ctx(_Group):
             )
             return self.decision(Action.HOLD, trigger, reason)
         return self.scale_in_by(size - len(replacing), trigger, why)
+
+    def waiting_hold(self, trigger: Trigger, why: str) -> Decision | None:
+        """No scale-in while work waits for this group: the nodes would be asked for again at once."""
+        d = self.obs.demand
+        if d is None or not d.known or not d.waiting:
+            return None
+        return self.decision(Action.HOLD, trigger, f"{why}, but {describe_waiting(d.waiting, self.now, d.noun)}")
+
+    def demand_out(self) -> Decision | None:
+        """Work that waits, packed onto the group's node shape (existing room first, then nodes booting,
+        then new nodes): one scale-out to the size it needs, within bounds. No cooldown: nodes already on
+        the way are counted, so a second tick asks only for what is still missing."""
+        d = self.obs.demand
+        if d is None or not d.known or not d.waiting:
+            return None
+        trigger = Trigger(kind=TriggerKind.DEMAND, name=d.source)
+        what = describe_waiting(d.waiting, self.now, d.noun)
+        booting = self.booting()
+        packing = pack([w.gpus for w in d.waiting], d.gpus_per_node, d.free_gpus, booting)
+        per_node = f"{d.gpus_per_node:g} GPUs per node"
+        if packing.unplaceable and len(packing.unplaceable) == len(d.waiting):
+            return self.decision(Action.HOLD, trigger, f"{what}, but none fits a node of this group ({per_node})")
+        if packing.new_nodes == 0:
+            room = f"{booting} node(s) booting" if booting else "room on the group's nodes"
+            return self.decision(Action.HOLD, trigger, f"{what}: {room} will take them, no new node needed")
+        on_way = f", {booting} already booting" if booting else ""
+        return self.scale_out_to(self.obs.desired + packing.new_nodes, trigger, what, f" ({per_node}{on_way})")
+
+    def demand_to_zero(self) -> Decision | None:
+        """Nothing waits, the group may go to 0 and every node is idle: remove them all in one change."""
+        d = self.obs.demand
+        if d is None or not d.known or d.waiting or self.low_water > 0 or self.obs.desired == 0:
+            return None
+        if not self.obs.instance_metrics_loaded:
+            return None  # the band or alarms decide first; victims need instance metrics
+        choice = choose_scale_in_victims(self.obs.instances, self.obs.desired, self.settings.idle)
+        if len(choice.victims) < self.obs.desired:
+            return None
+        trigger = Trigger(kind=TriggerKind.DEMAND, name=d.source)
+        why = f"no {d.noun}s waiting ({d.source}) and every node is idle"
+        return self.cooling(Direction.IN, trigger, why) or self.scale_in_by(self.obs.desired, trigger, why)
 
     def replacing(self) -> list[str]:
         """Nodes EC2 is about to interrupt, still running, whose replacement gpufleet launched early: the
@@ -481,10 +528,11 @@ def decide_reconcile(
     firing_alarms: Iterable[tuple[str, Direction]] = (),
     global_dry_run: bool = False,
 ) -> Decision:
-    """One group at a reconcile tick: bounds and windows, then alarms still firing, then the GPU
-    target band. A scale-out signal wins over any scale-in signal in the same tick."""
+    """One group at a reconcile tick: bounds and windows, then work waiting for it (its demand source),
+    then alarms still firing, then the GPU target band, then scale to zero when nothing waits. A
+    scale-out signal wins over any scale-in signal in the same tick."""
     ctx = group.on(event_id, global_dry_run)
-    fix = ctx.bounds_fix()
+    fix = ctx.bounds_fix() or ctx.demand_out()
     if fix is not None:
         return fix
     alarms = sorted(firing_alarms)
@@ -498,6 +546,9 @@ def decide_reconcile(
         return ctx.step(Direction.OUT, tracking, f"GPU utilization {util:.1f}% is above the band's high {band.high:g}%")
     if ins:
         return ctx.step(Direction.IN, Trigger(kind=TriggerKind.ALARM, name=ins[0]), f"alarm {ins[0]} still in ALARM")
+    to_zero = ctx.demand_to_zero()
+    if to_zero is not None:
+        return to_zero
     if band.enabled and util is not None and util < band.low:
         return ctx.step(Direction.IN, tracking, f"GPU utilization {util:.1f}% is below the band's low {band.low:g}%")
     if not band.enabled:

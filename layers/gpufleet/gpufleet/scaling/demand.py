@@ -14,7 +14,7 @@ from datetime import datetime
 
 from pydantic import Field
 
-from gpufleet.domain.models import Frozen
+from gpufleet.domain.models import Frozen, WaitingWork
 from gpufleet.events.kubernetes import SelectorTerm, Toleration, WaitingPod
 
 _EPSILON = 1e-9
@@ -86,20 +86,28 @@ def fits(pod: WaitingPod, shape: NodeShape) -> bool:
 
 def pack(sizes: Sequence[float], gpus_per_node: float, free: Sequence[float] = (), booting: int = 0) -> Packing:
     """First-fit decreasing of `sizes` (GPUs per item) into the free GPUs of existing nodes, then `booting`
-    empty nodes, then as many new nodes as it takes."""
+    empty nodes, then as many new nodes as it takes. Items of one size are placed together (the same
+    result as one by one, in time proportional to distinct sizes x nodes: thousands of pods wait at once)."""
     bins = [*free, *([gpus_per_node] * booting)]
     existing = len(free)
     placed_existing, new, unplaceable = 0, 0, []
-    for index, size in sorted(enumerate(sizes), key=lambda p: -p[1]):
+    for size, count in sorted(Counter(sizes).items(), key=lambda sc: -sc[0]):
         if size > gpus_per_node + _EPSILON:
-            unplaceable.append(str(index))
+            unplaceable += [str(i) for i, s in enumerate(sizes) if s == size]
             continue
-        slot = next((i for i, room in enumerate(bins) if room + _EPSILON >= size), None)
-        if slot is None:
-            bins.append(gpus_per_node)
-            slot, new = len(bins) - 1, new + 1
-        bins[slot] -= size
-        placed_existing += slot < existing
+        for slot, room in enumerate(bins):
+            if count == 0:
+                break
+            k = min(count, int((room + _EPSILON) // size))
+            bins[slot] -= k * size
+            count -= k
+            placed_existing += k if slot < existing else 0
+        if count:
+            per_node = int((gpus_per_node + _EPSILON) // size)
+            added = -(-count // per_node)
+            bins += [gpus_per_node - per_node * size] * (added - 1)
+            bins.append(gpus_per_node - (count - per_node * (added - 1)) * size)
+            new += added
     return Packing(new_nodes=new, placed_on_existing=placed_existing, unplaceable=tuple(unplaceable))
 
 
@@ -107,7 +115,11 @@ def _gpus(value: float) -> str:
     return f"{value:g}"
 
 
-def describe_waiting(pods: Sequence[WaitingPod], now: datetime, noun: str = "pod") -> str:
+def as_work(pod: WaitingPod) -> WaitingWork:
+    return WaitingWork(name=pod.key, gpus=pod.gpus, since=pod.since)
+
+
+def describe_waiting(pods: Sequence[WaitingWork], now: datetime, noun: str = "pod") -> str:
     """'3 pods (2x8 GPUs, 1x4) unschedulable for 4 min': how many, their shapes, the longest wait."""
     if not pods:
         return f"no {noun}s waiting"
@@ -117,4 +129,5 @@ def describe_waiting(pods: Sequence[WaitingPod], now: datetime, noun: str = "pod
     waits = [now - p.since for p in pods if p.since is not None]
     for_how_long = f" for {max(0, int(max(waits).total_seconds() // 60))} min" if waits else ""
     plural = "" if len(pods) == 1 else "s"
-    return f"{len(pods)} {noun}{plural} ({', '.join(parts)}) unschedulable{for_how_long}"
+    state = "unschedulable" if noun == "pod" else "waiting"
+    return f"{len(pods)} {noun}{plural} ({', '.join(parts)}) {state}{for_how_long}"
