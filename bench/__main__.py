@@ -1,8 +1,14 @@
-"""`make bench`: scaler benchmarks. Prints a Markdown row per result; copy them into bench/README.md.
+"""`make bench`: every benchmark, one Markdown table per component (the same sections as bench/README.md);
+copy the tables there with the machine line and date printed first.
 
-1. Reconcile of N groups x 8 GPUs against moto server: AWS API calls per reconcile and wall time.
-2. The pure decision core for N groups (no I/O).
-3. Cold-start proxy: importing the scaler handler vs a bare `import boto3`, with the layers in between.
+`python -m bench --quick` runs every benchmark's code path at small sizes in seconds (tests/test_bench_quick.py
+runs it in `make test`, so a benchmark cannot rot unnoticed); its numbers mean nothing and are never asserted.
+Its files go to bench/out/quick/, so it never overwrites the plots bench/README.md shows.
+
+Sections (SECTIONS below, in order): the scaler's pure decision core; cold start (the handler's imports vs a
+bare `import boto3`, layer by layer); one reconcile against moto server; notifications; the node publisher
+vs gpumon.py's pattern; the OOM guard's reads at fleet scale; capacity (spot_watch's sweep); replay vs the
+baselines (bench/replay.py); telemetry cost per node-month (bench/telemetry.py).
 """
 
 from __future__ import annotations
@@ -17,6 +23,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -26,10 +35,60 @@ from gpufleet.domain.policy import GroupSettings
 from gpufleet.scaling.core import decide_reconcile
 
 ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "bench" / "out"
 NOW = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
 
 
-def bench_reconcile(groups: int, gpus: int) -> str:
+@dataclass(frozen=True)
+class Sizes:
+    """How big each benchmark runs: `make bench` (FULL, the figures in bench/README.md) or --quick."""
+
+    groups: int = 1000  # decision core and reconcile
+    gpus: int = 8
+    decide_repeat: int = 20
+    cold_start_runs: int = 7
+    notifications: int = 1000
+    notification_groups: int = 20
+    publisher_minutes: int = 30
+    guard_gpus: int = 10_000
+    guard_repeat: int = 5
+    spot_groups: int = 500
+    quick: bool = False  # replay and telemetry: short traces, 3 simulated days, a 4-node fleet
+    out: Path = OUT
+
+
+FULL = Sizes()
+QUICK = Sizes(
+    groups=10,
+    decide_repeat=2,
+    cold_start_runs=1,
+    notifications=40,
+    notification_groups=4,
+    publisher_minutes=2,
+    guard_gpus=800,
+    guard_repeat=1,
+    spot_groups=50,
+    quick=True,
+    out=OUT / "quick",
+)
+
+
+def _reconcile_row(label: str, calls: Counter[str], target: int, wall: float) -> str:
+    control = {k.split(":")[1]: v for k, v in calls.items() if not k.startswith("dynamodb:")}
+    ddb = {k.split(":")[1]: v for k, v in calls.items() if k.startswith("dynamodb:")}
+    detail = ", ".join(f"{k} {v}" for k, v in sorted(control.items()))
+    ddb_detail = ", ".join(f"{k} {v}" for k, v in sorted(ddb.items()))
+    return (
+        f"| {label} | {sum(control.values())} control-plane calls ({detail}); target {target} | "
+        f"{sum(ddb.values())} DynamoDB calls ({ddb_detail}) | {wall:.2f} s wall |"
+    )
+
+
+def bench_reconcile(groups: int, gpus: int, out: Path = OUT) -> list[str]:
+    """Two reconcile ticks of N busy groups in band, one minute apart, each counted on its own: the first
+    sight of the fleet (the scaler notes every group's desired capacity once) and a steady tick."""
+    import boto3
+
     from rehearsal import fleet
     from rehearsal.moto import moto_server
     from tests.integration.conftest import TABLE, Fleet, count_calls
@@ -38,33 +97,33 @@ def bench_reconcile(groups: int, gpus: int) -> str:
         clients = fleet.Clients.create()
         fleet.create_state_table(clients.dynamodb, TABLE)
         fleet.create_busy_asg_fleet(clients, groups, gpus, at=NOW - timedelta(minutes=1))
-        policy = ROOT / "bench" / "out" / "policy.yaml"
-        policy.parent.mkdir(exist_ok=True)
+        policy = out / "policy.yaml"
         policy.write_text("discovery: {eks: false}\n")
-        scaler = Fleet(clients, policy, server.url, "").scaler()
+        queue = boto3.client("sqs").create_queue(QueueName="gpufleet-notify")["QueueUrl"]  # as deployed
+        scaler = Fleet(clients, policy, server.url, "").scaler(notify_queue=queue)
         calls = count_calls(
             scaler.ctx.fleet.autoscaling, scaler.metrics.cloudwatch, scaler.ctx.state.dynamodb, scaler.ctx.fleet.eks
         )
-        tick = {"gpufleet": "reconcile", "execution_id": "bench", "scheduled_time": "2026-11-23T08:00:00Z"}
-        started = time.perf_counter()
-        scaler.handle(tick, NOW)
-        wall = time.perf_counter() - started
-    control = {k: v for k, v in calls.items() if not k.startswith("dynamodb:")}
-    ddb = sum(v for k, v in calls.items() if k.startswith("dynamodb:"))
+        ticks = []
+        for n, label in enumerate(("first tick (notes each group once)", "steady tick, a minute later")):
+            at = NOW + timedelta(minutes=n)
+            tick = {"gpufleet": "reconcile", "execution_id": f"bench-{n}", "scheduled_time": at.isoformat()}
+            calls.clear()
+            started = time.perf_counter()
+            scaler.handle(tick, at)
+            ticks.append((label, Counter(calls), time.perf_counter() - started))
     target = math.ceil(groups / 500) + math.ceil(groups / 100)
-    detail = ", ".join(f"{k.split(':')[1]} {v}" for k, v in sorted(control.items()))
-    return (
-        f"| reconcile, {groups} ASGs x {gpus} GPU series, no changes, moto server | "
-        f"{sum(control.values())} control-plane calls ({detail}); target {target} | "
-        f"{ddb} DynamoDB calls (state batch-get, audit batch-write, idempotency) | {wall:.2f} s wall |"
-    )
+    return [
+        _reconcile_row(f"reconcile, {groups} ASGs x {gpus} GPU series, no changes, moto server: {label}", c, target, w)
+        for label, c, w in ticks
+    ]
 
 
-def bench_notifications(total: int = 1000, groups: int = 20) -> list[str]:
+def bench_notifications(total: int = 1000, groups: int = 20, out: Path = OUT) -> list[str]:
     """A burst of notifications across groups through the real notifier (moto server + local Slack)."""
     from aws_lambda_powertools import Logger, Metrics
 
-    from gpufleet.notify.model import Notification, Severity, scaling_incident_key
+    from gpufleet.notify.model import NotificationKind, Severity, note
     from gpufleet.runtime import build_notifier
     from rehearsal import fleet
     from rehearsal.moto import moto_server
@@ -75,26 +134,25 @@ def bench_notifications(total: int = 1000, groups: int = 20) -> list[str]:
         clients = fleet.Clients.create()
         fleet.create_state_table(clients.dynamodb, TABLE)
         stack = fleet.create_notification_stack(f"{base}/services/T0/B0/bench")
-        policy = ROOT / "bench" / "out" / "notify-policy.yaml"
-        policy.parent.mkdir(exist_ok=True)
+        policy = out / "notify-policy.yaml"
         policy.write_text("notifications: {}\n")  # the defaults: 30 s group wait, 5 min interval
         notifier = build_notifier(
             Logger(service="notifier", level="WARNING"), Metrics(service="notifier"), env=stack.env(TABLE, str(policy))
         )
         calls = count_calls(notifier.store.dynamodb, notifier.queue.sqs)
         bodies = []
-        for i in range(total):
+        for i in range(total):  # built as producers build them: one capacity incident per group
             group = f"asg:train-{i % groups:02d}"
             bodies.append(
-                Notification(
-                    notification_id=f"burst-{i}",
-                    kind="scaling",
-                    severity=Severity.WARNING if i % 7 == 0 else Severity.INFO,
-                    group=group,
-                    incident_key=scaling_incident_key(group),
-                    title=f"{group}: event {i}",
-                    reason="burst",
+                note(
+                    NotificationKind.SCALING,
+                    Severity.WARNING if i % 7 == 0 else Severity.INFO,
+                    group,
+                    f"{group}: event {i}",
                     at=NOW,
+                    source="bench",
+                    id_parts=("burst", str(i)),
+                    reason="burst",
                 ).model_dump_json()
             )
         started = time.perf_counter()
@@ -120,7 +178,7 @@ METRIC_PRICE = 0.30  # custom metric per month, first 10,000 metrics tier
 NODE_MONTH_MINUTES = 30 * 24 * 60
 
 
-def bench_publisher(minutes: int = 30, gpus: int = 8) -> list[str]:
+def bench_publisher(minutes: int = 30, gpus: int = 8, out: Path = OUT) -> list[str]:
     """Our publisher vs gpumon.py's pattern, side by side in one run, both through nvidia-ml-py and
     the fake libnvidia-ml.so.1 (a C file in tests/node) to moto server."""
     import json
@@ -132,8 +190,6 @@ def bench_publisher(minutes: int = 30, gpus: int = 8) -> list[str]:
     cc = shutil.which("gcc") or shutil.which("cc")
     if cc is None:
         return ["| publisher vs gpumon | skipped: no C compiler for the fake NVML | | |"]
-    out = ROOT / "bench" / "out"
-    out.mkdir(exist_ok=True)
     lib = out / "libnvidia-ml.so.1"
     subprocess.run(
         [cc, "-shared", "-fPIC", "-O1", "-o", str(lib), str(ROOT / "tests/node/fake_nvml/fake_nvml.c")], check=True
@@ -369,7 +425,7 @@ def _asg(clients: Any, name: str) -> dict[str, Any]:
     return found
 
 
-def bench_spot_sweep(groups: int = 500) -> str:
+def bench_spot_sweep(groups: int = 500, out: Path = OUT) -> str:
     """spot_watch's sweep over N managed ASGs against moto server: API calls and wall time."""
     from aws_lambda_powertools import Logger, Metrics
 
@@ -393,12 +449,17 @@ def bench_spot_sweep(groups: int = 500) -> str:
             fleet.inject_failed_launch(
                 os.environ["AWS_ENDPOINT_URL"], name, NOW - timedelta(minutes=2), "UnfulfillableCapacity"
             )
-        policy = ROOT / "bench" / "out" / "spot-policy.yaml"
-        policy.parent.mkdir(exist_ok=True)
+        policy = out / "spot-policy.yaml"
         policy.write_text("discovery: {eks: false}\n")
         env = {defaults.ENV_STATE_TABLE: TABLE, defaults.ENV_POLICY_FILE: str(policy)}
         watch = build_spot_watch(Logger(service="bench", level="ERROR"), Metrics(service="bench"), env=env)
-        calls = count_calls(watch.ctx.fleet.autoscaling, watch.ctx.fleet.eks, watch.ctx.state.dynamodb)
+        clients_used = (
+            watch.ctx.fleet.autoscaling,
+            watch.ctx.fleet.eks,
+            watch.activities.ec2,
+            watch.ctx.state.dynamodb,
+        )
+        calls = count_calls(*clients_used)
         started = time.perf_counter()
         result = watch.sweep(NOW, "bench")
         wall = time.perf_counter() - started
@@ -406,10 +467,11 @@ def bench_spot_sweep(groups: int = 500) -> str:
     control = {k.split(":")[1]: v for k, v in calls.items() if not k.startswith("dynamodb:")}
     ddb = sum(v for k, v in calls.items() if k.startswith("dynamodb:"))
     detail = ", ".join(f"{k} {v}" for k, v in sorted(control.items()))
+    ddb_detail = ", ".join(f"{k.split(':')[1]} {v}" for k, v in sorted(calls.items()) if k.startswith("dynamodb:"))
     return (
         f"| spot_watch sweep, {groups} managed ASGs ({groups // 50} short of capacity), moto server | "
         f"{sum(control.values())} control-plane calls "
-        f"({detail}); {ddb} DynamoDB calls | {found} failed launches found | {wall:.1f} s wall |"
+        f"({detail}); {ddb} DynamoDB calls ({ddb_detail}) | {found} failed launches found | {wall:.1f} s wall |"
     )
 
 
@@ -504,38 +566,101 @@ def bench_cold_start(runs: int = 7) -> list[str]:
     return rows
 
 
-def main() -> int:
-    os.environ["POWERTOOLS_LOG_LEVEL"] = "WARNING"  # one log line per group would drown the table
-    parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("--groups", type=int, default=1000)
-    parser.add_argument("--gpus", type=int, default=8)
-    args = parser.parse_args()
-    print(
-        f"machine: {platform.machine()}, {platform.python_implementation()} {platform.python_version()}, "
-        f"{datetime.now(UTC):%Y-%m-%d}"
-    )
-    print("| benchmark | result | target / note | |")
-    print("|---|---|---|---|")
-    print(bench_decide(args.groups), flush=True)
-    for row in bench_cold_start():
-        print(row, flush=True)
-    print(bench_reconcile(args.groups, args.gpus), flush=True)
-    for row in bench_notifications():
-        print(row, flush=True)
-    for row in bench_publisher():
-        print(row, flush=True)
-    for row in bench_guard():
-        print(row, flush=True)
-    print(bench_spot_sweep(), flush=True)
+TABLE_HEAD = ("| benchmark | result | target / note | |", "|---|---|---|---|")
+
+
+def _decide(z: Sizes) -> list[str]:
+    return [*TABLE_HEAD, bench_decide(z.groups, z.decide_repeat)]
+
+
+def _cold_start(z: Sizes) -> list[str]:
+    return [*TABLE_HEAD, *bench_cold_start(z.cold_start_runs)]
+
+
+def _reconcile(z: Sizes) -> list[str]:
+    return [*TABLE_HEAD, *bench_reconcile(z.groups, z.gpus, z.out)]
+
+
+def _notifications(z: Sizes) -> list[str]:
+    return [*TABLE_HEAD, *bench_notifications(z.notifications, z.notification_groups, z.out)]
+
+
+def _publisher(z: Sizes) -> list[str]:
+    return [
+        "| measure | ours (1 Hz, 60 s windows, gzip) | gpumon pattern | |",
+        "|---|---|---|---|",
+        *bench_publisher(z.publisher_minutes, z.gpus, z.out),
+    ]
+
+
+def _guard(z: Sizes) -> list[str]:
+    return [*TABLE_HEAD, *bench_guard(z.guard_gpus, repeat=z.guard_repeat)]
+
+
+def _spot(z: Sizes) -> list[str]:
+    return [*TABLE_HEAD, bench_spot_sweep(z.spot_groups, z.out)]
+
+
+def _replay(z: Sizes) -> list[str]:
     from bench.replay import bench_replay
 
-    for row in bench_replay():
-        print(row, flush=True)
+    return bench_replay(quick=z.quick, out=z.out if z.quick else None)
+
+
+def _telemetry(z: Sizes) -> list[str]:
     from bench.telemetry import bench_telemetry
 
-    print("\nTelemetry cost per 8-GPU node-month (bench/telemetry.py: a simulated 30-day month, controller on moto)\n")
-    for row in bench_telemetry():
-        print(row, flush=True)
+    return bench_telemetry(quick=z.quick, out=z.out)
+
+
+# (heading, what it runs): the components of bench/README.md, in its order. tests/test_bench_quick.py checks
+# that --quick prints every heading.
+SECTIONS: tuple[tuple[str, Callable[[Sizes], Iterable[str]]], ...] = (
+    ("Scaler: pure decision core", _decide),
+    ("Scaler: cold start, decomposed", _cold_start),
+    ("Scaler: one reconcile on moto server", _reconcile),
+    ("Notifications: a burst through the notifier", _notifications),
+    ("Node publisher vs gpumon.py's pattern", _publisher),
+    ("OOM guard reads at fleet scale", _guard),
+    ("Capacity: spot_watch sweep", _spot),
+    ("Replay: decision quality vs the baselines", _replay),
+    ("Telemetry cost per 8-GPU node-month", _telemetry),
+)
+
+
+def machine_note() -> str:
+    """The line every table in bench/README.md carries: cores, interpreter, moto, date."""
+    from importlib.metadata import version
+
+    return (
+        f"machine: {platform.machine()}, {os.cpu_count()} cores (nproc), {platform.python_implementation()} "
+        f"{platform.python_version()}, moto {version('moto')}, {datetime.now(UTC):%Y-%m-%d}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ["POWERTOOLS_LOG_LEVEL"] = "WARNING"  # one log line per group would drown the table
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument("--quick", action="store_true", help="every benchmark at small sizes (seconds, for CI)")
+    parser.add_argument("--groups", type=int, help=f"groups for the decision core and reconcile ({FULL.groups})")
+    parser.add_argument("--gpus", type=int, default=8, help="GPUs per node (8)")
+    parser.add_argument("--only", action="append", default=[], help="run only sections containing this (repeatable)")
+    args = parser.parse_args(argv)
+    z = QUICK if args.quick else FULL
+    z = replace(z, groups=args.groups or z.groups, gpus=args.gpus)
+    z.out.mkdir(parents=True, exist_ok=True)
+    print(machine_note() + (", QUICK (sizes too small to quote)" if z.quick else ""), flush=True)
+    walls = []
+    started = time.perf_counter()
+    for heading, run in SECTIONS:
+        if args.only and not any(o.lower() in heading.lower() for o in args.only):
+            continue
+        print(f"\n## {heading}\n", flush=True)
+        t = time.perf_counter()
+        for row in run(z):
+            print(row, flush=True)
+        walls.append(f"{heading} {time.perf_counter() - t:.1f} s")
+    print(f"\nwall: {time.perf_counter() - started:.0f} s ({'; '.join(walls)})", flush=True)
     return 0
 
 

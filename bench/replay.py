@@ -1,8 +1,10 @@
-"""Replay benchmarks (issue 13): decision quality on the DLRM trace and the synthetic bursty workload,
-the policy sweep behind the README's recommended values, boot-delay and placement sensitivity, and the
-wall time of a whole 31-day replay with every baseline. `python -m bench.replay` runs only these.
+"""Replay benchmarks: decision quality on the DLRM trace and the synthetic bursty workload, the policy
+sweep behind the README's recommended values, boot-delay and placement sensitivity, and the wall time of a
+whole 31-day replay with every baseline. `python -m bench.replay` runs only these (`--quick`: the bursty
+workload's first day and a sample of DLRM's first hours, plots to bench/out/quick/).
 
-The plots land in bench/replay-dlrm.png and bench/replay-bursty.png (referenced from bench/README.md).
+The plots land in bench/replay-dlrm.png, bench/replay-bursty.png and bench/replay-bursty-pack.png
+(referenced from bench/README.md).
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from gpufleet_tools.replay.simulate import Controller, run
 ROOT = Path(__file__).resolve().parents[1]
 DLRM = ROOT.parent / "shared" / "traces" / "alibaba-gpu-v2025-dlrm-instances.csv"
 SEED = 13
+QUICK_DAYS = 1  # --quick: the bursty workload's first day
+QUICK_DLRM_MINUTES = 360  # and one pod in QUICK_DLRM_EVERY of the DLRM trace's first 6 hours (most of its
+QUICK_DLRM_EVERY = 10  # pods are up from minute 0: a replay's time grows with the pods, not the minutes)
 SWEEP = {
     "scaler defaults (band 30-80, step 1, cooldowns 300/600)": "defaults: {}",
     "serving (recommended)": None,
@@ -35,26 +40,37 @@ SWEEP = {
 }
 
 
-def _traces() -> dict[str, Trace]:
-    found = {"bursty": load_trace("synthetic:bursty", SEED, 7)}
+def _sample(trace: Trace, minutes: int, every: int = 1) -> Trace:
+    """One pod in `every` of those that arrive in the first `minutes` of a trace (for --quick)."""
+    horizon = min(trace.horizon, minutes)
+    pods = tuple(p for p in trace.pods if p.arrival < horizon)[::every]
+    return trace.model_copy(update={"pods": pods, "horizon": horizon})
+
+
+def _traces(quick: bool = False) -> dict[str, Trace]:
+    found = {"bursty": load_trace("synthetic:bursty", SEED, QUICK_DAYS if quick else 7)}
     if DLRM.exists():
-        found = {"dlrm": load_trace(str(DLRM), SEED, 0), **found}
+        dlrm = load_trace(str(DLRM), SEED, 0)
+        found = {"dlrm": _sample(dlrm, QUICK_DLRM_MINUTES, QUICK_DLRM_EVERY) if quick else dlrm, **found}
     return found
 
 
-def _comparison_rows(label: str, trace: Trace, policy: FleetPolicy, options: ReplayOptions, png: str) -> list[str]:
+def _comparison_rows(
+    label: str, trace: Trace, policy: FleetPolicy, options: ReplayOptions, png: str, plots: Path
+) -> list[str]:
     started = time.perf_counter()
     c = compare(trace, policy, options, random.Random(SEED))
     wall = time.perf_counter() - started
     with_experiments = compare(trace, policy, options, random.Random(SEED), experiments=ALL_EXPERIMENTS)
-    plot(c, ROOT / "bench" / png)
+    plot(c, plots / png)
     oracle_hours = c.result(RunName.ORACLE).node_hours
     rows = [f"### {label}: {c.pods:,} pods, {c.horizon / 1440:.1f} days, placement {options.placement}", ""]
     rows += table([r.result for r in c.runs], oracle_hours)
     rows += ["", "Experiments:", "", *table([r.result for r in with_experiments.experiments], oracle_hours)]
     rows += ["", "| goal | met | value |", "|---|---|---|"]
     rows += [f"| {g.goal} | {'yes' if g.met else 'NO'} | {g.detail} |" for g in goals(c)]
-    rows += ["", f"Wall time, five policies in one process: {wall:.1f} s (plot: bench/{png}).", ""]
+    shown = (plots / png).relative_to(ROOT) if (plots / png).is_relative_to(ROOT) else plots / png
+    rows += ["", f"Wall time, five policies in one process: {wall:.1f} s (plot: {shown}).", ""]
     return rows
 
 
@@ -84,12 +100,12 @@ def policy_sweep(traces: dict[str, Trace]) -> list[str]:
     return rows
 
 
-def boot_sensitivity(trace: Trace) -> list[str]:
+def boot_sensitivity(trace: Trace, boots: tuple[int, ...] = (2, 5, 10, 15)) -> list[str]:
     """The cost of slow boots on the bursty workload: gpufleet (batch policy) and Cluster Autoscaler."""
     rows = ["| boot minutes | gpufleet node-h vs oracle | gpufleet pending GPU-min | CA pending GPU-min |"]
     rows.append("|---:|---:|---:|---:|")
     policy = recommended_policy(Workload.BATCH)
-    for boot in (2, 5, 10, 15):
+    for boot in boots:
         options = ReplayOptions(boot_minutes=boot)
         ratio, pending, _ = _gpufleet_only(trace, policy, options)
         best = oracle(trace.pods, trace.horizon, options)
@@ -99,24 +115,33 @@ def boot_sensitivity(trace: Trace) -> list[str]:
     return rows
 
 
-def bench_replay() -> list[str]:
-    traces = _traces()
+def bench_replay(quick: bool = False, out: Path | None = None) -> list[str]:
+    """Every replay benchmark; `quick`: small traces (QUICK_*) and two boot delays. Plots go
+    to `out` when given, else next to bench/README.md."""
+    traces = _traces(quick)
+    plots = out or ROOT / "bench"
     rows: list[str] = []
     if "dlrm" in traces:
         policy = recommended_policy(Workload.SERVING)
-        rows += _comparison_rows("DLRM v2025", traces["dlrm"], policy, ReplayOptions(), "replay-dlrm.png")
+        rows += _comparison_rows("DLRM v2025", traces["dlrm"], policy, ReplayOptions(), "replay-dlrm.png", plots)
     else:
         rows += ["(DLRM trace not found next to the checkout: skipped)", ""]
     bursty, batch = traces["bursty"], recommended_policy(Workload.BATCH)
-    rows += _comparison_rows("synthetic bursty (seed 13)", bursty, batch, ReplayOptions(), "replay-bursty.png")
+    label = "synthetic bursty (seed 13)"
+    rows += _comparison_rows(label, bursty, batch, ReplayOptions(), "replay-bursty.png", plots)
     pack = ReplayOptions(placement=Placement.PACK)
-    rows += _comparison_rows("synthetic bursty (seed 13)", bursty, batch, pack, "replay-bursty-pack.png")
+    rows += _comparison_rows(label, bursty, batch, pack, "replay-bursty-pack.png", plots)
     rows += ["### Policy sweep (gpufleet alone, spread)", "", *policy_sweep(traces), ""]
-    rows += ["### Boot delay (synthetic bursty, batch policy)", "", *boot_sensitivity(bursty), ""]
+    boots = (2, 5) if quick else (2, 5, 10, 15)
+    rows += ["### Boot delay (synthetic bursty, batch policy)", "", *boot_sensitivity(bursty, boots), ""]
     return rows
 
 
 if __name__ == "__main__":
-    for line in bench_replay():
+    quick = "--quick" in sys.argv[1:]
+    out = ROOT / "bench" / "out" / "quick" if quick else None
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+    for line in bench_replay(quick, out):
         print(line, flush=True)
     sys.exit(0)

@@ -1,6 +1,7 @@
 """The whole cost of watching and controlling one 8-GPU node for a month, side by side (issue 14).
 
-`python -m bench.telemetry` (also part of `make bench`). Two measurements, both real code:
+`python -m bench.telemetry` (also part of `make bench`; `--quick`: the first 3 days and a fleet of 2 x 2
+nodes, the controller's reads in `adaptive` only; numbers not to quote). Two measurements, both real code:
 
 1. A 30-day month of one node (the scenario below) through the real publisher on a simulated NVML
    backend, in `adaptive` (the default), `essential` and `full`, and through gpumon.py's and the
@@ -79,12 +80,19 @@ DAY = 86400
 HOUR = 3600
 
 
+QUICK_DAYS = 3  # --quick: covers the day-2 detail episode; the XID is moved into it
+
+
 class Scenario:
     """GPU values at any second of the month: (utilization %, memory used %, throttle reasons)."""
 
     gpus = GPUS
-    seconds = DAYS * DAY
-    xids = ((10 * DAY + 14 * HOUR + 22 * 60, 3, 94),)  # (offset, GPU, XID code)
+    xids: tuple[tuple[int, int, int], ...] = ((10 * DAY + 14 * HOUR + 22 * 60, 3, 94),)  # (offset, GPU, XID)
+
+    def __init__(self, days: int = DAYS) -> None:
+        self.days, self.seconds = days, days * DAY
+        if days < DAYS:  # a short run (--quick) still goes through the XID path: one on day 1 instead
+            self.xids = ((1 * DAY + 14 * HOUR + 22 * 60, 3, 94),)
 
     def at(self, offset: int, gpu: int) -> tuple[float, float, int]:
         day, hour = divmod(offset, DAY)[0], (offset % DAY) // HOUR
@@ -110,7 +118,7 @@ class Scenario:
         return memory
 
     def idle_hours(self) -> int:
-        return sum(1 for h in range(DAYS * 24) if not (h // 24 % 7 < 5 and 8 <= h % 24 < 20))
+        return sum(1 for h in range(self.days * 24) if not (h // 24 % 7 < 5 and 8 <= h % 24 < 20))
 
 
 # ---- 1. the month, per side ----
@@ -118,10 +126,10 @@ class Scenario:
 SIDES = ("adaptive", "essential", "full", "gpumon", "agent")
 
 
-def run_side(side: str) -> dict[str, Any]:
+def run_side(side: str, days: int = DAYS) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "layers" / "node")])}
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "telemetry_run.py"), side],
+        [sys.executable, str(ROOT / "bench" / "telemetry_run.py"), side, str(days)],
         env=env,
         capture_output=True,
         text=True,
@@ -131,9 +139,9 @@ def run_side(side: str) -> dict[str, Any]:
     return result
 
 
-def series_cost(result: dict[str, Any]) -> float:
+def series_cost(result: dict[str, Any], group_nodes: int = GROUP_NODES) -> float:
     hours = result["series_hours"]
-    per_node = hours["gpu"] + hours["instance"] + hours["group"] / GROUP_NODES
+    per_node = hours["gpu"] + hours["instance"] + hours["group"] / group_nodes
     return per_node * METRIC_MONTH / HOURS_BILLED_PER_MONTH
 
 
@@ -186,9 +194,11 @@ def _tick(scaler: Any, now: datetime, tag: str) -> dict[str, int]:
     return dict(counts)
 
 
-def controller_reads(mode: str) -> dict[str, Any]:
-    """Build the fleet, publish, then measure a steady reconcile tick, a scale-in check and a warm
-    OOM-guard evaluation, each on its own counted client."""
+def controller_reads(
+    mode: str, out: Path = ROOT / "bench" / "out", group_nodes: int = GROUP_NODES, minutes: int = 6
+) -> dict[str, Any]:
+    """Build the fleet (2 ASGs of `group_nodes`), publish `minutes`, then measure a steady reconcile tick,
+    a scale-in check and a warm OOM-guard evaluation, each on its own counted client."""
     import boto3
     from aws_lambda_powertools import Logger, Metrics
     from botocore.config import Config
@@ -200,20 +210,19 @@ def controller_reads(mode: str) -> dict[str, Any]:
     from tests.integration.conftest import TABLE, Fleet
 
     now = datetime.now(UTC).replace(second=0, microsecond=0)
-    out = ROOT / "bench" / "out"
-    out.mkdir(exist_ok=True)
     with moto_server() as server:
         clients = fleet.Clients.create()
         fleet.create_state_table(clients.dynamodb, TABLE)
+        queue = boto3.client("sqs").create_queue(QueueName="gpufleet-notify")["QueueUrl"]  # as deployed
         for asg in ("bench-busy", "bench-idle"):
-            fleet.create_asg(clients, asg, min_size=1, max_size=20, desired=GROUP_NODES, tags=fleet.MANAGED_TAG)
-            _publish(clients, asg, mode, busy=asg == "bench-busy", end=now)
+            fleet.create_asg(clients, asg, min_size=1, max_size=20, desired=group_nodes, tags=fleet.MANAGED_TAG)
+            _publish(clients, asg, mode, busy=asg == "bench-busy", end=now, minutes=minutes)
         steady, scale_in = out / f"telemetry-steady-{mode}.yaml", out / f"telemetry-scalein-{mode}.yaml"
         steady.write_text("dry_run: true\ndiscovery: {eks: false}\ndefaults: {target: {low: 1, high: 95}}\n")
         scale_in.write_text("dry_run: true\ndiscovery: {eks: false}\n")
         bench_fleet = Fleet(clients, steady, server.url, "")
-        tick = _tick(bench_fleet.scaler(), now, f"steady-{mode}")
-        check = _tick(bench_fleet.scaler(policy=scale_in.read_text()), now, f"scale-in-{mode}")
+        tick = _tick(bench_fleet.scaler(notify_queue=queue), now, f"steady-{mode}")
+        check = _tick(bench_fleet.scaler(policy=scale_in.read_text(), notify_queue=queue), now, f"scale-in-{mode}")
         env = {defaults.ENV_STATE_TABLE: TABLE, defaults.ENV_POLICY_FILE: str(steady)}
         guard = build_guard(Logger(service="bench", level="ERROR"), Metrics(namespace="GPUFleet/Bench"), env=env)
         # moto server answers a few hundred GetMetricData queries in tens of seconds (CloudWatch: well under
@@ -223,19 +232,25 @@ def controller_reads(mode: str) -> dict[str, Any]:
         )
         counts = _reads(guard.metrics.cloudwatch)
         guard.evaluate(now, f"guard-{mode}")  # a warm run asks the same, without ListMetrics (cached 15 min)
-    return {"nodes": 2 * GROUP_NODES, "tick": tick, "scale_in_check": check, "guard": dict(counts)}
+    return {
+        "nodes": 2 * group_nodes,
+        "group_nodes": group_nodes,
+        "tick": tick,
+        "scale_in_check": check,
+        "guard": dict(counts),
+    }
 
 
 def controller_cost(reads: dict[str, Any], scenario: Scenario) -> tuple[float, float]:
     """$ per node-month, (reconcile, OOM guard): every tick and evaluation, plus the scale-in checks'
     extra reads (upper bound)."""
-    nodes = reads["nodes"]
+    nodes, group_nodes = reads["nodes"], reads.get("group_nodes", GROUP_NODES)
     per_tick = reads["tick"]["metrics"] * GMD_METRIC + reads["tick"]["other"] * REQUEST
     per_eval = reads["guard"]["metrics"] * GMD_METRIC
     per_eval += reads["guard"]["other"] * REQUEST / GUARD_INVENTORY_EVALS  # ListMetrics, cached 15 min
     check_extra = (reads["scale_in_check"]["metrics"] - reads["tick"]["metrics"]) * GMD_METRIC
-    checks = scenario.idle_hours() * HOUR // SCALE_IN_COOLDOWN_S  # per group of GROUP_NODES
-    reconcile = per_tick * TICKS_PER_MONTH / nodes + check_extra * checks / GROUP_NODES
+    checks = scenario.idle_hours() * HOUR // SCALE_IN_COOLDOWN_S  # per group of group_nodes
+    reconcile = per_tick * TICKS_PER_MONTH / nodes + check_extra * checks / group_nodes
     return float(reconcile), float(per_eval * TICKS_PER_MONTH / nodes)
 
 
@@ -250,17 +265,21 @@ LABELS = {
 }
 
 
-def rows(month: dict[str, dict[str, Any]], reads: dict[str, dict[str, Any]]) -> list[str]:
-    scenario = Scenario()
+def rows(
+    month: dict[str, dict[str, Any]], reads: dict[str, dict[str, Any]], scenario: Scenario | None = None
+) -> list[str]:
+    scenario = scenario or Scenario()
+    fleet = next(iter(reads.values()))["nodes"] if reads else 2 * GROUP_NODES
+    group_nodes = next(iter(reads.values())).get("group_nodes", GROUP_NODES) if reads else GROUP_NODES
     out = [
         "| side | series-hours (GPU / instance / group) | PutMetricData requests | series $ | PutMetricData $ "
-        "| controller reads $ (GetMetricData metrics: reconcile tick + guard run, fleet of 20 nodes) "
+        f"| controller reads $ (GetMetricData metrics: reconcile tick + guard run, fleet of {fleet} nodes) "
         "| total $/node-month | per 100 nodes |",
         "|---|---|---:|---:|---:|---|---:|---:|",
     ]
     totals = {}
     for side, r in month.items():
-        s, p = series_cost(r), r["requests"] * REQUEST
+        s, p = series_cost(r, group_nodes), r["requests"] * REQUEST
         c = sum(controller_cost(reads[side], scenario)) if side in reads else 0.0
         totals[side] = s + p + c
         h = r["series_hours"]
@@ -279,7 +298,7 @@ def rows(month: dict[str, dict[str, Any]], reads: dict[str, dict[str, Any]]) -> 
         out.append("")
         out.append(
             f"telemetry cost per 8-GPU node-month: ${totals['adaptive']:.2f} all-in (adaptive, default: series "
-            f"${series_cost(a):.2f} + PutMetricData ${a['requests'] * REQUEST:.2f} + controller reads "
+            f"${series_cost(a, group_nodes):.2f} + PutMetricData ${a['requests'] * REQUEST:.2f} + controller reads "
             f"${reconcile + guard:.2f} = reconcile ${reconcile:.2f} + OOM guard ${guard:.2f}; goal <= $2.00) "
             f"vs gpumon pattern ${totals.get('gpumon', 0):.2f}, CloudWatch agent ${totals.get('agent', 0):.2f}; "
             f"{a['detail_gpu_hours']:.0f} GPU-hours of per-GPU detail in the month"
@@ -287,17 +306,23 @@ def rows(month: dict[str, dict[str, Any]], reads: dict[str, dict[str, Any]]) -> 
     return out
 
 
-def bench_telemetry() -> list[str]:
-    """The month's five sides run in subprocesses while the controller's reads are measured here."""
+def bench_telemetry(quick: bool = False, out: Path = ROOT / "bench" / "out") -> list[str]:
+    """The month's five sides run in subprocesses while the controller's reads are measured here.
+    `quick`: QUICK_DAYS instead of the month, 2 groups of 2 nodes publishing 2 minutes."""
+    days, group_nodes, minutes = (QUICK_DAYS, 2, 2) if quick else (DAYS, GROUP_NODES, 6)
     with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
-        futures = {side: pool.submit(run_side, side) for side in SIDES}
-        reads = {mode: controller_reads(mode) for mode in ("adaptive", "essential", "full")}
+        futures = {side: pool.submit(run_side, side, days) for side in SIDES}
+        modes = ("adaptive",) if quick else ("adaptive", "essential", "full")  # the same code path per mode
+        reads = {m: controller_reads(m, out, group_nodes, minutes) for m in modes}
         month = {side: f.result() for side, f in futures.items()}
-    (ROOT / "bench" / "out" / "telemetry.json").write_text(json.dumps({"month": month, "reads": reads}, indent=1))
-    return rows(month, reads)
+    (out / "telemetry.json").write_text(json.dumps({"month": month, "reads": reads}, indent=1))
+    return rows(month, reads, Scenario(days))
 
 
 if __name__ == "__main__":
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
-    for line in bench_telemetry():
+    quick = "--quick" in sys.argv[1:]
+    out = ROOT / "bench" / "out" / ("quick" if quick else "")
+    out.mkdir(parents=True, exist_ok=True)
+    for line in bench_telemetry(quick, out):
         print(line, flush=True)

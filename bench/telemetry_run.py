@@ -1,4 +1,4 @@
-"""One side of the telemetry-cost benchmark, in its own process: `python bench/telemetry_run.py SIDE`.
+"""One side of the telemetry-cost benchmark, in its own process: `python bench/telemetry_run.py SIDE [DAYS]`.
 
 SIDE is `adaptive`, `essential` or `full` (the real publisher on a simulated backend driven by the
 scenario in bench/telemetry.py, simulated clock, one sample per GPU every 10 s), or `gpumon` / `agent`
@@ -20,7 +20,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "layers" / "node")]
 
-from bench.telemetry import AGENT_FIELDS, MONTH_START, SAMPLE_EVERY_S, Scenario  # noqa: E402
+from bench.telemetry import AGENT_FIELDS, DAYS, MONTH_START, SAMPLE_EVERY_S, Scenario  # noqa: E402
 
 
 class Meter:
@@ -139,8 +139,8 @@ def agent(scenario: Scenario) -> dict[str, Any]:
     return meter.result()
 
 
-def main(side: str) -> dict[str, Any]:
-    scenario = Scenario()
+def main(side: str, days: int = DAYS) -> dict[str, Any]:
+    scenario = Scenario(days)
     started = time.process_time()
     if side == "gpumon":
         result = gpumon(scenario)
@@ -152,4 +152,4 @@ def main(side: str) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(sys.argv[1])))
+    print(json.dumps(main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else DAYS)))
