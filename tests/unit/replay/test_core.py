@@ -32,8 +32,8 @@ def _cluster(pods: list[Pod], nodes: int) -> Cluster:
 
 def test_scale_out_follows_the_band_and_the_cooldown_marks_like_the_executor() -> None:
     pods = [Pod(name=f"p{i}", arrival=0, duration=None) for i in range(8)]
-    cluster = _cluster(pods, 2)  # 100 %
-    g = GpufleetController(POLICY, OPTS, 10)
+    cluster = _cluster(pods, 2)  # 100 %, nothing pending: only a group without a demand source scales out
+    g = GpufleetController(POLICY, OPTS, 10, Experiment(utilization_only=True))
     g.tick(cluster, 0)
     assert len(cluster.nodes) == 3 and len(cluster.booting) == 1
     assert g.state.last_scale_out_at == OPTS.start and g.state.version == 1 and cluster.actions == 1
@@ -46,19 +46,21 @@ def test_scale_out_follows_the_band_and_the_cooldown_marks_like_the_executor() -
 
 def test_scale_in_removes_only_nodes_idle_for_the_lookback_and_never_disrupts() -> None:
     pods = [Pod(name="a", arrival=0, duration=None), Pod(name="b", arrival=0, duration=20)]
-    cluster = _cluster(pods, 4)  # spread: a and b on two nodes; 2 of 16 GPUs = 12.5 %
-    g = GpufleetController(POLICY, OPTS, 10)
-    removed: list[int] = []
-    for t in range(0, 60):
-        cluster.advance(t)
-        before = len(cluster.nodes)
-        g.tick(cluster, t)
-        if len(cluster.nodes) < before:
-            removed.append(t)
-    assert removed[:2] == [0, 10]  # one idle node per scale-in cooldown (600 s)
-    assert cluster.disrupted == 0
-    assert len(cluster.nodes) == 1 and cluster.node_of[0] is not None  # a's node stays
-    assert g.decisions[Action.SCALE_IN] >= 3
+    for experiment, expected in ((Experiment(utilization_only=True), [(0, 1), (10, 1)]), (Experiment(), [(0, 2)])):
+        cluster = _cluster(pods, 4)  # spread: a and b on two nodes; 2 of 16 GPUs = 12.5 %
+        g = GpufleetController(POLICY, OPTS, 10, experiment)
+        removed: list[tuple[int, int]] = []
+        for t in range(0, 60):
+            cluster.advance(t)
+            before = len(cluster.nodes)
+            g.tick(cluster, t)
+            if len(cluster.nodes) < before:
+                removed.append((t, before - len(cluster.nodes)))
+        # Utilization only: one idle node per scale-in cooldown (600 s). With the pods known, nothing
+        # waiting: both idle nodes at once; b's node once b is done and the lookback has passed.
+        assert removed[:2] == [*expected, (25, 1)][:2], experiment
+        assert cluster.disrupted == 0
+        assert len(cluster.nodes) == 1 and cluster.node_of[0] is not None  # a's node stays
 
 
 def test_a_node_whose_last_pod_just_left_is_still_busy_for_the_lookback() -> None:
@@ -76,29 +78,34 @@ def test_a_node_whose_last_pod_just_left_is_still_busy_for_the_lookback() -> Non
 def test_gpufleet_never_disrupts_a_pod_on_a_random_workload() -> None:
     pods = [Pod(name=f"p{i}", arrival=(i * 7) % 400, duration=5 + (i * 13) % 90, gpus=1 + i % 3) for i in range(200)]
     pods.sort(key=lambda p: p.arrival)
-    for experiment in (Experiment(), Experiment(drain_by_attrition=True, pending_signal=True, proportional_step=True)):
+    for experiment in (Experiment(), Experiment(drain_by_attrition=True, proportional_step=True, booting_counted=True)):
         out = run(pods, 500, GpufleetController(POLICY, OPTS, 30, experiment), OPTS, initial_nodes=1)
         assert out.result.pods_disrupted == 0 and out.result.lost_gpu_hours == 0
 
 
-def test_pending_signal_lets_gpufleet_see_demand_beyond_capacity() -> None:
+def test_pending_pods_reach_the_core_as_demand_and_one_step_covers_them() -> None:
+    """12 one-GPU pods on 2 four-GPU nodes: utilization reads 100 % whatever waits; the demand says 4 wait,
+    so one scale-out adds exactly the node they need, and a tick later nothing more (it is booting)."""
     pods = [Pod(name=f"p{i}", arrival=0, duration=None) for i in range(12)]
-    plain, seeing = (
-        GpufleetController(POLICY, OPTS, 10),
-        GpufleetController(POLICY, OPTS, 10, Experiment(pending_signal=True)),
-    )
+    plain = GpufleetController(POLICY, OPTS, 10, Experiment(utilization_only=True))
+    g = GpufleetController(POLICY, OPTS, 10)
     cluster = _cluster(pods, 2)
     assert plain.signal(cluster) == 100.0  # utilization cannot say how much is missing
-    assert seeing.signal(cluster) == 150.0
-    assert seeing.name == "gpufleet [pending-signal]"
+    assert plain.demand(cluster) is None and plain.name == "gpufleet [utilization-only]"
+    demand = g.demand(cluster)
+    assert demand is not None and [(w.gpus, w.count) for w in demand.waiting] == [(1.0, 4)]
+    g.tick(cluster, 0)
+    assert len(cluster.nodes) == 3
+    g.tick(cluster, 1)
+    assert len(cluster.nodes) == 3 and g.decisions[Action.HOLD] == 1
 
 
 def test_proportional_step_sizes_the_step_to_the_gap() -> None:
-    g = GpufleetController(POLICY, OPTS, 100, Experiment(proportional_step=True, pending_signal=True))
+    g = GpufleetController(POLICY, OPTS, 100, Experiment(proportional_step=True, utilization_only=True))
     pods = [Pod(name=f"p{i}", arrival=0, duration=None) for i in range(40)]
-    cluster = _cluster(pods, 2)  # 8 GPUs for 40: the signal says 500 %
+    cluster = _cluster(pods, 2)  # 8 GPUs for 40: utilization 100 %, the band's high 80 %
     g.tick(cluster, 0)
-    assert len(cluster.nodes) == 2 + 11  # ceil(2 x 500 / 80) - 2, in one change (the core bounds it)
+    assert len(cluster.nodes) == 2 + 1  # ceil(2 x 100 / 80) - 2: utilization alone sees one node's worth
 
 
 def test_drain_by_attrition_cordons_the_least_loaded_node_until_it_empties() -> None:

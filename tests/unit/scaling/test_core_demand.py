@@ -113,15 +113,30 @@ def test_waiting_work_blocks_scale_in_from_the_band_and_from_requests() -> None:
 def test_scale_to_zero_when_nothing_waits_and_every_node_is_idle() -> None:
     d = tick(observe(3, (), util=0))
     assert (d.action, d.desired) == (Action.SCALE_IN, 0)
-    assert d.reason.startswith("no pods waiting (cluster ml) and every node is idle: scale in 3 -> 0")
+    assert d.reason.startswith("no pods waiting (cluster ml): 3 idle node(s) not needed: scale in 3 -> 0")
 
 
-def test_no_scale_to_zero_above_min_or_with_a_busy_node() -> None:
+def test_nothing_waiting_releases_every_idle_node_down_to_min_in_one_change() -> None:
+    """Not one band step per cooldown: idle nodes nothing waits for go together; busy ones and min stay."""
     s = SETTINGS.model_copy(update={"min": 1})
-    assert tick(observe(3, (), util=0), s=s).desired == 2  # the band's one step, not to zero
+    assert tick(observe(3, (), util=0), s=s).desired == 1
     busy = observe(3, (), util=0)
     busy = busy.model_copy(update={"instances": (node(0), node(1), node(2, util=90))})
-    assert tick(busy).desired == 2  # one idle node less, the busy one stays
+    d = tick(busy)
+    assert (d.desired, d.victims) == (1, ("i-00", "i-01"))
+    cooling = GroupState(last_scale_in_at=NOW - timedelta(seconds=10))
+    assert tick(observe(3, (), util=0), cooling).action is Action.HOLD  # the scale-in cooldown still holds
+
+
+def test_a_source_that_knows_the_nodes_asks_for_metrics_when_one_is_free() -> None:
+    """Kubernetes says which nodes run GPU pods: one without any is worth a metrics read to confirm it
+    idle, even inside the band; a source that knows nothing of nodes leaves that to the band."""
+    obs = observe(3, (), util=50).model_copy(update={"instance_metrics_loaded": False})
+    assert tick(obs).action is Action.HOLD  # inside the band, the source knows no nodes
+    knows = obs.model_copy(update={"demand": obs.demand.model_copy(update={"knows_nodes": True})})  # type: ignore[union-attr]
+    d = tick(knows)
+    assert d.action is Action.SCALE_IN and d.needs_instance_metrics
+    assert "3 node(s) without GPU work: choosing idle instances" in d.reason
 
 
 def test_an_unreadable_source_falls_back_to_utilization_rules() -> None:
@@ -159,3 +174,14 @@ def test_demand_never_leaves_bounds_nor_removes_gpu_pod_nodes(sizes: list[int], 
     assert not {f"i-{i:02d}" for i, f in enumerate(flags) if f} & set(d.victims)
     if waiting:
         assert d.desired >= d.current  # never smaller while work waits
+
+
+def test_busy_nodes_alone_do_not_scale_out_a_group_whose_source_says_nothing_waits() -> None:
+    """The band's high is a proxy for waiting work; with the work itself in view, it only tells."""
+    d = tick(observe(3, (), util=97))
+    assert d.action is Action.HOLD
+    assert d.reason == "GPU utilization 97.0% is above the band's high 80%, but no pods wait (cluster ml)"
+    unreadable = observe(3, (), util=97).model_copy(
+        update={"demand": Demand(source="cluster ml", gpus_per_node=8, unreadable="timeout")}
+    )
+    assert tick(unreadable).action is Action.SCALE_OUT  # no source to trust: the band acts as before

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpufleet.domain.models import WaitingWork
 from gpufleet.events.kubernetes import SelectorTerm, Toleration, WaitingPod
 from gpufleet.scaling.demand import NodeShape, as_work, describe_waiting, fits, pack
 
@@ -33,11 +34,11 @@ def pod(gpus: float, name: str = "p", waited_min: int = 1, **kw: object) -> Wait
 )
 def test_pack(sizes: list[float], per_node: float, free: list[float], booting: int, new: int, on_existing: int) -> None:
     p = pack(sizes, per_node, free, booting)
-    assert (p.new_nodes, p.placed_on_existing, p.unplaceable) == (new, on_existing, ())
+    assert (p.new_nodes, p.placed_on_existing, p.unplaceable) == (new, on_existing, 0)
 
 
 def test_an_item_larger_than_a_node_is_named_not_packed() -> None:
-    assert pack([16, 2], 8).unplaceable == ("0",)
+    assert pack([16, 2], 8).unplaceable == 1
     assert pack([16, 2], 8).new_nodes == 1
 
 
@@ -47,7 +48,7 @@ def test_packing_is_enough_and_never_more_than_one_node_per_item(sizes: list[int
     fitting = [s for s in sizes if s <= per_node]
     assert p.new_nodes * per_node >= sum(fitting)
     assert p.new_nodes <= len(fitting)
-    assert len(p.unplaceable) == len(sizes) - len(fitting)
+    assert p.unplaceable == len(sizes) - len(fitting)
 
 
 SHAPE = NodeShape(
@@ -103,6 +104,8 @@ def test_the_reason_names_what_waits() -> None:
     assert describe_waiting([], NOW) == "no pods waiting"
     jobs = [as_work(pod(4, "j1", 9)), as_work(pod(4, "j2", 3))]
     assert describe_waiting(jobs, NOW, "job") == "2 jobs (2x4 GPUs) waiting for 9 min"
+    queued = [WaitingWork(name="queue jobs", gpus=8, count=12)]
+    assert describe_waiting(queued, NOW, "message") == "12 messages (12x8 GPUs) waiting"
 
 
 def _one_by_one(sizes: list[float], per_node: float, free: list[float], booting: int) -> tuple[int, int]:

@@ -11,23 +11,30 @@ Signals: reconcile ticks only. The policy's alarms are CloudWatch alarms that st
 `_Ctx.step` with the same cooldowns; an alarm at the band's edge adds nothing a one-minute tick on the
 same metric does not, so the replay relies on the target band (docs/replay.md says so).
 
+Demand: the group's pending pods reach the core as the EKS reader hands them over (`Demand` on the
+observation: each pod's GPUs, how long the oldest has waited, 8 GPUs per node), so the waiting work
+drives scale-out, blocks scale-in and a node with a pod on it is never a victim - the same decision path
+as the scaler's. The `utilization-only` experiment replays the rules alone, as for a group without a
+demand source (what gpufleet did before it could see waiting work).
+
 `Experiment` switches are what the replay evaluated beyond today's scaler, clearly labelled; the report
 names them in the run's name. None of them changes a rule of the core: drain by attrition only cordons
-nodes in the simulated scheduler, the pending signal (pending pods' GPUs added to the work) and booting
-counted (booting nodes added to the capacity) only change the utilization fed in, and the proportional
-step only chooses the step size the core then bounds and cools down.
+nodes in the simulated scheduler, booting counted (booting nodes added to the capacity) only changes the
+utilization fed in, and the proportional step only chooses the step size the core then bounds and cools
+down.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import Counter, deque
 from datetime import datetime, timedelta
 from statistics import fmean
 
 from gpufleet.domain.models import (
     Action,
     Decision,
+    Demand,
     Frozen,
     GroupKind,
     GroupObservation,
@@ -35,10 +42,11 @@ from gpufleet.domain.models import (
     GroupState,
     InstanceObservation,
     SkipReason,
+    WaitingWork,
 )
 from gpufleet.domain.policy import FleetPolicy, GroupSettings, Step
 from gpufleet.scaling.core import decide_reconcile
-from gpufleet_tools.replay.model import ReplayOptions, RunName
+from gpufleet_tools.replay.model import MILLI_PER_GPU, ReplayOptions, RunName
 from gpufleet_tools.replay.simulate import Cluster, Node, default_termination
 
 GROUP = GroupRef(kind=GroupKind.ASG, name="replay")
@@ -50,13 +58,13 @@ class Experiment(Frozen):
     """Variants the replay evaluated; none is what the scaler does today."""
 
     drain_by_attrition: bool = False  # cordon the least-loaded node when scale-in finds none idle
-    pending_signal: bool = False  # utilization counts pending pods' GPUs (demand / capacity)
     proportional_step: bool = False  # scale-out step sized to bring utilization back under the band's high
     booting_counted: bool = False  # utilization over ready + booting nodes (capacity already on its way)
+    utilization_only: bool = False  # no demand source: the pending pods are not shown to the core
 
     @property
     def label(self) -> str:
-        names = ("drain_by_attrition", "pending_signal", "proportional_step", "booting_counted")
+        names = ("utilization_only", "drain_by_attrition", "proportional_step", "booting_counted")
         return "+".join(name.replace("_", "-") for name in names if getattr(self, name))
 
 
@@ -70,11 +78,13 @@ def group_settings(policy: FleetPolicy) -> GroupSettings:
     return settings.model_copy(update={"dry_run": False})
 
 
-def instance_observation(node: Node, t: int, lookback: int) -> InstanceObservation:
+def instance_observation(node: Node, t: int, lookback: int, demand: bool = True) -> InstanceObservation:
     """What the metrics reader would return for a node: busiest GPU's allocated share (the documented
-    assumption: utilization = allocated share) and memory held by its pods; Pending while booting."""
+    assumption: utilization = allocated share) and memory held by its pods; Pending while booting. With a
+    demand source, a node with a pod on it is known to run GPU work (the EKS reader's bound pods)."""
     if node.ready_at > t:
         return InstanceObservation(instance_id=node.node_id, lifecycle_state="Pending")
+    runs = demand and bool(node.pods)
     if node.pods:
         share = node.busiest_share()
         util, mem = share, max(share, HELD_MEMORY)
@@ -82,7 +92,9 @@ def instance_observation(node: Node, t: int, lookback: int) -> InstanceObservati
         util = mem = RECENTLY_BUSY
     else:
         util = mem = 0.0
-    return InstanceObservation(instance_id=node.node_id, gpu_utilization=util, gpu_memory_percent=mem)
+    return InstanceObservation(
+        instance_id=node.node_id, gpu_utilization=util, gpu_memory_percent=mem, runs_gpu_work=runs
+    )
 
 
 class GpufleetController:
@@ -100,19 +112,18 @@ class GpufleetController:
         self.samples: deque[tuple[int, float]] = deque()
         self.state = GroupState()
         self.decisions: dict[Action, int] = dict.fromkeys(Action, 0)
-        self._listed: tuple[tuple[str, ...], int, tuple[InstanceObservation, ...]] = ((), 0, ())
+        self._listed: tuple[tuple[str, ...], int, tuple[bool, ...], tuple[InstanceObservation, ...]] = ((), 0, (), ())
 
     def now(self, t: int) -> datetime:
         return self.options.start + timedelta(minutes=t)
 
     def signal(self, cluster: Cluster) -> float | None:
-        """The group's utilization as the scaler reads it, or (experiments) with pending pods' GPUs added
-        to the work and/or booting nodes added to the capacity."""
-        e = self.experiment
-        if not e.pending_signal and not e.booting_counted:
+        """The group's utilization as the scaler reads it, or (experiment) with booting nodes added to the
+        capacity."""
+        if not self.experiment.booting_counted:
             return cluster.utilization()
-        work = cluster.used_milli + (cluster.pending_milli if e.pending_signal else 0)
-        capacity = cluster.ready_milli + (len(cluster.booting) * self.options.node_milli if e.booting_counted else 0)
+        work = cluster.used_milli
+        capacity = cluster.ready_milli + len(cluster.booting) * self.options.node_milli
         if not cluster.ready and not work:
             return None
         return work / max(capacity, self.options.node_milli) * 100.0
@@ -140,17 +151,52 @@ class GpufleetController:
 
     def listed(self, cluster: Cluster, t: int) -> tuple[InstanceObservation, ...]:
         """The group's instances as DescribeAutoScalingGroups lists them (Pending while booting, else
-        InService; no metrics yet), rebuilt only when the nodes or their readiness change."""
+        InService; no metrics yet) and, with a demand source, which run a pod (the EKS reader's bound
+        pods); rebuilt only when the nodes, their readiness or which of them run pods change."""
+        demand = not self.experiment.utilization_only
         ids, booting = tuple(cluster.nodes), len(cluster.booting)
-        if (ids, booting) != self._listed[:2]:
+        running = tuple(demand and bool(n.pods) for n in cluster.nodes.values())
+        if (ids, booting, running) != self._listed[:3]:
             listed = tuple(
                 InstanceObservation.model_construct(
-                    instance_id=n.node_id, lifecycle_state="Pending" if n.ready_at > t else "InService"
+                    instance_id=n.node_id,
+                    lifecycle_state="Pending" if n.ready_at > t else "InService",
+                    runs_gpu_work=runs,
                 )
-                for n in cluster.nodes.values()
+                for n, runs in zip(cluster.nodes.values(), running, strict=True)
             )
-            self._listed = (ids, booting, listed)
-        return self._listed[2]
+            self._listed = (ids, booting, running, listed)
+        return self._listed[3]
+
+    def demand(self, cluster: Cluster) -> Demand | None:
+        """The pending pods as the EKS reader hands them to the core: GPUs per pod (a share of one GPU as
+        its fraction), how many alike, how long the oldest has waited; no room on serving nodes (the
+        scheduler has just tried them)."""
+        if self.experiment.utilization_only:
+            return None
+        oldest: dict[float, int] = {}
+        counts: Counter[float] = Counter()
+        pods = cluster.pods
+        for i in cluster.pending:
+            gpus = pods[i].demand_milli / MILLI_PER_GPU
+            counts[gpus] += 1
+            arrival = pods[i].arrival
+            if arrival < oldest.get(gpus, arrival + 1):
+                oldest[gpus] = arrival
+        start = self.options.start
+        waiting = tuple(
+            WaitingWork.model_construct(name="pending", gpus=g, since=start + timedelta(minutes=oldest[g]), count=n)
+            for g, n in counts.items()
+        )
+        return Demand.model_construct(
+            source="replay",
+            noun="pod",
+            waiting=waiting,
+            gpus_per_node=float(self.options.gpus_per_node),
+            free_gpus=(),
+            knows_nodes=True,
+            unreadable=None,
+        )
 
     def tick(self, cluster: Cluster, t: int) -> None:
         util = self.average(cluster, t)
@@ -162,11 +208,13 @@ class GpufleetController:
             desired=len(cluster.nodes),
             gpu_utilization=util,
             instances=self.listed(cluster, t),
+            demand=self.demand(cluster),
         )
         settings = self.settings_for_tick(cluster, util, obs.desired)
         decision = self.decide(obs, settings, now)
         if decision.needs_instance_metrics:
-            instances = tuple(instance_observation(n, t, self.lookback) for n in cluster.nodes.values())
+            demand = not self.experiment.utilization_only
+            instances = tuple(instance_observation(n, t, self.lookback, demand) for n in cluster.nodes.values())
             obs = obs.model_copy(update={"instances": instances, "instance_metrics_loaded": True})
             decision = self.decide(obs, settings, now)
         self.decisions[decision.action] += 1
@@ -202,7 +250,8 @@ class GpufleetController:
             for node in draining:
                 cluster.cordon(node, False)
             return
-        if not (decision.action is Action.HOLD and decision.skipped.get(SkipReason.BUSY, 0) > 0):
+        busy = decision.skipped.get(SkipReason.BUSY, 0) + decision.skipped.get(SkipReason.RUNS_GPU_WORK, 0)
+        if not (decision.action is Action.HOLD and busy > 0):
             return
         needed = math.ceil(cluster.used_milli / (self.options.node_milli * band.high / 100))
         surplus = len(cluster.ready) - max(needed, self.options.min_nodes)

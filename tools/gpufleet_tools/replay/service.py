@@ -31,12 +31,12 @@ from gpufleet_tools.replay.traces import bursty_trace, parse_trace, to_v2023_csv
 MAX_POINTS_PER_CALL = 1440  # CloudWatch: datapoints per series per GetMetricData call
 SYNTHETIC = "synthetic:bursty"
 ALL_EXPERIMENTS = (
+    Experiment(utilization_only=True),
+    Experiment(utilization_only=True, proportional_step=True),
     Experiment(proportional_step=True),
-    Experiment(pending_signal=True),
-    Experiment(pending_signal=True, proportional_step=True),
     Experiment(booting_counted=True),
     Experiment(drain_by_attrition=True),
-    Experiment(drain_by_attrition=True, pending_signal=True, proportional_step=True, booting_counted=True),
+    Experiment(drain_by_attrition=True, proportional_step=True, booting_counted=True),
 )
 
 

@@ -152,11 +152,12 @@ class InstanceObservation(Frozen):
 
 
 class WaitingWork(Frozen):
-    """One item of work that waits for GPUs: a pod, a job or a queued message, and what it asks for."""
+    """Work that waits for GPUs: a pod, a job or a queued message (or `count` alike), and what each asks for."""
 
     name: str
-    gpus: float = Field(gt=0)
-    since: datetime | None = None  # when it started waiting, when the source says
+    gpus: float = Field(gt=0)  # per item
+    since: datetime | None = None  # when the longest-waiting of them started waiting, when the source says
+    count: int = Field(default=1, ge=1)
 
 
 class Demand(Frozen):
@@ -169,6 +170,7 @@ class Demand(Frozen):
     waiting: tuple[WaitingWork, ...] = ()
     gpus_per_node: float = Field(default=1.0, gt=0)
     free_gpus: tuple[float, ...] = ()  # room on the group's serving nodes, per node, that waiting work may use
+    knows_nodes: bool = False  # the source set each instance's runs_gpu_work (Kubernetes: pods bound to nodes)
     unreadable: str | None = None
 
     @property

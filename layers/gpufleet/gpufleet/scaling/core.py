@@ -37,7 +37,7 @@ from gpufleet.domain.models import (
 )
 from gpufleet.domain.policy import GroupSettings, IdleThreshold, Owner, ScheduleWindow
 from gpufleet.events.model import AlarmEvent
-from gpufleet.scaling.demand import describe_waiting, pack
+from gpufleet.scaling.demand import describe_waiting, pack, waiting_sizes
 
 INTERRUPTED = "interrupted:"  # the group's ledger key prefix for replacements launched before an interruption
 
@@ -285,9 +285,10 @@ class _Ctx(_Group):
         trigger = Trigger(kind=TriggerKind.DEMAND, name=d.source)
         what = describe_waiting(d.waiting, self.now, d.noun)
         booting = self.booting()
-        packing = pack([w.gpus for w in d.waiting], d.gpus_per_node, d.free_gpus, booting)
+        sizes = waiting_sizes(d.waiting)
+        packing = pack(sizes, d.gpus_per_node, d.free_gpus, booting)
         per_node = f"{d.gpus_per_node:g} GPUs per node"
-        if packing.unplaceable and len(packing.unplaceable) == len(d.waiting):
+        if packing.unplaceable == sum(sizes.values()):
             return self.decision(Action.HOLD, trigger, f"{what}, but none fits a node of this group ({per_node})")
         if packing.new_nodes == 0:
             room = f"{booting} node(s) booting" if booting else "room on the group's nodes"
@@ -295,19 +296,28 @@ class _Ctx(_Group):
         on_way = f", {booting} already booting" if booting else ""
         return self.scale_out_to(self.obs.desired + packing.new_nodes, trigger, what, f" ({per_node}{on_way})")
 
-    def demand_to_zero(self) -> Decision | None:
-        """Nothing waits, the group may go to 0 and every node is idle: remove them all in one change."""
+    def demand_release(self) -> Decision | None:
+        """Nothing waits for the group: every idle node above min (or an open window's desired) is surplus
+        and goes in one change - down to zero when min is 0. Only idle nodes: no pod is disrupted."""
         d = self.obs.demand
-        if d is None or not d.known or d.waiting or self.low_water > 0 or self.obs.desired == 0:
+        if d is None or not d.known or d.waiting or self.obs.desired <= self.low_water:
             return None
+        room = self.obs.desired - self.low_water
         if not self.obs.instance_metrics_loaded:
-            return None  # the band or alarms decide first; victims need instance metrics
-        choice = choose_scale_in_victims(self.obs.instances, self.obs.desired, self.settings.idle)
-        if len(choice.victims) < self.obs.desired:
+            # The source names the nodes without GPU work (Kubernetes): if one is free, read the metrics
+            # to confirm it idle; otherwise the band or an alarm asks for them first.
+            free = [i for i in self.obs.instances if i.in_service and not i.runs_gpu_work]
+            if not (d.knows_nodes and free):
+                return None
+            trigger = Trigger(kind=TriggerKind.DEMAND, name=d.source)
+            reason = f"no {d.noun}s waiting ({d.source}), {len(free)} node(s) without GPU work: choosing idle instances"
+            return self.decision(Action.SCALE_IN, trigger, reason, needs_instance_metrics=True)
+        choice = choose_scale_in_victims(self.obs.instances, room, self.settings.idle)
+        if not choice.victims:
             return None
         trigger = Trigger(kind=TriggerKind.DEMAND, name=d.source)
-        why = f"no {d.noun}s waiting ({d.source}) and every node is idle"
-        return self.cooling(Direction.IN, trigger, why) or self.scale_in_by(self.obs.desired, trigger, why)
+        why = f"no {d.noun}s waiting ({d.source}): {len(choice.victims)} idle node(s) not needed"
+        return self.cooling(Direction.IN, trigger, why) or self.scale_in_by(room, trigger, why)
 
     def replacing(self) -> list[str]:
         """Nodes EC2 is about to interrupt, still running, whose replacement gpufleet launched early: the
@@ -529,7 +539,7 @@ def decide_reconcile(
     global_dry_run: bool = False,
 ) -> Decision:
     """One group at a reconcile tick: bounds and windows, then work waiting for it (its demand source),
-    then alarms still firing, then the GPU target band, then scale to zero when nothing waits. A
+    then alarms still firing, then (nothing waiting) idle nodes released, then the GPU target band. A
     scale-out signal wins over any scale-in signal in the same tick."""
     ctx = group.on(event_id, global_dry_run)
     fix = ctx.bounds_fix() or ctx.demand_out()
@@ -542,13 +552,18 @@ def decide_reconcile(
     tracking = Trigger(kind=TriggerKind.TARGET_TRACKING)
     if outs:
         return ctx.step(Direction.OUT, Trigger(kind=TriggerKind.ALARM, name=outs[0]), f"alarm {outs[0]} still in ALARM")
+    demand = ctx.obs.demand
     if band.enabled and util is not None and util > band.high:
-        return ctx.step(Direction.OUT, tracking, f"GPU utilization {util:.1f}% is above the band's high {band.high:g}%")
+        why = f"GPU utilization {util:.1f}% is above the band's high {band.high:g}%"
+        if demand is None or not demand.known:
+            return ctx.step(Direction.OUT, tracking, why)
+        # A demand source says what waits, and nothing does: busy nodes alone are no reason for more.
+        return ctx.decision(Action.HOLD, tracking, f"{why}, but no {demand.noun}s wait ({demand.source})")
     if ins:
         return ctx.step(Direction.IN, Trigger(kind=TriggerKind.ALARM, name=ins[0]), f"alarm {ins[0]} still in ALARM")
-    to_zero = ctx.demand_to_zero()
-    if to_zero is not None:
-        return to_zero
+    release = ctx.demand_release()
+    if release is not None:
+        return release
     if band.enabled and util is not None and util < band.low:
         return ctx.step(Direction.IN, tracking, f"GPU utilization {util:.1f}% is below the band's low {band.low:g}%")
     if not band.enabled:

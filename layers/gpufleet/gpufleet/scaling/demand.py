@@ -32,7 +32,7 @@ class NodeShape(Frozen):
 class Packing(Frozen):
     new_nodes: int = 0  # nodes to launch beyond those that exist or boot
     placed_on_existing: int = 0  # items that fit the room the group already has
-    unplaceable: tuple[str, ...] = ()  # items larger than a node of this shape
+    unplaceable: int = 0  # items larger than a node of this shape
 
 
 def _term_holds(term: SelectorTerm, labels: dict[str, str]) -> bool:
@@ -84,16 +84,20 @@ def fits(pod: WaitingPod, shape: NodeShape) -> bool:
     return pod.gpus <= shape.gpus + _EPSILON
 
 
-def pack(sizes: Sequence[float], gpus_per_node: float, free: Sequence[float] = (), booting: int = 0) -> Packing:
-    """First-fit decreasing of `sizes` (GPUs per item) into the free GPUs of existing nodes, then `booting`
-    empty nodes, then as many new nodes as it takes. Items of one size are placed together (the same
-    result as one by one, in time proportional to distinct sizes x nodes: thousands of pods wait at once)."""
+def pack(
+    sizes: Sequence[float] | Counter[float], gpus_per_node: float, free: Sequence[float] = (), booting: int = 0
+) -> Packing:
+    """First-fit decreasing of items (GPUs per item; a Counter: size -> how many) into the free GPUs of
+    existing nodes, then `booting` empty nodes, then as many new nodes as it takes. Items of one size are
+    placed together (the same result as one by one, in time proportional to distinct sizes x nodes:
+    thousands of pods can wait at once)."""
+    counts = sizes if isinstance(sizes, Counter) else Counter(sizes)
     bins = [*free, *([gpus_per_node] * booting)]
     existing = len(free)
-    placed_existing, new, unplaceable = 0, 0, []
-    for size, count in sorted(Counter(sizes).items(), key=lambda sc: -sc[0]):
+    placed_existing, new, unplaceable = 0, 0, 0
+    for size, count in sorted(counts.items(), key=lambda sc: -sc[0]):
         if size > gpus_per_node + _EPSILON:
-            unplaceable += [str(i) for i, s in enumerate(sizes) if s == size]
+            unplaceable += count
             continue
         for slot, room in enumerate(bins):
             if count == 0:
@@ -108,7 +112,7 @@ def pack(sizes: Sequence[float], gpus_per_node: float, free: Sequence[float] = (
             bins += [gpus_per_node - per_node * size] * (added - 1)
             bins.append(gpus_per_node - (count - per_node * (added - 1)) * size)
             new += added
-    return Packing(new_nodes=new, placed_on_existing=placed_existing, unplaceable=tuple(unplaceable))
+    return Packing(new_nodes=new, placed_on_existing=placed_existing, unplaceable=unplaceable)
 
 
 def _gpus(value: float) -> str:
@@ -119,15 +123,24 @@ def as_work(pod: WaitingPod) -> WaitingWork:
     return WaitingWork(name=pod.key, gpus=pod.gpus, since=pod.since)
 
 
+def waiting_sizes(items: Sequence[WaitingWork]) -> Counter[float]:
+    """GPUs per item -> how many items ask for that much."""
+    sizes: Counter[float] = Counter()
+    for w in items:
+        sizes[w.gpus] += w.count
+    return sizes
+
+
 def describe_waiting(pods: Sequence[WaitingWork], now: datetime, noun: str = "pod") -> str:
     """'3 pods (2x8 GPUs, 1x4) unschedulable for 4 min': how many, their shapes, the longest wait."""
     if not pods:
         return f"no {noun}s waiting"
-    shapes = Counter(p.gpus for p in pods)
+    shapes = waiting_sizes(pods)
     parts = [f"{n}x{_gpus(g)}" for g, n in sorted(shapes.items(), key=lambda s: -s[0])]
     parts[0] += " GPUs"
     waits = [now - p.since for p in pods if p.since is not None]
     for_how_long = f" for {max(0, int(max(waits).total_seconds() // 60))} min" if waits else ""
-    plural = "" if len(pods) == 1 else "s"
+    total = sum(shapes.values())
+    plural = "" if total == 1 else "s"
     state = "unschedulable" if noun == "pod" else "waiting"
-    return f"{len(pods)} {noun}{plural} ({', '.join(parts)}) {state}{for_how_long}"
+    return f"{total} {noun}{plural} ({', '.join(parts)}) {state}{for_how_long}"
