@@ -33,6 +33,11 @@ SERVICES = {  # the outermost of these on the stack names the Lambda function ma
     "gpufleet.capacity.service": "spot_watch",
     "gpufleet.scaling.service": "scaler",
     "gpufleet.scaling.answer": "termination_policy",
+    # Only the scaler reads clusters (demand-driven scaling): until it is wired to them, the Kubernetes
+    # reader's and node mapping's own tests stand for its calls. Outermost wins, so a function that
+    # calls them through its service is still named as itself.
+    "gpufleet.aws.kubernetes": "scaler",
+    "gpufleet.aws.eks_nodes": "scaler",
 }
 IAM_PREFIX = {"monitoring": "cloudwatch"}  # botocore endpoint prefix -> IAM service prefix
 BATCH_ACTIONS = {"SendMessageBatch": "SendMessage", "DeleteMessageBatch": "DeleteMessage"}
@@ -122,6 +127,9 @@ class _Resolver:
 
     def _eks_ListNodegroups(self, p: dict[str, Any]) -> list[Resource]:  # noqa: N802
         return [Resource(f"arn:aws:eks:{REGION}:{ACCOUNT}:cluster/{p['clusterName']}")]
+
+    def _eks_DescribeCluster(self, p: dict[str, Any]) -> list[Resource]:  # noqa: N802
+        return [Resource(f"arn:aws:eks:{REGION}:{ACCOUNT}:cluster/{p['name']}")]
 
     def _eks_DescribeNodegroup(self, p: dict[str, Any]) -> list[Resource]:  # noqa: N802
         return [self._nodegroup(p["clusterName"], p["nodegroupName"])]

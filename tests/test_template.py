@@ -234,3 +234,32 @@ def test_the_docs_say_what_the_stack_creates_as_the_template_does() -> None:
     rows = stack_resources(ROOT / "template.yaml")
     assert _marked(ROOT / "docs" / "deploy.md", "stack-resources") == rows
     assert _marked(ROOT / "README.md", "stack-summary") == _summary(rows)
+
+
+def test_each_named_eks_cluster_lets_the_scaler_view_its_pods(template: dict[str, Any]) -> None:
+    """EksClusters has three slots (CloudFormation cannot loop): entry i exists when the list has an i-th
+    name, and gives the scaler's own role AmazonEKSViewPolicy over that cluster, nothing wider."""
+    res = template["Resources"]
+    entries = {n: r for n, r in res.items() if r["Type"] == "AWS::EKS::AccessEntry"}
+    assert sorted(entries) == ["ScalerEksAccess1", "ScalerEksAccess2", "ScalerEksAccess3"]
+    for i, (name, entry) in enumerate(sorted(entries.items())):
+        props = entry["Properties"]
+        assert entry["Condition"] == f"HasEksCluster{i + 1}"
+        assert props["ClusterName"] == {"Select": [i, {"Split": [",", {"Sub": "${EksClusters},,"}]}]}, name
+        assert props["PrincipalArn"] == {"GetAtt": "ScalerFunctionRole.Arn"}
+        assert props["Type"] == "STANDARD"
+        assert props["AccessPolicies"] == [
+            {
+                "PolicyArn": {"Sub": "arn:${AWS::Partition}:eks::aws:cluster-access-policy/AmazonEKSViewPolicy"},
+                "AccessScope": {"Type": "cluster"},
+            }
+        ]
+    pattern = re.compile(template["Parameters"]["EksClusters"]["AllowedPattern"])
+    assert [bool(pattern.match(v)) for v in ("", "ml", "ml,train-1,c_3", "a,b,c,d", "ml, train", ",ml")] == [
+        True,
+        True,
+        True,
+        False,
+        False,
+        False,
+    ]

@@ -47,6 +47,7 @@ GLUE: dict[str, str] = {
     "gpufleet.policy_loading": "reads the policy from SSM or a file through Powertools, with the clock",
     "gpufleet.scaling.execution": "carries a decision out: lease, intent, Auto Scaling, audit, metrics",
     "gpufleet.scaling.service": "the scaler's glue: reads alarms, metrics and state, runs the execution",
+    "gpufleet.scaling.demand_source": "reads demand sources through the adapters (pods, queues, metrics), logs",
     "gpufleet.scaling.answer": "answers a termination request or a lifecycle hook from the fleet's state",
     "gpufleet.scaling.ownership": "reads who else changed a group's size and writes the stand-aside",
     "gpufleet.capacity.service": "reads launch activities and resizes groups (the capacity function)",

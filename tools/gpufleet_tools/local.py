@@ -110,6 +110,7 @@ _WHAT = {  # resource type -> what it is for a reader deciding to deploy
     "AWS::CloudWatch::Dashboard": "CloudWatch dashboards",
     "AWS::IAM::Role": "IAM roles declared (SAM adds one for each function without)",
     "AWS::IAM::ManagedPolicy": "IAM managed policies",
+    "AWS::EKS::AccessEntry": "EKS access entries (one per name in EksClusters)",
     "AWS::Lambda::Permission": "Lambda invoke permissions",
     "EventBridgeRule": "EventBridge rules",
     "ScheduleV2": "EventBridge Scheduler schedules",

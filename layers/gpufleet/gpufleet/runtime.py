@@ -21,7 +21,9 @@ from gpufleet.aws.policy_store import PolicyStore
 from gpufleet.aws.queue import NotificationQueue, enqueue_or_log
 from gpufleet.aws.state import StateStore
 from gpufleet.domain import defaults
+from gpufleet.events.kubernetes import ClusterPods
 from gpufleet.policy_loading import LastGoodPolicy, policy_loader
+from gpufleet.scaling.demand_source import DemandReader
 from gpufleet.scaling.execution import ControlContext, Executor
 from gpufleet.scaling.service import Process, Scaler
 from gpufleet.settings import Settings
@@ -110,8 +112,39 @@ def build_scaler(
         )
     ctx = _control_context(settings, clients, table, queue, logger, emf, region_of(session))
     config, wrap = idempotency_for("scaler", table, clients.dynamodb)
-    scaler = Scaler(ctx, GpuMetricsReader(clients.cloudwatch), AlarmReader(clients.cloudwatch), idempotent=wrap)
+    demand = demand_reader(settings, clients, logger, session)
+    scaler = Scaler(
+        ctx, GpuMetricsReader(clients.cloudwatch), AlarmReader(clients.cloudwatch), idempotent=wrap, demand=demand
+    )
     return scaler, config
+
+
+def demand_reader(settings: Settings, clients: AwsClients, logger: Logger, session: Session | None) -> DemandReader:
+    """The groups' demand sources: pods from each EKS cluster's API (DescribeCluster, or the local override
+    in GPUFLEET_KUBE_ENDPOINTS), queues, backlog metrics. Clients are made here; nothing is read until a
+    group's policy names a source."""
+    from gpufleet.aws.eks_nodes import instances_by_node_name, node_shape
+    from gpufleet.aws.kubernetes import PodReader
+
+    own = session or Session()
+    ec2 = client("ec2", session)
+    overrides = settings.kube_endpoints
+
+    readers: dict[frozenset[tuple[str, float]], PodReader] = {}  # one per GPU resource table (its STS client kept)
+
+    def cluster_pods(cluster: str, resources: Mapping[str, float]) -> ClusterPods:
+        key = frozenset(resources.items())
+        reader = readers.setdefault(key, PodReader(clients.eks, own, overrides, resources))
+        return reader.read(cluster)
+
+    return DemandReader(
+        sqs=client("sqs", session),
+        cloudwatch=clients.cloudwatch,
+        cluster_pods=cluster_pods,
+        node_shape=lambda cluster, nodegroup: node_shape(clients.eks, ec2, cluster, nodegroup),
+        instances_of=lambda names: instances_by_node_name(ec2, names),
+        logger=logger,
+    )
 
 
 def slack_loader(settings: Settings) -> Callable[[], SlackPoster | None]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import Field
 
+from gpufleet.domain.errors import one_line
 from gpufleet.domain.models import Frozen
 
 NVIDIA_GPU = "nvidia.com/gpu"
@@ -177,3 +178,40 @@ def nodes_running_gpu_pods(
         and _map(p.get("status")).get("phase") not in ("Succeeded", "Failed")
         and gpu_request(_map(p.get("spec")), gpu_resources) > 0
     }
+
+
+class ClusterPods(Frozen):
+    """One cluster's pods as the scaler needs them, from one paged listing (the adapter,
+    `gpufleet.aws.kubernetes.PodReader`): the GPU work that waits, and the nodes bound to GPU pods."""
+
+    cluster: str
+    waiting: tuple[WaitingPod, ...] = ()
+    gpu_nodes: frozenset[str] = frozenset()
+    pages: int = Field(default=0, ge=0)  # pages fetched, a restarted listing's included (what it cost)
+
+
+def cluster_pods(
+    cluster: str,
+    pods: Iterable[Mapping[str, Any]],
+    pages: int,
+    gpu_resources: Mapping[str, float] = DEFAULT_GPU_RESOURCES,
+) -> ClusterPods:
+    listed = list(pods)
+    return ClusterPods(
+        cluster=cluster,
+        waiting=tuple(waiting_pods(listed, gpu_resources)),
+        gpu_nodes=frozenset(nodes_running_gpu_pods(listed, gpu_resources)),
+        pages=pages,
+    )
+
+
+class ClusterUnreadable(RuntimeError):
+    """A cluster's pods could not be read (refused, unreachable, too slow, or an answer that is not a
+    PodList). One line that names the cluster and says why; callers log one WARNING and fall back to the
+    utilization rules for that cluster's groups. Never carries a token."""
+
+    def __init__(self, cluster: str, cause: str, kind: str = "unreadable") -> None:
+        self.cluster = cluster
+        self.cause = one_line(cause, limit=300)
+        self.kind = kind  # unauthorized, forbidden, timeout, unreachable, tls, expired, http, malformed, ...
+        super().__init__(f"cannot read the pods of EKS cluster {cluster}: {self.cause}")

@@ -141,6 +141,8 @@ def describe_waiting(pods: Sequence[WaitingWork], now: datetime, noun: str = "po
     waits = [now - p.since for p in pods if p.since is not None]
     for_how_long = f" for {max(0, int(max(waits).total_seconds() // 60))} min" if waits else ""
     total = sum(shapes.values())
+    if noun == "GPU":  # a scheduler's backlog metric: GPUs, not items of known shape
+        return f"{total:g} GPU(s) requested by waiting jobs"
     plural = "" if total == 1 else "s"
     state = "unschedulable" if noun == "pod" else "waiting"
     return f"{total} {noun}{plural} ({', '.join(parts)}) {state}{for_how_long}"

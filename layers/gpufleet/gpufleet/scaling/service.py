@@ -36,6 +36,7 @@ from gpufleet.events import EventKind, parse_for
 from gpufleet.events.alarms import from_described_alarm
 from gpufleet.events.model import AlarmEvent, AlarmSource, ScheduleTick
 from gpufleet.scaling.core import decide_alarm, decide_reconcile, decide_request
+from gpufleet.scaling.demand_source import DemandReader
 from gpufleet.scaling.execution import ControlContext
 from gpufleet.scaling.notes import alarm_resolved_notes
 from gpufleet.scaling.ownership import watch_owners
@@ -54,6 +55,8 @@ class Scaler:
     alarms: AlarmReader
     # Wraps `process` with Powertools Idempotency keyed on the event's id (None: off).
     idempotent: Callable[[Process], Process] | None = None
+    # Reads the groups' demand sources (waiting pods, queues, backlog metrics); None: utilization rules only.
+    demand: DemandReader | None = None
     _process: Process = field(init=False)
 
     def __post_init__(self) -> None:
@@ -148,6 +151,8 @@ class Scaler:
             return resumed
         if alarm.state is AlarmState.ALARM and target.direction is Direction.IN:
             obs = with_instance_metrics(self.metrics, [obs], now, policy)[0]
+            if self.demand is not None:  # no scale-in while work waits; never a node running a GPU pod
+                obs = self.demand.attach([(obs, settings)], now)[0][0]
         dry = self.ctx.dry(policy)
         decision = decide_alarm(obs, settings, state, now, alarm=alarm, direction=target.direction, global_dry_run=dry)
         decision = decision.model_copy(update={"reason": f"{decision.reason} [{target.found_by}]"})
@@ -190,8 +195,9 @@ class Scaler:
     # ---- reconcile path ----
 
     def reconcile(self, tick: ScheduleTick, policy: FleetPolicy, now: datetime) -> list[Decision]:
-        """Every managed group: finish a change left in progress, else decide (bounds and windows, alarms
-        still firing, the GPU target band) and act. One group's failure never stops the others."""
+        """Every managed group: finish a change left in progress, else decide (bounds and windows, work
+        waiting for it, alarms still firing, the GPU target band) and act. One group's failure never stops
+        the others."""
         managed = self.ctx.managed(policy)
         if not managed:
             return []
@@ -210,6 +216,8 @@ class Scaler:
             )
 
         pairs = [(obs.model_copy(update={"gpu_utilization": utils.get(obs.ref.key)}), s) for obs, s in managed]
+        if self.demand is not None:
+            pairs = self.demand.attach(pairs, now)
         first = [decide(obs, s) for obs, s in pairs]
         want = [i for i, d in enumerate(first) if d.needs_instance_metrics]
         if want:

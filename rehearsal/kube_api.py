@@ -1,0 +1,315 @@
+"""A Kubernetes API server on 127.0.0.1 (EMULATED: not Kubernetes; the demo labels what it shows from here
+`[emulated]`). It serves what gpufleet reads, in the API's own JSON, and misbehaves on purpose.
+
+- `GET /api/v1/pods` and `GET /api/v1/namespaces/{ns}/pods`: a PodList, pods in key order (namespace,
+  name), paged by `limit` and `continue` over a snapshot taken at the first page (as the API serves a
+  paged list from one resourceVersion), `remainingItemCount` included; `fieldSelector` on status.phase,
+  spec.nodeName, metadata.name and metadata.namespace with =, == and !=, comma-separated terms ANDed (any
+  other field: 400 BadRequest "field label not supported", as the API answers); answers over 128 KiB
+  gzipped when the client accepts it, as the API server does.
+- Errors as `Status` documents: 401 for a missing or unknown bearer token, 403 when `forbidden` (a role
+  with an access entry but no view policy), 410 Expired for a continue token whose snapshot is gone
+  (`expire_continue_tokens()`: etcd compacted it), 404 for any other path.
+- Authentication: the static `tokens`, and, when `eks_cluster` is set, any token shaped as
+  aws-iam-authenticator wants (`k8s-aws-v1.` + base64url of a presigned STS GetCallerIdentity URL with
+  x-k8s-aws-id signed in). The shape is checked, not the signature: nothing here calls STS.
+- `script`: per-request misbehaviour, one entry a request ("ok" when empty): "delay:<s>" (answer late),
+  "garbage" (a body that is not JSON), "expire" (compact first: a continue token in this request is too
+  old), "500", "429".
+
+Pods are added, bound, finished and removed through methods; `pod()` builds a document the way
+`kubectl run --dry-run=client -o json` would, with the status the scheduler would give it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import copy
+import gzip
+import json
+import ssl
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+LABEL = "[emulated]"
+GZIP_OVER = 128 * 1024  # the API server compresses answers larger than this
+FIELDS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "status.phase": lambda p: str(p.get("status", {}).get("phase", "")),
+    "spec.nodeName": lambda p: str(p.get("spec", {}).get("nodeName", "")),
+    "metadata.name": lambda p: str(p["metadata"]["name"]),
+    "metadata.namespace": lambda p: str(p["metadata"]["namespace"]),
+}
+EXPIRED_MESSAGE = (
+    "The provided continue parameter is too old to display a consistent list result. You can start a new list "
+    "without the continue parameter, or use the continue token in this response to retrieve the remainder of "
+    "the results. Continuing with the provided token results in an inconsistent list - objects that were "
+    "created, modified, or deleted between the time the first chunk was returned and now may show up in the list."
+)
+
+
+def status(code: int, reason: str, message: str, **extra: Any) -> dict[str, Any]:
+    """An API error as the API server writes it (a meta/v1 Status)."""
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": extra.pop("metadata", {}),
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        **extra,
+        "code": code,
+    }
+
+
+def pod(
+    name: str,
+    namespace: str = "default",
+    *,
+    gpus: int = 1,
+    since: str = "2026-11-23T09:00:00Z",
+    node_selector: dict[str, str] | None = None,
+    tolerations: list[dict[str, Any]] | None = None,
+    owner: str = "Job",
+    image: str = "public.ecr.aws/example/trainer:1.0",
+) -> dict[str, Any]:
+    """A pod waiting for GPUs: what `kubectl run NAME --image IMAGE --dry-run=client -o json` prints (plus
+    the GPU limit, selectors and an owner), then what the API server and the scheduler add: uid,
+    creationTimestamp, phase Pending and PodScheduled False/Unschedulable."""
+    resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
+    spec: dict[str, Any] = {
+        "containers": [{"name": name.split("-")[0], "image": image, "resources": resources}],
+        "restartPolicy": "Never" if owner == "Job" else "Always",
+        "dnsPolicy": "ClusterFirst",
+        "schedulerName": "default-scheduler",
+    }
+    if node_selector:
+        spec["nodeSelector"] = dict(node_selector)
+    if tolerations:
+        spec["tolerations"] = list(tolerations)
+    owner_name = name.rsplit("-", 1)[0]
+    metadata = {
+        "name": name,
+        "namespace": namespace,
+        "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, f"{namespace}/{name}")),
+        "creationTimestamp": since,
+        "labels": {"run": name},
+        "ownerReferences": [{"apiVersion": "batch/v1" if owner == "Job" else "apps/v1", "kind": owner,
+                             "name": owner_name, "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, owner_name)),
+                             "controller": True, "blockOwnerDeletion": True}],
+    }  # fmt: skip
+    message = "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+    condition = {"type": "PodScheduled", "status": "False", "lastProbeTime": None, "lastTransitionTime": since,
+                 "reason": "Unschedulable", "message": message}  # fmt: skip
+    return {"metadata": metadata, "spec": spec, "status": {"phase": "Pending", "qosClass": "BestEffort",
+                                                         "conditions": [condition]}}  # fmt: skip
+
+
+def eks_token_shape_ok(token: str) -> bool:
+    """Is this an aws-iam-authenticator token by its shape (the signature is not checked)?"""
+    if not token.startswith("k8s-aws-v1."):
+        return False
+    encoded = token.removeprefix("k8s-aws-v1.")
+    try:
+        url = urlsplit(base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode())
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return False
+    query = {k.lower(): v[0] for k, v in parse_qs(url.query).items()}
+    signed = query.get("x-amz-signedheaders", "").split(";")
+    return (
+        query.get("action") == "GetCallerIdentity"
+        and "x-k8s-aws-id" in signed
+        and 0 <= int(query.get("x-amz-expires", "-1")) <= 900
+        and bool(query.get("x-amz-date"))
+    )
+
+
+def _selector(text: str) -> list[tuple[str, bool, str]]:
+    """fieldSelector terms as (field, equal, value); ValueError names an unsupported field."""
+    terms = []
+    for term in filter(None, text.split(",")):
+        equal = "!=" not in term
+        key, value = term.split("!=" if not equal else ("==" if "==" in term else "="), 1)
+        if key.strip() not in FIELDS:
+            raise ValueError(f'"{key.strip()}" is not a known field selector: only "metadata.name", '
+                             '"metadata.namespace", "spec.nodeName", "status.phase"')  # fmt: skip
+        terms.append((key.strip(), equal, value.strip()))
+    return terms
+
+
+def _encode(payload: dict[str, Any]) -> str:
+    return base64.b64encode(json.dumps(payload, separators=(",", ":")).encode()).decode()
+
+
+@dataclass
+class KubeApi:
+    tokens: set[str] = field(default_factory=lambda: {"gpufleet-local-token"})
+    eks_cluster: str | None = None  # accept EKS-shaped tokens (for this cluster)
+    forbidden: bool = False
+    script: deque[str] = field(default_factory=deque)
+    requests: list[dict[str, Any]] = field(default_factory=list)  # path and query of each GET (no headers)
+    _pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    _snapshots: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    _version: int = 1000
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # -- the cluster's pods
+    def add(self, *docs: dict[str, Any]) -> None:
+        with self._lock:
+            for doc in docs:
+                self._version += 1
+                doc = copy.deepcopy(doc)
+                doc["metadata"]["resourceVersion"] = str(self._version)
+                self._pods[(doc["metadata"].get("namespace", "default"), doc["metadata"]["name"])] = doc
+
+    def remove(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._version += 1
+            self._pods.pop((namespace, name), None)
+
+    def bind(self, namespace: str, name: str, node: str, at: str = "2026-11-23T09:05:00Z") -> None:
+        """The scheduler placed the pod and the kubelet started it: nodeName set, Running, conditions True."""
+        with self._lock:
+            doc = self._pods[(namespace, name)]
+            doc["spec"]["nodeName"] = node
+            doc["status"] = {"phase": "Running", "hostIP": "10.0.1.7", "startTime": at, "conditions": [
+                {"type": kind, "status": "True", "lastProbeTime": None, "lastTransitionTime": at}
+                for kind in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled")
+            ]}  # fmt: skip
+            self._version += 1
+            doc["metadata"]["resourceVersion"] = str(self._version)
+
+    def finish(self, namespace: str, name: str, phase: str = "Succeeded") -> None:
+        with self._lock:
+            self._pods[(namespace, name)]["status"]["phase"] = phase
+            self._version += 1
+
+    def expire_continue_tokens(self) -> None:
+        """etcd compacted past every listing in progress: their next page is 410 Expired."""
+        with self._lock:
+            self._snapshots.clear()
+
+    # -- the API
+    def list_pods(self, namespace: str | None, query: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        try:
+            terms = _selector(query.get("fieldSelector", ""))
+            limit = int(query.get("limit") or 0)
+        except ValueError as err:
+            return 400, status(400, "BadRequest", f"unable to parse requested fields: {err}")
+        with self._lock:
+            if query.get("continue"):
+                try:
+                    token = json.loads(base64.b64decode(query["continue"]))
+                    rv, start = int(token["rv"]), int(token["start"])
+                except (ValueError, KeyError, TypeError):
+                    return 400, status(400, "BadRequest", "continue key is not valid: invalid continue token")
+                if rv not in self._snapshots:
+                    return 410, status(410, "Expired", EXPIRED_MESSAGE, metadata={"continue": query["continue"]})
+                snapshot = self._snapshots[rv]
+            else:
+                rv, start = self._version, 0
+                snapshot = [copy.deepcopy(self._pods[k]) for k in sorted(self._pods)]
+            chosen = [
+                p for p in snapshot
+                if (namespace is None or p["metadata"]["namespace"] == namespace)
+                and all((FIELDS[f](p) == v) == equal for f, equal, v in terms)
+            ]  # fmt: skip
+            more = bool(limit) and start + limit < len(chosen)
+            if more:
+                self._snapshots[rv] = snapshot  # the listing goes on from this resourceVersion
+        page = chosen[start : start + limit] if limit else chosen[start:]
+        metadata: dict[str, Any] = {"resourceVersion": str(rv)}
+        if more:
+            metadata["continue"] = _encode({"v": "meta.k8s.io/v1", "rv": rv, "start": start + limit})
+            metadata["remainingItemCount"] = len(chosen) - start - limit
+        return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": metadata, "items": page}
+
+    def authenticate(self, header: str | None) -> tuple[int, dict[str, Any]] | None:
+        """None when the request may go on, else the error answer."""
+        token = (header or "").removeprefix("Bearer ").strip() if (header or "").startswith("Bearer ") else ""
+        if not (token in self.tokens or (self.eks_cluster and eks_token_shape_ok(token))):
+            return 401, status(401, "Unauthorized", "Unauthorized")
+        if self.forbidden:
+            message = ('pods is forbidden: User "arn:aws:sts::123456789012:assumed-role/gpufleet-scaler/gpufleet" '
+                       'cannot list resource "pods" in API group "" at the cluster scope')  # fmt: skip
+            return 403, status(403, "Forbidden", message, details={"kind": "pods"})
+        return None
+
+    def next_behaviour(self) -> str:
+        with self._lock:
+            return self.script.popleft() if self.script else "ok"
+
+
+def _handler(api: KubeApi) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as the API server
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def _reply(self, code: int, body: bytes, content_type: str = "application/json") -> None:
+            gzipped = len(body) > GZIP_OVER and "gzip" in (self.headers.get("Accept-Encoding") or "")
+            body = gzip.compress(body) if gzipped else body
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            if gzipped:
+                self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            with suppress(OSError):  # the client gave up already (its timeout)
+                self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            url = urlsplit(self.path)
+            query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+            api.requests.append({"path": url.path, "query": query})
+            behaviour = api.next_behaviour()
+            if behaviour == "expire":
+                api.expire_continue_tokens()
+            if behaviour.startswith("delay:"):
+                time.sleep(float(behaviour.split(":", 1)[1]))
+            if behaviour in ("500", "429"):
+                code = int(behaviour)
+                reason = "InternalError" if code == 500 else "TooManyRequests"
+                return self._reply(code, json.dumps(status(code, reason, reason)).encode())
+            refused = api.authenticate(self.headers.get("Authorization"))
+            if refused:
+                return self._reply(refused[0], json.dumps(refused[1]).encode())
+            parts = url.path.strip("/").split("/")
+            if parts == ["api", "v1", "pods"] or (len(parts) == 5 and parts[2] == "namespaces" and parts[4] == "pods"):
+                code, doc = api.list_pods(parts[3] if len(parts) == 5 else None, query)
+                if behaviour == "garbage":
+                    return self._reply(200, b'{"kind": "PodList", "items": [{"metadata": ')
+                return self._reply(code, json.dumps(doc).encode())
+            missing = status(404, "NotFound", "the server could not find the requested resource")
+            return self._reply(404, json.dumps(missing).encode())
+
+    return Handler
+
+
+@contextmanager
+def kube_api(api: KubeApi | None = None, tls: tuple[str, str] | None = None) -> Iterator[tuple[KubeApi, str]]:
+    """(api, base URL): a Kubernetes API on a free loopback port for as long as the block runs; over HTTPS
+    with `tls` (certificate file, key file), as an EKS endpoint is."""
+    api = api or KubeApi()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(api))
+    server.daemon_threads = True
+    if tls:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(*tls)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield api, f"{'https' if tls else 'http'}://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
