@@ -190,6 +190,38 @@ class ScaleInTwoVictims(_ScalerWorld):
         return problems
 
 
+class DemandScaleOut(_ScalerWorld):
+    """Three 8-GPU jobs wait in the group's SQS queue: one reconcile tick scales 2 -> 5 in one change."""
+
+    def __init__(self, tmp: Path) -> None:
+        sqs = boto3.client("sqs")
+        self.queue = queue = sqs.create_queue(QueueName="train-jobs")["QueueUrl"]
+        for i in range(3):
+            sqs.send_message(QueueUrl=queue, MessageBody=json.dumps({"job": i}))
+        policy = (
+            "groups:\n  - {name: train-spot, kind: asg, demand: "
+            f'{{sqs: {{queue_url: "{queue}", gpus_per_message: 8}}, gpus_per_node: 8}}}}\n'
+        )
+        super().__init__(policy, tmp)
+
+    def deliver(self, now: datetime) -> None:
+        tick = {"gpufleet": "reconcile", "execution_id": "demand-1", "scheduled_time": now.isoformat()}
+        self.scaler.handle(tick, now)
+
+    def later(self, now: datetime) -> None:
+        """[emulated] once the nodes are there, workers on them take the jobs off the queue."""
+        if self.desired() >= 5:
+            with calls.unrecorded():
+                fleet.drain(boto3.client("sqs"), self.queue)
+        super().later(now)
+
+    def violations(self) -> list[str]:
+        got = self.desired()
+        return ([f"desired {got}, expected 2 -> 5 in one change"] if got != 5 else []) + self.change_told_and_audited(
+            "asg:train-spot"
+        )
+
+
 class ScheduleWindow(_ScalerWorld):
     POLICY = """
 groups:

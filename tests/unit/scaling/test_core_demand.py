@@ -185,3 +185,21 @@ def test_busy_nodes_alone_do_not_scale_out_a_group_whose_source_says_nothing_wai
         update={"demand": Demand(source="cluster ml", gpus_per_node=8, unreadable="timeout")}
     )
     assert tick(unreadable).action is Action.SCALE_OUT  # no source to trust: the band acts as before
+
+
+def test_nodes_of_the_last_scale_out_that_run_nothing_yet_are_not_asked_for_twice() -> None:
+    """InService already (EC2 says so) but not taking work yet - Kubernetes not Ready, a worker not polling:
+    within the warm-up the last scale-out's nodes still count as on their way; after it, they do not."""
+    state = GroupState(last_scale_out_at=NOW - timedelta(minutes=2), last_scale_out_added=3)
+    obs = observe(5, (work(8), work(8), work(4)))  # 5 InService nodes, none runs GPU work yet
+    d = tick(obs, state)
+    assert d.action is Action.HOLD and "3 node(s) booting will take them" in d.reason
+    late = state.model_copy(update={"last_scale_out_at": NOW - timedelta(minutes=10)})
+    assert tick(obs, late).action is Action.SCALE_OUT  # past the warm-up: they are not coming for this work
+    knows = obs.model_copy(
+        update={
+            "demand": obs.demand.model_copy(update={"knows_nodes": True}),  # type: ignore[union-attr]
+            "instances": tuple(node(i, runs_gpu_work=i < 4) for i in range(5)),
+        }
+    )
+    assert tick(knows, state).desired == 5 + 2  # only 1 of the 3 new nodes is still free: 2 more needed

@@ -236,7 +236,11 @@ class GpufleetController:
         else:  # lowered without named victims (above max): the ASG's termination policy picks
             cluster.terminate(default_termination(cluster, decision.current - decision.desired, t), t)
         cluster.actions += 1
-        stamp = {"last_scale_out_at" if decision.raises_capacity else "last_scale_in_at": decision.at}
+        stamp: dict[str, object] = {
+            "last_scale_out_at" if decision.raises_capacity else "last_scale_in_at": decision.at
+        }
+        if decision.raises_capacity:
+            stamp["last_scale_out_added"] = decision.desired - decision.current
         self.state = self.state.model_copy(update={**stamp, "version": self.state.version + 1})
 
     def drain(self, decision: Decision, cluster: Cluster, util: float | None) -> None:

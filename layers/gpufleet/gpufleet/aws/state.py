@@ -76,6 +76,7 @@ def _state(item: dict[str, Any]) -> GroupState:
     return GroupState(
         version=int(item.get("version", {}).get("N", "0")),
         last_scale_out_at=_dt(item, "last_scale_out_at"),
+        last_scale_out_added=int(item.get("last_scale_out_added", {}).get("N", "0")),
         last_scale_in_at=_dt(item, "last_scale_in_at"),
         lease_owner=item.get("lease_owner", {}).get("S"),
         lease_until=datetime.fromtimestamp(int(until), UTC) if until else None,
@@ -165,6 +166,9 @@ class StateStore:
         }
         sets = ["version = if_not_exists(version, :zero) + :one", "#mark = :at", "seen_desired = :seen"]
         values[":seen"] = {"N": str(done.desired)}  # gpufleet's own change is never mistaken for someone else's
+        if done.raises_capacity:  # the nodes on their way, for the next ticks' demand (core: on_the_way)
+            sets.append("last_scale_out_added = :added")
+            values[":added"] = {"N": str(max(0, done.desired - done.current))}
         sets.append("outbox = list_append(if_not_exists(outbox, :none), :entry)")
         if done.owed_to:
             names["#owed"] = OWED_PREFIX + done.owed_to

@@ -284,6 +284,7 @@ class GroupState(Frozen):
 
     version: int = 0
     last_scale_out_at: datetime | None = None
+    last_scale_out_added: int = 0  # nodes that scale-out asked for: on their way until they serve (warm-up)
     last_scale_in_at: datetime | None = None
     lease_owner: str | None = None
     lease_until: datetime | None = None

@@ -25,6 +25,7 @@ from gpufleet.domain.models import (
     AlarmState,
     Bounds,
     Decision,
+    Demand,
     Direction,
     ForeignChange,
     Frozen,
@@ -284,7 +285,7 @@ class _Ctx(_Group):
             return None
         trigger = Trigger(kind=TriggerKind.DEMAND, name=d.source)
         what = describe_waiting(d.waiting, self.now, d.noun)
-        booting = self.booting()
+        booting = self.on_the_way(d)
         sizes = waiting_sizes(d.waiting)
         packing = pack(sizes, d.gpus_per_node, d.free_gpus, booting)
         per_node = f"{d.gpus_per_node:g} GPUs per node"
@@ -328,6 +329,17 @@ class _Ctx(_Group):
             for ledger, owed in self.state.owed.items()
             if owed > 0 and ledger.startswith(INTERRUPTED) and (iid := ledger.removeprefix(INTERRUPTED)) in running
         )
+
+    def on_the_way(self, d: Demand) -> int:
+        """Nodes that will take waiting work without a new launch: those booting, and within the warm-up
+        the nodes gpufleet's last scale-out asked for that run nothing yet (a node InService but not yet
+        taking work - Kubernetes not Ready, a worker not polling - must not be asked for twice). A source
+        that cannot tell which nodes run work counts the whole last scale-out."""
+        last = self.state.last_scale_out_at
+        if last is None or (self.now - last).total_seconds() >= self.settings.warmup_s:
+            return self.booting()
+        idle = [i for i in self.obs.instances if not i.runs_gpu_work] if d.knows_nodes else self.obs.instances
+        return max(self.booting(), min(self.state.last_scale_out_added, len(idle)))
 
     def booting(self) -> int:
         """Nodes asked for but not serving yet - not InService, or InService without GPU metrics when
