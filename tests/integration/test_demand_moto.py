@@ -166,3 +166,43 @@ groups:
     assert (slurm["action"], slurm["desired"]) == ("scale-out", 2)
     assert slurm["reason"] == "12 GPU(s) requested by waiting jobs: scale out 0 -> 2 (8 GPUs per node)"
     assert (f.desired("jobs"), f.desired("slurm")) == (3, 2)
+
+
+def test_doctor_reads_each_demand_source_as_the_scaler_would(
+    aws: str,
+    tmp_path: Path,
+    api: tuple[KubeApi, str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The cluster answers (through GPUFLEET_KUBE_ENDPOINTS, as for the scaler); a queue that does not exist is
+    an error; a metric nobody publishes is a warning. moto has no EKS access entries API [blind spot]: doctor
+    says it could not read them instead of passing the cluster."""
+    from gpufleet_tools.cli import main
+
+    kube, url = api
+    kube.add(pod("train-a-0", "team-a", gpus=4, node_selector=ON_TRAIN))
+    monkeypatch.setenv("GPUFLEET_KUBE_ENDPOINTS", json.dumps({"ml": {"url": url, "token": TOKEN}}))
+    clients = fleet.Clients.create()
+    fleet.create_nodegroup(clients, "ml", "train-gpu", min_size=0, max_size=6, desired=0, tags=fleet.MANAGED_TAG)
+    for name in ("jobs", "slurm"):
+        fleet.create_asg(clients, name, min_size=0, max_size=8, desired=0, tags=fleet.MANAGED_TAG)
+    missing = "https://sqs.us-east-1.amazonaws.com/123456789012/no-such-queue"
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        POLICY
+        + f"""  - {{name: jobs, kind: asg, demand: {{sqs: {{queue_url: "{missing}"}}, gpus_per_node: 8}}}}
+  - {{name: slurm, kind: asg, demand: {{metric: {{namespace: Slurm, metric_name: PendingGPUs}}, gpus_per_node: 8}}}}
+"""
+    )
+    code = main(["doctor", "--policy", str(policy), "--endpoint", aws])
+    lines = [line for line in capsys.readouterr().out.splitlines() if "demand source" in line]
+    by_group = {line.split()[1].rstrip(":"): line for line in lines}
+    assert code == 2, lines
+    assert by_group["eks:ml/train-gpu"].startswith("warning")
+    assert (
+        "the API answers: 1 pod(s) waiting for GPUs now; access entries could not be read"
+        in by_group["eks:ml/train-gpu"]
+    )
+    assert by_group["asg:jobs"].startswith("error") and "GetQueueAttributes failed" in by_group["asg:jobs"]
+    assert by_group["asg:slurm"].startswith("warning") and "no datum in the last 5 minutes" in by_group["asg:slurm"]

@@ -129,3 +129,31 @@ def test_the_shipped_policies_are_clean() -> None:
     for path in sorted((ROOT / "events").rglob("*.yaml")):
         if not path.name.startswith("bad-"):
             assert problems(path.read_text()) == [], path
+
+
+@pytest.mark.parametrize(
+    ("rule", "problem"),
+    [
+        (
+            "{name: g, kind: asg, demand: {kubernetes: {}}}",
+            "groups[0] (g): demand.kubernetes reads an EKS cluster's pods",
+        ),
+        (
+            "{name: g, kind: asg, demand: {metric: {namespace: Slurm, metric_name: PendingGPUs}}}",
+            "groups[0] (g): demand.metric needs demand.gpus_per_node",
+        ),
+        ("{name: g, kind: asg, demand: {sqs: {queue_url: 'https://q/1/j'}}}", "demand.sqs needs demand.gpus_per_node"),
+    ],
+)
+def test_a_demand_source_the_group_cannot_use(rule: str, problem: str) -> None:
+    found = policy_problems(parse_policy(f"groups:\n  - {rule}\n", "p.yaml"))
+    assert any(p.startswith(problem) or problem in p for p in found), found
+
+
+def test_demand_sources_that_fit_their_groups_are_fine() -> None:
+    text = """
+groups:
+  - {name: train-gpu, cluster: ml, kind: eks-nodegroup, demand: {kubernetes: {}}}
+  - {name: slurm, kind: asg, demand: {metric: {namespace: Slurm, metric_name: PendingGPUs}, gpus_per_node: 8}}
+"""
+    assert policy_problems(parse_policy(text, "p.yaml")) == []

@@ -7,7 +7,9 @@ schedule bounds outside the group's own; spot and fallback groups missing or unt
 autoscaler on a group gpufleet owns (native scaling policies, Cluster Autoscaler tags on a plain ASG);
 scaling alarms that resolve to no group or direction, that point at a group gpufleet does not manage, or
 that read a managed group's metrics without the policy's alarm prefix (the EventBridge rule never sees
-them); managed groups no alarm points at; notification routes that lead nowhere.
+them); managed groups no alarm points at; notification routes that lead nowhere; each group's demand
+source - the cluster (exists, reachable, an access entry with AmazonEKSViewPolicy), the queue, the backlog
+metric (a datum lately).
 """
 
 from __future__ import annotations
@@ -50,15 +52,27 @@ class Presence(StrEnum):
     PRESENT = "present"
 
 
+class DemandView(Frozen):
+    """What doctor found of one managed group's demand source: `problem` (the scaler cannot read it: an
+    error), `doubt` (it may not: a warning), else `found` (what checked out)."""
+
+    group: str
+    source: str
+    problem: str | None = None
+    doubt: str | None = None
+    found: str = ""
+
+
 class AccountView(Frozen):
     """What doctor read: every ASG (EKS backing ones included) and node group, the native scaling policies
-    of the ASGs, the alarms, and whether the notification targets exist."""
+    of the ASGs, the alarms, whether the notification targets exist, and the demand sources."""
 
     groups: tuple[GroupObservation, ...] = ()
     scaling_policies: dict[str, tuple[str, ...]] = {}  # ASG name -> its scaling policies' names
     alarms: tuple[AlarmView, ...] = ()
     slack_secret: Presence = Presence.NOT_CONFIGURED
     topic: Presence = Presence.NOT_CONFIGURED
+    demand: tuple[DemandView, ...] = ()
 
 
 def worst(findings: list[Finding]) -> Level:
@@ -79,7 +93,17 @@ def diagnose(policy: FleetPolicy, view: AccountView) -> list[Finding]:
     tracked = {g.ref for g, s in managed if s.target.enabled}
     found += list(_alarms(policy, view, {g.ref for g, _ in managed}, tracked))
     found += list(_routes(policy, view))
+    found += [_demand_finding(d) for d in view.demand]
     return found
+
+
+def _demand_finding(d: DemandView) -> Finding:
+    if d.problem:
+        text = f"demand source {d.source}: {d.problem}; until fixed the group scales on utilization only"
+        return Finding(level=Level.ERROR, subject=d.group, text=text)
+    if d.doubt:
+        return Finding(level=Level.WARNING, subject=d.group, text=f"demand source {d.source}: {d.doubt}")
+    return Finding(level=Level.OK, subject=d.group, text=f"demand source {d.source}: {d.found}")
 
 
 def _is_backing_asg(g: GroupObservation) -> bool:

@@ -6,15 +6,24 @@ secret and the SNS topic exist (DescribeSecret, GetTopicAttributes: never the se
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from gpufleet.aws.alarms import AlarmReader
+from gpufleet.aws.backlog import BacklogUnreadable, latest_values, queue_messages
 from gpufleet.aws.clients import AWS_FAILURES, AwsClients, Session, client, error_code
 from gpufleet.aws.fleet import FleetReader
+from gpufleet.aws.kubernetes import PodReader
+from gpufleet.aws.metrics import group_dimensions
+from gpufleet.domain.models import GroupObservation
 from gpufleet.domain.policy import FleetPolicy
 from gpufleet.events.alarms import described_metrics
-from gpufleet_tools.doctor.core import AccountView, AlarmView, Presence, reads_gpufleet_metrics
+from gpufleet.events.kubernetes import ClusterUnreadable
+from gpufleet.settings import KubeEndpoint, Settings
+from gpufleet_tools.doctor.core import AccountView, AlarmView, DemandView, Presence, reads_gpufleet_metrics
 
 _NOT_FOUND = ("ResourceNotFoundException", "NotFound", "NotFoundException")
 
@@ -25,10 +34,13 @@ class AccountReader:
     alarms: AlarmReader
     secrets: Any
     sns: Any
+    demand: DemandProbe | None = None
 
     def read(self, policy: FleetPolicy, slack_secret_arn: str | None, topic_arn: str | None) -> AccountView:
+        groups = self.fleet.every_group()
         return AccountView(
-            groups=tuple(self.fleet.every_group()),
+            groups=tuple(groups),
+            demand=tuple(self.demand.check(policy, groups)) if self.demand else (),
             scaling_policies=self.fleet.scaling_policies(),
             alarms=tuple(self._alarms(policy)),
             slack_secret=self._presence(
@@ -64,9 +76,116 @@ class AccountReader:
 def build_account_reader(session: Session | None = None) -> AccountReader:
     """`gpufleet doctor`'s read-only view of the account (the caller's credentials, not a function's role)."""
     clients = AwsClients.create(session)
+    overrides = Settings.from_env(os.environ).kube_endpoints  # local runs: as the scaler reads them
+    probe = DemandProbe(
+        clients.eks, client("sqs", session), clients.cloudwatch, session or Session(), datetime.now(UTC), overrides
+    )
     return AccountReader(
         FleetReader(clients.autoscaling, clients.eks),
         AlarmReader(clients.cloudwatch),
         client("secretsmanager", session),
         client("sns", session),
+        probe,
     )
+
+
+VIEW_POLICY = "AmazonEKSViewPolicy"
+
+
+@dataclass
+class DemandProbe:
+    """Reads each managed group's demand source the way the scaler would, with the caller's credentials:
+    the cluster (DescribeCluster, its access entries, one pod listing), the queue, the backlog metric."""
+
+    eks: Any
+    sqs: Any
+    cloudwatch: Any
+    session: Session
+    now: datetime
+    overrides: Mapping[str, KubeEndpoint] = field(default_factory=dict)  # GPUFLEET_KUBE_ENDPOINTS, as the scaler
+
+    def check(self, policy: FleetPolicy, groups: list[GroupObservation]) -> list[DemandView]:
+        out: list[DemandView] = []
+        clusters: dict[str, DemandView] = {}
+        for obs in groups:
+            settings = policy.settings_for(obs.ref, obs.tags)
+            d = settings.demand if settings else None
+            if d is None:
+                continue
+            if d.kubernetes is not None and obs.ref.cluster:
+                cluster = obs.ref.cluster
+                clusters.setdefault(cluster, self._cluster(cluster))
+                out.append(clusters[cluster].model_copy(update={"group": obs.ref.key}))
+            elif d.sqs is not None:
+                out.append(self._queue(obs.ref.key, d.sqs.queue_url))
+            elif d.metric is not None:
+                dims = d.metric.dimensions if d.metric.dimensions is not None else group_dimensions(obs.ref)
+                out.append(self._metric(obs.ref.key, d.metric.namespace, d.metric.metric_name, dims))
+        return out
+
+    def _cluster(self, cluster: str) -> DemandView:
+        source = f"cluster {cluster}"
+        try:
+            found = self.eks.describe_cluster(name=cluster)["cluster"]
+        except AWS_FAILURES as exc:
+            return DemandView(group="", source=source, problem=f"DescribeCluster failed ({error_code(exc)})")
+        mode = found.get("accessConfig", {}).get("authenticationMode")
+        if mode == "CONFIG_MAP":
+            return DemandView(
+                group="", source=source, problem="its authentication mode is CONFIG_MAP: access entries need API"
+            )
+        entry = self._view_entry(cluster)
+        try:
+            pods = PodReader(self.eks, self.session, self.overrides).read(cluster)
+        except ClusterUnreadable as exc:
+            if exc.kind in ("timeout", "unreachable", "tls", "describe"):
+                return DemandView(group="", source=source, problem=exc.cause)
+            reached = f"the API answers ({exc.kind} for your credentials)"
+        else:
+            reached = f"the API answers: {len(pods.waiting)} pod(s) waiting for GPUs now"
+        if entry is None:
+            return DemandView(group="", source=source, doubt=f"{reached}; access entries could not be read")
+        if not entry:
+            hint = "name it in the stack's EksClusters parameter"
+            return DemandView(group="", source=source, problem=f"no access entry has {VIEW_POLICY} ({hint})")
+        return DemandView(group="", source=source, found=f"{reached}; {VIEW_POLICY} for {', '.join(entry)}")
+
+    def _view_entry(self, cluster: str) -> list[str] | None:
+        """The principals with AmazonEKSViewPolicy on the cluster; None when they cannot be read."""
+        try:
+            principals = self.eks.list_access_entries(clusterName=cluster).get("accessEntries", [])
+            return [
+                p.rsplit("/", 1)[-1]
+                for p in principals
+                if any(
+                    a.get("policyArn", "").endswith(VIEW_POLICY)
+                    for a in self.eks.list_associated_access_policies(clusterName=cluster, principalArn=p).get(
+                        "associatedAccessPolicies", []
+                    )
+                )
+            ]
+        except AWS_FAILURES:
+            return None
+
+    def _queue(self, group: str, url: str) -> DemandView:
+        source = f"queue {url.rstrip('/').rsplit('/', 1)[-1]}"
+        try:
+            count = queue_messages(self.sqs, url, False)
+        except BacklogUnreadable as exc:
+            return DemandView(group=group, source=source, problem=exc.why)
+        return DemandView(group=group, source=source, found=f"{count} message(s) waiting now")
+
+    def _metric(self, group: str, namespace: str, name: str, dims: dict[str, str]) -> DemandView:
+        source = f"metric {namespace}/{name}"
+        try:
+            [value] = latest_values(self.cloudwatch, [(namespace, name, dims)], self.now)
+        except BacklogUnreadable as exc:
+            return DemandView(group=group, source=source, problem=exc.why)
+        if value is None:
+            where = ", ".join(f"{k}={v}" for k, v in dims.items())
+            return DemandView(
+                group=group,
+                source=source,
+                doubt=f"no datum in the last 5 minutes on {where}: is its publisher running?",
+            )
+        return DemandView(group=group, source=source, found=f"{value:g} GPU(s) requested by waiting jobs now")

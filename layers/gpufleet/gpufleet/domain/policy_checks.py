@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import fnmatch
 
-from gpufleet.domain.models import GroupRef
+from gpufleet.domain.models import GroupKind, GroupRef
 from gpufleet.domain.policy import FleetPolicy, GroupRule, GroupSettings
 
 
 def policy_problems(policy: FleetPolicy) -> list[str]:
     """Every static mistake found, one line each, in policy order."""
-    return [*_schedule_problems(policy), *_shadowed_rules(policy.groups), *_spot_group_problems(policy)]
+    return [
+        *_schedule_problems(policy),
+        *_shadowed_rules(policy.groups),
+        *_spot_group_problems(policy),
+        *_demand_problems(policy),
+    ]
 
 
 def rule_label(index: int, rule: GroupRule) -> str:
@@ -96,4 +101,25 @@ def _spot_group_problems(policy: FleetPolicy) -> list[str]:
                     f"{where}: no rule selects {ref.key}: give it one with `target: {{enabled: false}}` so only "
                     "spot_watch and bounds move it (and tag it managed)"
                 )
+    return problems
+
+
+def _demand_problems(policy: FleetPolicy) -> list[str]:
+    """A demand source the group's kind cannot use: pods are read for EKS node groups only, and an ASG's
+    queue or metric needs its GPUs per node (an EKS group's comes from its instance type)."""
+    problems = []
+    rules: list[tuple[str, GroupSettings, GroupKind | None]] = [("defaults", policy.defaults, None)]
+    rules += [(rule_label(i, r), r, r.kind) for i, r in enumerate(policy.groups)]
+    for label, rule, kind in rules:
+        demand = rule.demand
+        if demand is None:
+            continue
+        if demand.kubernetes is not None and kind is not GroupKind.EKS_NODEGROUP:
+            problems.append(
+                f"{label}: demand.kubernetes reads an EKS cluster's pods: give the rule kind: eks-nodegroup "
+                "(plain ASGs use demand.sqs or demand.metric)"
+            )
+        if demand.kubernetes is None and demand.gpus_per_node is None and kind is not GroupKind.EKS_NODEGROUP:
+            source = "sqs" if demand.sqs is not None else "metric"
+            problems.append(f"{label}: demand.{source} needs demand.gpus_per_node (GPUs per instance of the ASG)")
     return problems
