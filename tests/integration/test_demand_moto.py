@@ -206,3 +206,22 @@ def test_doctor_reads_each_demand_source_as_the_scaler_would(
     )
     assert by_group["asg:jobs"].startswith("error") and "GetQueueAttributes failed" in by_group["asg:jobs"]
     assert by_group["asg:slurm"].startswith("warning") and "no datum in the last 5 minutes" in by_group["asg:slurm"]
+
+
+def test_an_adopted_backing_asg_is_never_a_group_of_its_own(train: Fleet) -> None:
+    """gpufleet tags a node group's ASG gpufleet:managed when it first scales in through it (adoption);
+    from then on discovery by tag found that ASG too and held or sized it a second time every tick."""
+    train.clients.autoscaling.create_or_update_tags(
+        Tags=[
+            {
+                "ResourceId": train.backing_asg,
+                "ResourceType": "auto-scaling-group",
+                "Key": "gpufleet:managed",
+                "Value": "true",
+                "PropagateAtLaunch": False,
+            }
+        ]
+    )
+    scaler = train.scaler(policy=POLICY)
+    found = [obs.ref.key for obs, _ in scaler.ctx.managed(scaler.ctx.load_policy())]
+    assert found == ["eks:ml/train-gpu"]

@@ -182,7 +182,10 @@ class FleetReader:
             for asg in self._describe_asgs(
                 Filters=[{"Name": f"tag:{discovery.tag_key}", "Values": [discovery.tag_value]}]
             ):
-                asgs[asg["AutoScalingGroupName"]] = asg
+                # A managed node group's own ASG carries the managed tag once gpufleet adopted it: it is
+                # sized through its node group, never as a group of its own (it would be sized twice).
+                if not any(t.get("Key") == defaults.TAG_EKS_NODEGROUP for t in asg.get("Tags", [])):
+                    asgs[asg["AutoScalingGroupName"]] = asg
         missing = [g.name for g in explicit if g.kind is GroupKind.ASG and g.name not in asgs]
         asgs.update(self.describe_asgs_by_name(missing))
 
