@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 
 from rehearsal.calls import ENV_RECORD, CallRecorder
+from rehearsal.demand_scene import TOKEN
+from rehearsal.kube_api import KubeApi, kube_api
 from rehearsal.moto import moto_server
 from rehearsal.scenario import Rehearsal, write_outputs
 from rehearsal.slack import slack_receiver
@@ -29,9 +31,12 @@ def main() -> int:
         recorder.install()
     print("gpufleet rehearsal: moto server on 127.0.0.1, simulated clock from 2026-11-23 08:00 UTC")
     print("(moto doesn't evaluate alarms or run EKS: lines marked [emulated] are the harness standing in)\n")
-    with moto_server(out / "moto.log") as server, slack_receiver() as slack:
-        print(f"moto server: {server.url}; Slack-compatible receiver [emulated Slack]: {slack[1]}\n")
-        result = Rehearsal(out, slack, minutes=args.minutes).run()
+    with moto_server(out / "moto.log") as server, slack_receiver() as slack, kube_api(KubeApi(tokens={TOKEN})) as kube:
+        print(
+            f"moto server: {server.url}; Slack-compatible receiver [emulated Slack]: {slack[1]}; "
+            f"cluster ml's Kubernetes API [emulated]: {kube[1]}\n"
+        )
+        result = Rehearsal(out, slack, minutes=args.minutes, kube=kube).run()
     write_outputs(result, out)
     if recorder is not None:
         recorder.dump(os.environ[ENV_RECORD])

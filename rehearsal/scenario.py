@@ -8,6 +8,8 @@ tick runs. The scaler is the production code (gpufleet.runtime.build_scaler) wit
 Its notifications go through the real SQS queue (moto) to the notifier (gpufleet.runtime.build_notifier),
 which posts to a local Slack-compatible receiver [emulated Slack] and the SNS topic. The SQS event source
 is emulated: every simulated minute the harness drains the queue into the notifier and runs its sweep.
+With a Kubernetes API for cluster ml [emulated] (`kube`), the demand scenes of rehearsal.demand_scene play
+too: pods waiting in the cluster and a Slurm backlog size two more groups from 0 and back.
 """
 
 from __future__ import annotations
@@ -36,8 +38,10 @@ from gpufleet_node.nvml import SimulatedBackend
 from gpufleet_node.publisher import Publisher, simulate
 from gpufleet_node.sender import Sender
 from gpufleet_tools.invoke import LocalLambdaContext
-from rehearsal import fleet, lifecycle
+from rehearsal import demand_scene, fleet, lifecycle
 from rehearsal.alarms import AlarmEvaluator, eventbridge_event
+from rehearsal.demand_scene import DemandScenes
+from rehearsal.kube_api import KubeApi
 from rehearsal.slack import Received, SlackReceiver, describe
 
 START = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)  # a Monday
@@ -78,6 +82,7 @@ def leaking_memory_percent(minute: int) -> float:
 SAMPLE_EVERY_S = 10  # the demo samples every 10 s of simulated time; the deployed publisher every 1 s
 POLICY_NOTIFY_INTERVAL_S = defaults.NOTIFY_GROUP_INTERVAL_S
 
+DEMAND_RULES = demand_scene.POLICY_RULES.rstrip("\n")  # left out without a Kubernetes API (Rehearsal's kube)
 POLICY = f"""\
 version: 1
 alarm_prefix: gpufleet-
@@ -85,6 +90,7 @@ metric_lookback_s: 180
 defaults:
   idle: {{gpu_utilization: {IDLE_UTIL:g}, memory_percent: {IDLE_MEM:g}}}
 groups:
+{DEMAND_RULES}
   - name: train-ondemand  # moved only by spot_watch (fallback) and bounds, not by target tracking
     kind: asg
     target: {{enabled: false}}
@@ -175,7 +181,10 @@ class Rehearsal:
         slack: tuple[SlackReceiver, str],
         echo: Callable[[str], None] = print,
         minutes: int = 100,
+        kube: tuple[KubeApi, str] | None = None,
     ) -> None:
+        """`kube`: a Kubernetes API for cluster ml [emulated] (rehearsal.kube_api); without one the demand
+        scenes (rehearsal.demand_scene) and their groups are left out."""
         self.out = out_dir
         self.receiver, self.slack_url = slack
         self.receiver.on_message = self._on_slack
@@ -207,6 +216,7 @@ class Rehearsal:
         self.limits = {TRAIN.key: (1, 6), INFER.key: (1, 4)}
         self.backing_asg: dict[str, str] = {}
         self.clients_sqs = boto3.client("sqs")
+        self.scenes = DemandScenes(self.clients, kube, self._instances, self.say, START) if kube else None
 
     def say(self, minute: int, text: str) -> None:
         stamp = (START + timedelta(minutes=minute)).strftime("%H:%M")
@@ -239,6 +249,8 @@ class Rehearsal:
         self.backing_asg[INFER.key] = fleet.create_nodegroup(
             c, "ml", INFER.name, min_size=1, max_size=6, desired=2, tags=fleet.MANAGED_TAG
         )
+        if self.scenes:
+            self.backing_asg.update(self.scenes.setup())
         instances = self._instances(TRAIN.key)
         self.long_job, self.protected = instances[0], instances[1]
         self.job_node = self.long_job  # where the long job runs (it moves once, when its node is reclaimed)
@@ -255,7 +267,7 @@ class Rehearsal:
                 c.cloudwatch, f"gpufleet-{slug}-gpu-low", dims, direction="in", threshold=20, evaluation_periods=4
             )
         policy_path = self.out / "policy.yaml"
-        policy_path.write_text(POLICY)
+        policy_path.write_text(POLICY if self.scenes else POLICY.replace(DEMAND_RULES + "\n", ""))
         os.environ["POWERTOOLS_METRICS_DISABLED"] = "true"
         # the nodes' own log (an XID's kernel-log hint, say) goes to a file, not between the timeline's lines
         node_log = logging.getLogger("gpufleet.publisher")
@@ -263,7 +275,7 @@ class Rehearsal:
         node_log.propagate = False
         self.emf = Metrics(namespace="GPUFleet/Controller", service="scaler")
         self.stack = fleet.create_notification_stack(slack_secret=f"{self.slack_url}/services/T0DEMO/B0DEMO/demo")
-        env = self.stack.env(TABLE, str(policy_path))
+        env = {**self.stack.env(TABLE, str(policy_path)), **(self.scenes.env() if self.scenes else {})}
         scaler, idempotency = build_scaler(self._logger("scaler"), self.emf, env=env)
         self.notifier = build_notifier(self._logger("notifier"), Metrics(service="notifier"), env=env)
         self.guard = build_guard(self._logger("oom_guard"), Metrics(service="oom_guard"), env=env)
@@ -278,6 +290,12 @@ class Rehearsal:
             f"{self.long_job}, {self.protected} scale-in protected), {INFER.key} (2 nodes), {BLOCK.key} (2 nodes "
             f"in Capacity Block {lifecycle.BLOCK_RESERVATION})",
         )
+        if self.scenes:
+            self.say(
+                0,
+                f"demand: {demand_scene.TRAIN_GPU.key} (0 nodes, min 0: pods waiting in cluster ml, its Kubernetes API "
+                f"[emulated] at {self.scenes.url}), {demand_scene.SLURM.key} (0 nodes, min 0: Slurm/PendingGPUs)",
+            )
         self.say(0, f"policy: {policy_path}; alarms: gpufleet-{{train,infer}}-gpu-{{high,low}} (tagged with direction)")
         return scaler
 
@@ -321,20 +339,8 @@ class Rehearsal:
         start = START + timedelta(minutes=minute)
         averages = {}
         for ref in (TRAIN, INFER, BLOCK):
-            alive = self._instances(ref.key)
             fallback = self._instances(FALLBACK.key) if ref is TRAIN else []
-            alive = alive + fallback
-            for iid in alive:
-                if iid not in self.nodes:
-                    on_demand = iid in fallback
-                    self.nodes[iid] = Node(iid, ref.key, minute, long_job=iid == self.job_node, fallback=on_demand)
-                    self.publishers[iid] = self._publisher(iid, FALLBACK if on_demand else ref)
-            for iid in list(self.nodes):
-                if self.nodes[iid].group == ref.key and iid not in alive:
-                    del self.nodes[iid]
-                    gone = self.publishers.pop(iid)
-                    gone.finish(start)
-                    self.put_metric_calls += gone.sender.calls
+            alive = self._track(ref, self._instances(ref.key) + fallback, minute, fallback)
             demand = _ramp(minute, DEMAND[ref.key])
             ordered = sorted(
                 (self.nodes[i] for i in alive),
@@ -360,11 +366,45 @@ class Rehearsal:
                     publisher.backend.lost.add(1)
                     publisher.record_xid(1, 79)
                     self.say(minute, f"[simulated GPU] {n.instance_id} GPU 1: XID 79, fallen off the bus")
-                simulate(publisher, start, 60, every_s=SAMPLE_EVERY_S)
-                self.node_minutes += 1
-                publisher.close_windows(start + timedelta(seconds=59))
+                self._sample(publisher, start)
             averages[ref.key] = sum(n.util for n in ordered) / len(ordered) if ordered else 0.0
+        self._publish_scenes(minute)
         return averages
+
+    def _publish_scenes(self, minute: int) -> None:
+        """The demand scenes' nodes: each GPU busy while work runs on it, idle otherwise (rehearsal.demand_scene)."""
+        if self.scenes is None:
+            return
+        for ref in self.scenes.groups:
+            for iid in self._track(ref, self._instances(ref.key), minute):
+                loads = self.scenes.gpu_load(iid)
+                node, publisher = self.nodes[iid], self.publishers[iid]
+                node.util, node.mem = sum(u for u, _ in loads) / len(loads), max(m for _, m in loads)
+                for gpu, (util, mem) in enumerate(loads):
+                    publisher.backend.set(gpu, utilization=util, memory_percent=mem)
+                self._sample(publisher, START + timedelta(minutes=minute))
+
+    def _track(self, ref: GroupRef, alive: list[str], minute: int, fallback: list[str] | None = None) -> list[str]:
+        """A node and its publisher for each of the group's instances (`fallback`: train-ondemand's, counted
+        with train-spot); those gone finish their publisher. Returns `alive`."""
+        for iid in alive:
+            if iid not in self.nodes:
+                on_demand = iid in (fallback or [])
+                self.nodes[iid] = Node(iid, ref.key, minute, long_job=iid == self.job_node, fallback=on_demand)
+                self.publishers[iid] = self._publisher(iid, FALLBACK if on_demand else ref)
+        for iid in list(self.nodes):
+            if self.nodes[iid].group == ref.key and iid not in alive:
+                del self.nodes[iid]
+                gone = self.publishers.pop(iid)
+                gone.finish(START + timedelta(minutes=minute))
+                self.put_metric_calls += gone.sender.calls
+        return alive
+
+    def _sample(self, publisher: Publisher, start: datetime) -> None:
+        """One simulated minute of the node's publisher: samples every SAMPLE_EVERY_S, its windows closed."""
+        simulate(publisher, start, 60, every_s=SAMPLE_EVERY_S)
+        self.node_minutes += 1
+        publisher.close_windows(start + timedelta(seconds=59))
 
     def _publisher(self, instance_id: str, ref: GroupRef) -> Publisher:
         if ref.kind is GroupKind.ASG:
@@ -569,6 +609,8 @@ class Rehearsal:
             self.minute = minute
             for note in fleet.sync_nodegroup_asgs(self.clients):
                 self.say(minute, note)
+            if self.scenes:
+                self.scenes.tick(minute)
             self.emulate_spot_market(minute)
             self.emulate_capacity_events(minute)
             averages = self.publish(minute)
@@ -596,15 +638,7 @@ class Rehearsal:
             if minute == 20:
                 self.receiver.script.append("429:1")  # Slack rate-limits one post; slack-sdk waits and retries
             self.notify(minute)
-            for ref in (TRAIN, INFER):
-                desired = self._desired(ref)
-                self.result.capacity.setdefault(ref.key, []).append(desired)
-            if minute % 10 == 0 or minute == self.minutes - 1:
-                status = "   ".join(
-                    f"{ref.key} util {averages[ref.key]:3.0f}% desired {self.result.capacity[ref.key][-1]}"
-                    for ref in (TRAIN, INFER)
-                )
-                self.say(minute, f"[capacity] {status}")
+            self._record_capacity(minute, averages)
             if minute == 5:
                 self._malformed(scaler, minute)
                 self._malformed_notification(minute)
@@ -614,7 +648,22 @@ class Rehearsal:
         self.verify_spot()
         self.verify_lifecycle()
         self.verify_notifications()
+        if self.scenes:
+            checks, failures = demand_scene.verify(self.scenes, self.result.decisions, self.result.capacity)
+            self.result.checks += checks
+            self.result.failures += failures
         return self.result
+
+    def _record_capacity(self, minute: int, averages: dict[str, float]) -> None:
+        """Each group's desired capacity this minute; every 10 minutes a [capacity] line."""
+        for ref in (TRAIN, INFER, *(self.scenes.groups if self.scenes else ())):
+            self.result.capacity.setdefault(ref.key, []).append(self._desired(ref))
+        if minute % 10 == 0 or minute == self.minutes - 1:
+            status = "   ".join(
+                f"{ref.key} util {averages[ref.key]:3.0f}% desired {self.result.capacity[ref.key][-1]}"
+                for ref in (TRAIN, INFER)
+            )
+            self.say(minute, f"[capacity] {status}")
 
     def _duplicate_delivery(self, scaler: Any, event: dict[str, Any], minute: int) -> None:
         before = {ref.key: self._desired(ref) for ref in (TRAIN, INFER)}

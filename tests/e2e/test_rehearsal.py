@@ -46,6 +46,12 @@ def test_rehearsal_meets_its_expected_outcomes(tmp_path: Path) -> None:
         "health incident, instance replaced once",
         "spot outage:",
         "after the 5 min wait, handed back",
+        # demand-driven scaling (rehearsal/demand_scene.py): pods waiting in cluster ml, a Slurm backlog
+        "eks:ml/train-gpu: 3 unschedulable GPU pods -> one scale-out at minute 40 (3 pods (2x4 GPUs, 1x2) "
+        "unschedulable for 0 min: scale out 0 -> 3 (4 GPUs per node))",
+        "(eval-1 loading its weights, GPUs idle): 'passed over 1 running a GPU pod'",
+        "asg:train-slurm: Slurm/PendingGPUs 10 -> one scale-out at minute 25 (10 GPU(s) requested by waiting jobs: "
+        "scale out 0 -> 3 (4 GPUs per node))",
     ):
         assert expected in out
     assert "FAIL" not in out
@@ -53,5 +59,7 @@ def test_rehearsal_meets_its_expected_outcomes(tmp_path: Path) -> None:
     assert "scale-in   applied" in timeline
     assert (tmp_path / "decisions.jsonl").read_text().count("\n") > 100
     assert "[slack #1] [INFO] asg:train-spot: scaled 2 -> 4" in timeline
+    assert "[emulated kube-scheduler] bound team-a/train-a-0 -> ip-" in timeline  # a node's name: its private DNS
+    assert "no pods waiting (cluster ml): 1 idle node(s) not needed: scale in 1 -> 0" in timeline
     posted = sorted((tmp_path / "slack").glob("*.json"))
     assert posted and all(json.loads(p.read_text())["blocks"][0]["type"] == "header" for p in posted)
