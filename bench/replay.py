@@ -48,7 +48,11 @@ def _sample(trace: Trace, minutes: int, every: int = 1) -> Trace:
 
 
 def _traces(quick: bool = False) -> dict[str, Trace]:
-    found = {"bursty": load_trace("synthetic:bursty", SEED, QUICK_DAYS if quick else 7)}
+    days = QUICK_DAYS if quick else 7
+    found = {
+        "bursty": load_trace("synthetic:bursty", SEED, days),
+        "training": load_trace("synthetic:training", SEED, days),
+    }
     if DLRM.exists():
         dlrm = load_trace(str(DLRM), SEED, 0)
         found = {"dlrm": _sample(dlrm, QUICK_DLRM_MINUTES, QUICK_DLRM_EVERY) if quick else dlrm, **found}
@@ -131,6 +135,9 @@ def bench_replay(quick: bool = False, out: Path | None = None) -> list[str]:
     rows += _comparison_rows(label, bursty, batch, ReplayOptions(), "replay-bursty.png", plots)
     pack = ReplayOptions(placement=Placement.PACK)
     rows += _comparison_rows(label, bursty, batch, pack, "replay-bursty-pack.png", plots)
+    training, label = traces["training"], "synthetic training cluster (seed 13)"
+    rows += _comparison_rows(label, training, batch, ReplayOptions(), "replay-training.png", plots)
+    rows += _comparison_rows(label, training, batch, pack, "replay-training-pack.png", plots)
     rows += ["### Policy sweep (gpufleet alone, spread)", "", *policy_sweep(traces), ""]
     boots = (2, 5) if quick else (2, 5, 10, 15)
     rows += ["### Boot delay (synthetic bursty, batch policy)", "", *boot_sensitivity(bursty, boots), ""]

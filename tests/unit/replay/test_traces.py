@@ -56,3 +56,25 @@ def test_the_synthetic_workload_is_seeded_and_round_trips_through_v2023() -> Non
     assert [(p.arrival, p.duration, p.gpus, p.milli) for p in again.pods] == [
         (p.arrival, p.duration, p.gpus, p.milli) for p in a.pods
     ]
+
+
+def test_the_training_cluster_workload_is_seeded_and_shaped_as_documented() -> None:
+    """Same seed, same week; mostly 1-GPU jobs, gangs of 8-GPU pods arriving together, fewer submissions
+    at the weekend, and a sweep of 1-GPU trials each weekday."""
+    from gpufleet_tools.replay.traces import training_trace
+
+    a, b = training_trace(random.Random(13), days=7), training_trace(random.Random(13), days=7)
+    assert a == b and a.horizon == 7 * 1440
+    jobs = [p for p in a.pods if p.name.startswith("job-")]
+    gangs: dict[str, list[int]] = {}
+    for p in jobs:
+        gangs.setdefault(p.name.rsplit("-", 1)[0], []).append(p.arrival)
+    sizes = [len(v) for v in gangs.values()]
+    assert sum(1 for s in sizes if s == 1) / len(sizes) > 0.85  # gangs are a few percent of jobs
+    assert {2, 4} <= set(sizes) and all(len(set(v)) == 1 for v in gangs.values())  # a gang arrives at once
+    assert all(p.gpus == 8 for v, p in ((gangs[p.name.rsplit("-", 1)[0]], p) for p in jobs) if len(v) > 1)
+    weekday = sum(1 for p in jobs if p.arrival < 5 * 1440) / 5
+    weekend = sum(1 for p in jobs if p.arrival >= 5 * 1440) / 2
+    assert weekend < weekday / 2
+    sweeps = {p.name.split("-")[1] for p in a.pods if p.name.startswith("sweep-")}
+    assert sweeps == {"0", "1", "2", "3", "4"}

@@ -9,7 +9,10 @@ import sys
 def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
     from gpufleet_tools.replay.model import DEFAULT_NODE_PRICE
 
-    p.add_argument("--trace", help="Alibaba GPU trace CSV (v2025 DLRM instances or v2023 pods), or synthetic:bursty")
+    p.add_argument(
+        "--trace",
+        help="Alibaba GPU trace CSV (v2025 DLRM instances or v2023 pods), synthetic:bursty or synthetic:training",
+    )
     p.add_argument("--from-cloudwatch", metavar="GROUP", help="asg:NAME or eks:CLUSTER/NODEGROUP")
     p.add_argument("--days", type=int, default=7, help="history days (CloudWatch) or synthetic trace days")
     p.add_argument("--policy", help="fleet policy file (default: the recommended one for the workload, docs/replay.md)")

@@ -26,10 +26,10 @@ from gpufleet_tools.replay.history import History, HistoryReport, InstanceSeries
 from gpufleet_tools.replay.model import ReplayOptions, ReplayRequest, Trace
 from gpufleet_tools.replay.policy import Workload, recommended_policy, workload_of
 from gpufleet_tools.replay.report import Comparison, compare, report_json, report_md
-from gpufleet_tools.replay.traces import bursty_trace, parse_trace, to_v2023_csv
+from gpufleet_tools.replay.traces import bursty_trace, parse_trace, to_v2023_csv, training_trace
 
 MAX_POINTS_PER_CALL = 1440  # CloudWatch: datapoints per series per GetMetricData call
-SYNTHETIC = "synthetic:bursty"
+SYNTHETIC = {"synthetic:bursty": bursty_trace, "synthetic:training": training_trace}
 ALL_EXPERIMENTS = (
     Experiment(utilization_only=True),
     Experiment(utilization_only=True, proportional_step=True),
@@ -41,9 +41,9 @@ ALL_EXPERIMENTS = (
 
 
 def load_trace(spec: str, seed: int, days: int) -> Trace:
-    """A trace file in either Alibaba format, or `synthetic:bursty` (seeded)."""
-    if spec == SYNTHETIC:
-        return bursty_trace(random.Random(seed), days=days)
+    """A trace file in either Alibaba format, or `synthetic:bursty` / `synthetic:training` (seeded)."""
+    if spec in SYNTHETIC:
+        return SYNTHETIC[spec](random.Random(seed), days=days)
     with open(spec, newline="") as f:
         return parse_trace(f, Path(spec).name)
 
@@ -85,7 +85,8 @@ def write_outputs(c: Comparison, out: Path, policy_label: str, trace: Trace) -> 
     (out / "report.md").write_text(md)
     plot(c, out / "capacity.png")
     if trace.source.startswith("synthetic"):
-        (out / "synthetic-bursty.csv").write_text(to_v2023_csv(trace))
+        name = trace.source.split(",")[0].replace(" ", "-")
+        (out / f"{name}.csv").write_text(to_v2023_csv(trace))
     return md
 
 

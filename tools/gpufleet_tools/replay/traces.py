@@ -184,3 +184,59 @@ def bursty_trace(rng: Rng, days: int = 7) -> Trace:
     return Trace(
         format=TraceFormat.SYNTHETIC, source=f"synthetic bursty, {days} days", pods=tuple(pods), horizon=horizon
     )
+
+
+# ---- the synthetic training-cluster workload ----
+# A second, documented workload with another shape than the bursty one (no public job trace beyond the
+# DLRM list can be read here: shared/ holds only that one, and nothing is fetched at run time). Its
+# shape follows what published characterisations of shared deep-learning clusters report in words
+# (Microsoft Philly, ATC'19; SenseTime Helios, SC'21): most jobs take one GPU and are short (debugging,
+# sweeps), while most GPU time goes to few large multi-node jobs that run for hours to days; submissions
+# follow the working day and drop at weekends. The numbers below are ours, not those traces'.
+
+TRAIN_WEEKDAY_RATE, TRAIN_OFF_RATE = 0.12, 0.03  # job arrivals per minute: weekdays 09-19 h, otherwise
+TRAIN_SHAPES = ((0.60, 1), (0.70, 2), (0.80, 4), (0.92, 8), (0.97, 16), (1.00, 32))  # cumulative share, GPUs
+TRAIN_SMALL_MEDIAN, TRAIN_LARGE_MEDIAN, TRAIN_SIGMA = 20.0, 240.0, 1.2  # minutes: <= 4 GPUs / 8 GPUs and more
+TRAIN_MAX_MINUTES = 48 * 60
+SWEEP_JOBS, SWEEP_MEDIAN = (30, 60), 90.0  # one hyper-parameter sweep each weekday: 1-GPU trials
+
+
+def _training_job(rng: Rng, name: str, arrival: int) -> list[Pod]:
+    """One job: its GPUs (a gang of 8-GPU pods above 8, arriving together), a log-normal run time."""
+    x = rng.random()
+    gpus = next(g for share, g in TRAIN_SHAPES if x < share)
+    median = TRAIN_LARGE_MEDIAN if gpus >= 8 else TRAIN_SMALL_MEDIAN
+    minutes = min(TRAIN_MAX_MINUTES, max(2, int(rng.lognormvariate(math.log(median), TRAIN_SIGMA))))
+    members = max(1, gpus // 8)
+    per_pod = gpus // members
+    return [Pod(name=f"{name}-{m}", arrival=arrival, duration=minutes, gpus=per_pod) for m in range(members)]
+
+
+def training_trace(rng: Rng, days: int = 7) -> Trace:
+    """A training cluster's week (starting Monday): working-day submissions of mostly short 1-GPU jobs and
+    a few multi-node gangs (16 and 32 GPUs as 2 and 4 pods of 8, which the replay's scheduler places
+    independently), and a daily sweep of 30-60 one-GPU trials. Seeded by the caller's rng."""
+    horizon = days * 1440
+    pods: list[Pod] = []
+    t = 0.0
+    while True:
+        day, hour = int(t // 1440), int(t // 60) % 24
+        working = day % 7 < 5 and 9 <= hour < 19
+        t += rng.expovariate(TRAIN_WEEKDAY_RATE if working else TRAIN_OFF_RATE)
+        if t >= horizon:
+            break
+        pods += _training_job(rng, f"job-{len(pods)}", int(t))
+    for day in (d for d in range(days) if d % 7 < 5):
+        start = day * 1440 + rng.randint(10 * 60, 17 * 60)
+        for i in range(rng.randint(*SWEEP_JOBS)):
+            minutes = max(5, int(rng.lognormvariate(math.log(SWEEP_MEDIAN), 0.5)))
+            pods.append(
+                Pod(name=f"sweep-{day}-{i}", arrival=min(horizon - 1, start + rng.randint(0, 10)), duration=minutes)
+            )
+    pods.sort(key=lambda p: p.arrival)
+    return Trace(
+        format=TraceFormat.SYNTHETIC,
+        source=f"synthetic training cluster, {days} days",
+        pods=tuple(pods),
+        horizon=horizon,
+    )
