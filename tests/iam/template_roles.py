@@ -35,6 +35,24 @@ PARAMETERS = {  # a moto secret ARN ends in a random six-character suffix
     "SlackSecretArn": f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:gpufleet/slack-??????",
 }
 MANAGED = {  # the AWS managed policies SAM attaches, as AWS publishes them
+    "AWSLambdaVPCAccessExecutionRole": [  # the scaler's, only with ScalerSubnetIds (a private EKS endpoint)
+        {
+            "Sid": "AWSLambdaVPCAccessExecutionPermissions",
+            "Effect": "Allow",
+            "Action": [
+                "logs:CreateLogGroup",
+                "logs:CreateLogStream",
+                "logs:PutLogEvents",
+                "ec2:CreateNetworkInterface",
+                "ec2:DescribeNetworkInterfaces",
+                "ec2:DescribeSubnets",
+                "ec2:DeleteNetworkInterface",
+                "ec2:AssignPrivateIpAddresses",
+                "ec2:UnassignPrivateIpAddresses",
+            ],
+            "Resource": "*",
+        }
+    ],
     "AWSLambdaBasicExecutionRole": [
         {
             "Effect": "Allow",
