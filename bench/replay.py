@@ -128,6 +128,8 @@ def bench_replay(quick: bool = False, out: Path | None = None) -> list[str]:
     if "dlrm" in traces:
         policy = recommended_policy(Workload.SERVING)
         rows += _comparison_rows("DLRM v2025", traces["dlrm"], policy, ReplayOptions(), "replay-dlrm.png", plots)
+        pack = ReplayOptions(placement=Placement.PACK)
+        rows += _comparison_rows("DLRM v2025", traces["dlrm"], policy, pack, "replay-dlrm-pack.png", plots)
     else:
         rows += ["(DLRM trace not found next to the checkout: skipped)", ""]
     bursty, batch = traces["bursty"], recommended_policy(Workload.BATCH)
