@@ -89,7 +89,7 @@ pytest: venv
 	  --cov=gpufleet_node --cov-report=term:skip-covered --cov-report=json:.coverage.json; main=$$?; \
 	wait $$crash; crashed=$$?; echo "--- crash points (tests/crash, its own session) ---"; tail -n 25 .pytest-crash.log; \
 	test $$main -eq 0 -a $$crashed -eq 0
-	@$(BIN)/python -c 'import json; print("coverage of gpufleet + gpufleet_node (crash sweep not counted): %.1f%%" % json.load(open(".coverage.json"))["totals"]["percent_covered"])'
+	@$(BIN)/python -c 'import json; print("coverage of gpufleet, gpufleet_tools and gpufleet_node (crash sweep not counted): %.1f%%" % json.load(open(".coverage.json"))["totals"]["percent_covered"])'
 
 .PHONY: test-node
 test-node: $(PY39_VENV)/bin/.installed $(PY313_VENV)/bin/.installed
