@@ -198,8 +198,33 @@ def test_nodes_of_the_last_scale_out_that_run_nothing_yet_are_not_asked_for_twic
     assert tick(obs, late).action is Action.SCALE_OUT  # past the warm-up: they are not coming for this work
     knows = obs.model_copy(
         update={
-            "demand": obs.demand.model_copy(update={"knows_nodes": True}),  # type: ignore[union-attr]
+            # Kubernetes: the one InService node without a GPU pod is room (the reader's free_gpus)
+            "demand": obs.demand.model_copy(update={"knows_nodes": True, "free_gpus": (8.0,)}),  # type: ignore[union-attr]
             "instances": tuple(node(i, runs_gpu_work=i < 4) for i in range(5)),
         }
     )
-    assert tick(knows, state).desired == 5 + 2  # only 1 of the 3 new nodes is still free: 2 more needed
+    assert tick(knows, state).desired == 5 + 2  # 8 GPUs fit the free node: 2 more needed
+
+
+def test_a_pod_that_waits_beside_an_empty_node_asks_for_no_more_nodes() -> None:
+    """It waits for something else (CPU, a volume's zone): one more node would not place it either, so
+    the group does not climb to max one warm-up at a time."""
+    obs = observe(1, (work(8),)).model_copy(
+        update={
+            "demand": Demand(
+                source="cluster ml", waiting=(work(8),), gpus_per_node=8, free_gpus=(8.0,), knows_nodes=True
+            )
+        }
+    )
+    late = GroupState(last_scale_out_at=NOW - timedelta(hours=1), last_scale_out_added=1)
+    d = tick(obs, late)
+    assert d.action is Action.HOLD and "room on the group's nodes will take them" in d.reason
+
+
+def test_instances_still_launching_count_whatever_the_warm_up() -> None:
+    obs = observe(3, (work(8), work(8)))
+    obs = obs.model_copy(
+        update={"instances": (node(0), node(1, lifecycle_state="Pending"), node(2, lifecycle_state="Pending"))}
+    )
+    late = GroupState(last_scale_out_at=NOW - timedelta(hours=1), last_scale_out_added=2)
+    assert tick(obs, late).action is Action.HOLD

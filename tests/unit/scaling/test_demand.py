@@ -94,6 +94,7 @@ GPU_TOLERATION = Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoS
     ],
 )
 def test_fits(waiting: WaitingPod, expected: bool) -> None:
+    """Also: a term pinned to a node by matchFields, and an empty term, match no new node."""
     assert fits(waiting, SHAPE) is expected
 
 
@@ -132,3 +133,9 @@ def test_batched_packing_equals_first_fit_one_by_one(
 ) -> None:
     p = pack(sizes, per_node, free, booting)
     assert (p.new_nodes, p.placed_on_existing) == _one_by_one(sizes, per_node, free, booting)
+
+
+def test_a_pod_pinned_to_a_node_or_with_an_empty_term_fits_no_group() -> None:
+    pinned = pod(1, tolerations=(GPU_TOLERATION,), affinity=(SelectorTerm(fields=True),))
+    empty = pod(1, tolerations=(GPU_TOLERATION,), affinity=(SelectorTerm(),))
+    assert not fits(pinned, SHAPE) and not fits(empty, SHAPE)

@@ -170,8 +170,8 @@ class GpufleetController:
 
     def demand(self, cluster: Cluster) -> Demand | None:
         """The pending pods as the EKS reader hands them to the core: GPUs per pod (a share of one GPU as
-        its fraction), how many alike, how long the oldest has waited; no room on serving nodes (the
-        scheduler has just tried them)."""
+        its fraction), how many alike, how long the oldest has waited; serving nodes without a pod as room
+        (as the reader counts InService nodes without a GPU pod)."""
         if self.experiment.utilization_only:
             return None
         oldest: dict[float, int] = {}
@@ -183,7 +183,7 @@ class GpufleetController:
             arrival = pods[i].arrival
             if arrival < oldest.get(gpus, arrival + 1):
                 oldest[gpus] = arrival
-        start = self.options.start
+        start, per_node = self.options.start, float(self.options.gpus_per_node)
         waiting = tuple(
             WaitingWork.model_construct(name="pending", gpus=g, since=start + timedelta(minutes=oldest[g]), count=n)
             for g, n in counts.items()
@@ -193,7 +193,7 @@ class GpufleetController:
             noun="pod",
             waiting=waiting,
             gpus_per_node=float(self.options.gpus_per_node),
-            free_gpus=(),
+            free_gpus=tuple(per_node for n in cluster.ready if not n.pods and not n.cordoned),
             knows_nodes=True,
             unreadable=None,
         )

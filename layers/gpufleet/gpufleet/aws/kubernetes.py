@@ -105,6 +105,11 @@ def _unreadable(cluster: str, problem: HttpProblem) -> ClusterUnreadable:
     return ClusterUnreadable(cluster, problem.reason, problem.kind)
 
 
+def _loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    return host == "localhost" or host.startswith("127.") or host == "::1"
+
+
 class PodReader:
     """`read(cluster)`: the cluster's waiting GPU pods and GPU nodes, from one paged listing."""
 
@@ -129,12 +134,11 @@ class PodReader:
         try:
             connection = Connection(server, self.timeout_s, self.budget_s)
             try:
-                pods, pages = self._list(connection)
+                return self._list(cluster, connection)
             finally:
                 connection.close()
         except HttpProblem as problem:
             raise _unreadable(cluster, problem) from None
-        return cluster_pods(cluster, pods, pages, self.gpu_resources)
 
     def server(self, cluster: str) -> ApiServer:
         """Where the cluster's API is and how to get in: the override's URL, token and CA where given, else
@@ -143,6 +147,8 @@ class PodReader:
         url, ca_data = (override.url, override.ca_data) if override else self._described(cluster)
         if override and override.token is not None:
             token = override.token.get_secret_value()
+        elif url.startswith("http://") and not _loopback(url):
+            raise ClusterUnreadable(cluster, "an http:// endpoint gets no signed EKS token (only loopback may)", "tls")
         else:
             try:
                 self._sts = self._sts or self.session.client("sts")
@@ -166,12 +172,13 @@ class PodReader:
             raise ClusterUnreadable(cluster, f"the cluster has no API endpoint yet (status {status})", "describe")
         return endpoint, found.get("certificateAuthority", {}).get("data")
 
-    def _list(self, connection: Connection) -> tuple[list[dict[str, Any]], int]:
-        """Every unfinished pod, page by page; a 410 Gone (the continue token expired) restarts the listing
-        once from the start, dropping what the expired one had, so each pod is counted once."""
+    def _list(self, cluster: str, connection: Connection) -> ClusterPods:
+        """Every unfinished pod, page by page, each page reduced to what waits and which nodes run GPU pods
+        before the next is read (a large cluster's pods are never all held at once); a 410 Gone (the
+        continue token expired) restarts the listing once from the start, so each pod is counted once."""
         pages = 0
         for attempt in (1, 2):
-            pods: list[dict[str, Any]] = []
+            found = ClusterPods(cluster=cluster)
             query: dict[str, str | int] = {"limit": self.page_size, "fieldSelector": UNFINISHED}
             try:
                 while True:
@@ -180,11 +187,17 @@ class PodReader:
                     items = page.get("items")
                     if page.get("kind") != "PodList" or not isinstance(items, list):
                         raise HttpProblem("malformed", "the answer is not a PodList")
-                    pods.extend(item for item in items if isinstance(item, dict))
+                    part = cluster_pods(cluster, (i for i in items if isinstance(i, dict)), 0, self.gpu_resources)
+                    found = ClusterPods(
+                        cluster=cluster,
+                        waiting=found.waiting + part.waiting,
+                        gpu_nodes=found.gpu_nodes | part.gpu_nodes,
+                        pages=pages,
+                    )
                     metadata = page.get("metadata")
                     token = metadata.get("continue") if isinstance(metadata, dict) else None
                     if not token:
-                        return pods, pages
+                        return found
                     query["continue"] = str(token)
             except HttpProblem as problem:
                 if problem.status != 410 or attempt == 2:

@@ -33,9 +33,12 @@ class Toleration(Frozen):
 
 
 class SelectorTerm(Frozen):
-    """One nodeSelectorTerm of required node affinity: all its expressions must hold (terms are ORed)."""
+    """One nodeSelectorTerm of required node affinity: all its expressions must hold (terms are ORed). An
+    empty term matches no node (Kubernetes' rule); one with matchFields names particular nodes
+    (metadata.name), which no new node of a group can be."""
 
     expressions: tuple[tuple[str, str, tuple[str, ...]], ...] = ()  # (key, operator, values)
+    fields: bool = False  # the term has matchFields
 
 
 class WaitingPod(Frozen):
@@ -128,7 +131,8 @@ def _affinity(spec: Mapping[str, Any]) -> tuple[SelectorTerm, ...]:
             expressions=tuple(
                 (str(e.get("key")), str(e.get("operator")), tuple(str(v) for v in _values(e.get("values"))))
                 for e in _list(term.get("matchExpressions"))
-            )
+            ),
+            fields=bool(_list(term.get("matchFields"))),
         )
         for term in _list(required.get("nodeSelectorTerms"))
     )

@@ -298,15 +298,13 @@ class _Ctx(_Group):
         return self.scale_out_to(self.obs.desired + packing.new_nodes, trigger, what, f" ({per_node}{on_way})")
 
     def demand_release(self) -> Decision | None:
-        """Nothing waits for the group: every idle node above min (or an open window's desired) is surplus
-        and goes in one change - down to zero when min is 0. Only idle nodes: no pod is disrupted."""
+        """Nothing waits: every idle node above min (or a window's desired) goes in one change, to 0 if min is 0."""
         d = self.obs.demand
         if d is None or not d.known or d.waiting or self.obs.desired <= self.low_water:
             return None
         room = self.obs.desired - self.low_water
         if not self.obs.instance_metrics_loaded:
-            # The source names the nodes without GPU work (Kubernetes): if one is free, read the metrics
-            # to confirm it idle; otherwise the band or an alarm asks for them first.
+            # Kubernetes names the nodes without GPU work: if one is free, read the metrics to confirm it idle.
             free = [i for i in self.obs.instances if i.in_service and not i.runs_gpu_work]
             if not (d.knows_nodes and free):
                 return None
@@ -331,15 +329,16 @@ class _Ctx(_Group):
         )
 
     def on_the_way(self, d: Demand) -> int:
-        """Nodes that will take waiting work without a new launch: those booting, and within the warm-up
-        the nodes gpufleet's last scale-out asked for that run nothing yet (a node InService but not yet
-        taking work - Kubernetes not Ready, a worker not polling - must not be asked for twice). A source
-        that cannot tell which nodes run work counts the whole last scale-out."""
+        """Nodes that will take waiting work without a launch: instances still Pending and those asked for but
+        not listed yet; within the warm-up, for a source that cannot tell which nodes work (Kubernetes
+        offers idle nodes as `free_gpus`), also the last scale-out's (InService, not polling yet)."""
+        listed = self.obs.instances
+        coming = sum(1 for i in listed if i.lifecycle_state.startswith("Pending"))
+        coming += max(0, self.obs.desired - sum(1 for i in listed if not i.lifecycle_state.startswith("Terminat")))
         last = self.state.last_scale_out_at
-        if last is None or (self.now - last).total_seconds() >= self.settings.warmup_s:
-            return self.booting()
-        idle = [i for i in self.obs.instances if not i.runs_gpu_work] if d.knows_nodes else self.obs.instances
-        return max(self.booting(), min(self.state.last_scale_out_added, len(idle)))
+        if d.knows_nodes or last is None or (self.now - last).total_seconds() >= self.settings.warmup_s:
+            return coming
+        return max(coming, min(self.state.last_scale_out_added, len(listed)))
 
     def booting(self) -> int:
         """Nodes asked for but not serving yet - not InService, or InService without GPU metrics when

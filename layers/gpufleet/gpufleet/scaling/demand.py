@@ -36,6 +36,8 @@ class Packing(Frozen):
 
 
 def _term_holds(term: SelectorTerm, labels: dict[str, str]) -> bool:
+    if term.fields or not term.expressions:  # a named node, or an empty term: no new node matches
+        return False
     for key, op, values in term.expressions:
         have = labels.get(key)
         if op == "In" and have not in values:

@@ -24,6 +24,7 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 from gpufleet.aws.backlog import BacklogUnreadable, latest_values, queue_messages
+from gpufleet.aws.clients import AWS_FAILURES, error_code
 from gpufleet.aws.eks_nodes import ShapeUnknown
 from gpufleet.aws.metrics import group_dimensions
 from gpufleet.domain.models import Demand, GroupKind, GroupObservation, WaitingWork
@@ -71,6 +72,11 @@ class DemandReader:
         demand = Demand(source=source, gpus_per_node=gpus_per_node, unreadable=cause)
         return obs.model_copy(update={"demand": demand})
 
+    def _unreadable_note(self, source: str, cause: str) -> None:
+        if self._warned.get(source) != cause:
+            self._warned[source] = cause
+            self.logger.warning("demand source partly unreadable", extra={"source": source, "cause": cause})
+
     def _read_well(self, source: str) -> None:
         self._warned.pop(source, None)
 
@@ -106,16 +112,43 @@ class DemandReader:
             except ShapeUnknown as err:
                 out[obs.ref.key] = self._unreadable(obs, f"node group {obs.ref.key}", str(err))
         owners = assign(pods.waiting, shapes)
-        running = set(self.instances_of(pods.gpu_nodes).values()) if pods.gpu_nodes else set()
+        running = self._running(cluster, pods)
         for obs, _ in members:
             shape = shapes.get(obs.ref.key)
             if shape is None:
                 continue
             waiting = tuple(as_work(p) for p in owners.get(obs.ref.key, ()))
-            demand = Demand(source=source, waiting=waiting, gpus_per_node=shape.gpus, knows_nodes=True)
-            instances = tuple(i.model_copy(update={"runs_gpu_work": i.instance_id in running}) for i in obs.instances)
+            ids = {i.instance_id for i in obs.instances}
+            busy = ids if running is None else running & ids  # unknown: every node counts as running work
+            instances = tuple(i.model_copy(update={"runs_gpu_work": i.instance_id in busy}) for i in obs.instances)
+            # An InService node without a GPU pod is room: a pod that still waits beside it will not be
+            # placed by one more node either (it waits for CPU, a volume's zone, ...): no runaway scale-out.
+            free = tuple(shape.gpus for i in instances if i.in_service and not i.runs_gpu_work)
+            demand = Demand(source=source, waiting=waiting, gpus_per_node=shape.gpus, free_gpus=free, knows_nodes=True)
             out[obs.ref.key] = obs.model_copy(update={"demand": demand, "instances": instances})
         return out
+
+    def _running(self, cluster: str, pods: ClusterPods) -> set[str] | None:
+        """Instance ids bound to GPU pods; None (fail closed: no node may go) when a node name cannot be
+        mapped to an instance or EC2 cannot be read."""
+        if not pods.gpu_nodes:
+            return set()
+        source = f"nodes of cluster {cluster}"
+        try:
+            found = self.instances_of(pods.gpu_nodes)
+        except AWS_FAILURES as err:
+            self._unreadable_note(source, f"DescribeInstances failed ({error_code(err)}): no node may be removed")
+            return None
+        unmapped = sorted(set(pods.gpu_nodes) - set(found))
+        if unmapped:
+            why = (
+                f"{len(unmapped)} GPU node name(s) match no EC2 private DNS name ({unmapped[0]}...): "
+                "no node may be removed"
+            )
+            self._unreadable_note(source, why)
+            return None
+        self._read_well(source)
+        return set(found.values())
 
     # ---- plain ASGs ----
 
@@ -152,15 +185,17 @@ class DemandReader:
         try:
             values = latest_values(self.cloudwatch, specs, now)
         except BacklogUnreadable as err:
-            return {
-                o.ref.key: self._unreadable(o, f"metric {d.metric.metric_name}", err.why) for o, d in groups if d.metric
-            }
+            return {o.ref.key: self._unreadable(o, _metric_source(d), err.why) for o, d in groups}
         out: dict[str, GroupObservation] = {}
         for (obs, d), value in zip(groups, values, strict=True):
             assert d.metric is not None
-            source = f"metric {d.metric.namespace}/{d.metric.metric_name}"
+            source = _metric_source(d)
             if d.gpus_per_node is None:
                 out[obs.ref.key] = self._unreadable(obs, source, "demand.gpus_per_node is not set for this ASG")
+                continue
+            if value is None:  # a dead publisher must not read as "nothing waits" (and mute the band)
+                why = "no datum in the last 5 minutes: is its publisher running?"
+                out[obs.ref.key] = self._unreadable(obs, source, why, d.gpus_per_node)
                 continue
             self._read_well(source)
             gpus = math.ceil(value or 0)
@@ -168,6 +203,10 @@ class DemandReader:
             demand = Demand(source=source, noun="GPU", waiting=waiting, gpus_per_node=d.gpus_per_node)
             out[obs.ref.key] = obs.model_copy(update={"demand": demand})
         return out
+
+
+def _metric_source(d: DemandSource) -> str:
+    return f"metric {d.metric.namespace}/{d.metric.metric_name}" if d.metric else "metric"
 
 
 def assign(waiting: Iterable[WaitingPod], shapes: Mapping[str, NodeShape]) -> dict[str, list[WaitingPod]]:

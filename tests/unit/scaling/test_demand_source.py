@@ -1,0 +1,71 @@
+"""The demand reader's glue with fakes for its adapters: a pod counted once for the best-fitting group,
+InService nodes without GPU pods offered as room, and every doubt about which node runs work failing
+closed (no node may go) with one WARNING."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from aws_lambda_powertools import Logger
+from botocore.exceptions import ClientError
+
+from gpufleet.domain.models import GroupKind, GroupObservation, GroupRef, InstanceObservation
+from gpufleet.domain.policy import DemandSource, GroupSettings, KubernetesDemand
+from gpufleet.events.kubernetes import ClusterPods, WaitingPod
+from gpufleet.scaling.demand import NodeShape
+from gpufleet.scaling.demand_source import DemandReader
+
+NOW = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)
+SETTINGS = GroupSettings(demand=DemandSource(kubernetes=KubernetesDemand()))
+SHAPES = {"big": NodeShape(gpus=8), "small": NodeShape(gpus=4)}
+
+
+def group(name: str, *ids: str) -> GroupObservation:
+    return GroupObservation(
+        ref=GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster="ml", name=name),
+        min_size=0,
+        max_size=10,
+        desired=len(ids),
+        instances=tuple(InstanceObservation(instance_id=i) for i in ids),
+    )
+
+
+def reader(pods: ClusterPods, instances_of: object) -> DemandReader:
+    return DemandReader(
+        sqs=None,
+        cloudwatch=None,
+        cluster_pods=lambda cluster, resources: pods,
+        node_shape=lambda cluster, nodegroup: SHAPES[nodegroup],
+        instances_of=instances_of,  # type: ignore[arg-type]
+        logger=Logger(service="test", level="CRITICAL"),
+    )
+
+
+def test_a_pod_counts_once_for_the_smallest_group_it_fits_and_empty_nodes_are_room() -> None:
+    pods = ClusterPods(
+        cluster="ml",
+        waiting=(WaitingPod(namespace="a", name="p4", gpus=4), WaitingPod(namespace="a", name="p8", gpus=8)),
+        gpu_nodes=frozenset({"ip-1.ec2.internal"}),
+    )
+    pairs = [(group("big", "i-1", "i-2"), SETTINGS), (group("small"), SETTINGS)]
+    found = {o.ref.name: o for o, _ in reader(pods, lambda names: {"ip-1.ec2.internal": "i-1"}).attach(pairs, NOW)}
+    big, small = found["big"].demand, found["small"].demand
+    assert big is not None and small is not None
+    assert [w.name for w in big.waiting] == ["a/p8"] and [w.name for w in small.waiting] == ["a/p4"]
+    assert [i.runs_gpu_work for i in found["big"].instances] == [True, False]
+    assert big.free_gpus == (8,)  # i-2: InService, no GPU pod
+
+
+def test_a_node_name_ec2_does_not_know_fails_closed() -> None:
+    pods = ClusterPods(cluster="ml", gpu_nodes=frozenset({"custom-hostname-7"}))
+    [(obs, _)] = reader(pods, lambda names: {}).attach([(group("big", "i-1", "i-2"), SETTINGS)], NOW)
+    assert all(i.runs_gpu_work for i in obs.instances) and obs.demand is not None and obs.demand.free_gpus == ()
+
+
+def test_describe_instances_failing_fails_closed_and_the_others_carry_on() -> None:
+    def throttled(names: object) -> dict[str, str]:
+        raise ClientError({"Error": {"Code": "RequestLimitExceeded", "Message": "slow down"}}, "DescribeInstances")
+
+    pods = ClusterPods(cluster="ml", gpu_nodes=frozenset({"ip-1.ec2.internal"}))
+    [(obs, _)] = reader(pods, throttled).attach([(group("big", "i-1"), SETTINGS)], NOW)
+    assert [i.runs_gpu_work for i in obs.instances] == [True]
