@@ -28,7 +28,6 @@ import binascii
 import copy
 import gzip
 import json
-import ssl
 import threading
 import time
 import uuid
@@ -36,9 +35,11 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from rehearsal.loopback import serve
 
 LABEL = "[emulated]"
 GZIP_OVER = 128 * 1024  # the API server compresses answers larger than this
@@ -300,16 +301,5 @@ def kube_api(api: KubeApi | None = None, tls: tuple[str, str] | None = None) -> 
     """(api, base URL): a Kubernetes API on a free loopback port for as long as the block runs; over HTTPS
     with `tls` (certificate file, key file), as an EKS endpoint is."""
     api = api or KubeApi()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(api))
-    server.daemon_threads = True
-    if tls:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(*tls)
-        server.socket = context.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield api, f"{'https' if tls else 'http'}://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve(_handler(api), tls) as url:
+        yield api, url

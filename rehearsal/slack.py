@@ -17,9 +17,11 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs
+
+from rehearsal.loopback import serve
 
 JSON = {"Content-Type": "application/json"}
 
@@ -123,15 +125,8 @@ def _handler(receiver: SlackReceiver) -> type[BaseHTTPRequestHandler]:
 def slack_receiver(receiver: SlackReceiver | None = None) -> Iterator[tuple[SlackReceiver, str]]:
     """(receiver, base URL). Webhook URL: base + "/services/T000/B000/XXXX"; API: base + "/api/"."""
     receiver = receiver or SlackReceiver()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(receiver))
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield receiver, f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve(_handler(receiver)) as url:
+        yield receiver, url
 
 
 def describe(payload: dict[str, Any]) -> list[str]:

@@ -3,28 +3,16 @@ loopback), standard retries, and an optional endpoint (moto server, `gpufleet lo
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from typing import Any
-from urllib.parse import urlparse
 
 import boto3
 
-from gpufleet.aws.clients import RETRY_CONFIG
+from gpufleet.aws.clients import RETRY_CONFIG, is_loopback
 from gpufleet.domain import defaults
 
 LOCAL_REGION = "us-east-1"
 _MOTO_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
-
-
-def is_loopback(url: str) -> bool:
-    host = urlparse(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def use_endpoint(endpoint: str | None) -> None:

@@ -11,9 +11,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from gpufleet.aws.clients import is_loopback
 from gpufleet.domain import defaults
 from gpufleet_tools.invoke import DEFAULT_TABLE
-from gpufleet_tools.session import is_loopback
 
 TEMPLATE_HELP = "the SAM template (default: template.yaml here or above)"
 

@@ -3,8 +3,10 @@ honoured by boto3 itself), so the same code talks to AWS, moto server or `gpufle
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from boto3.session import Session as Session  # the one session type the runtime builds clients from
 from botocore.config import Config
@@ -36,6 +38,18 @@ def error_code(exc: Exception) -> str:
 
 def client(name: str, session: Session | None = None) -> Any:
     return (session or Session()).client(name, config=RETRY_CONFIG)
+
+
+def is_loopback(url: str) -> bool:
+    """An endpoint on this machine (moto server, a local Kubernetes API): the only place fake credentials
+    go, and the only plain-http place a signed token may go."""
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def region_of(session: Session | None = None) -> str:

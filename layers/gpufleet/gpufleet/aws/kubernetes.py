@@ -28,9 +28,15 @@ from urllib.parse import parse_qs, urlsplit
 
 from botocore.signers import RequestSigner
 
-from gpufleet.aws.clients import AWS_FAILURES, Session, error_code
+from gpufleet.aws.clients import AWS_FAILURES, Session, error_code, is_loopback
 from gpufleet.aws.kube_http import ApiServer, Connection, HttpProblem, ca_pem
-from gpufleet.events.kubernetes import DEFAULT_GPU_RESOURCES, ClusterPods, ClusterUnreadable, cluster_pods
+from gpufleet.events.kubernetes import (
+    DEFAULT_GPU_RESOURCES,
+    ClusterPods,
+    ClusterUnreadable,
+    WaitingPod,
+    cluster_pods,
+)
 from gpufleet.settings import KubeEndpoint
 
 if TYPE_CHECKING:
@@ -105,11 +111,6 @@ def _unreadable(cluster: str, problem: HttpProblem) -> ClusterUnreadable:
     return ClusterUnreadable(cluster, problem.reason, problem.kind)
 
 
-def _loopback(url: str) -> bool:
-    host = urlsplit(url).hostname or ""
-    return host == "localhost" or host.startswith("127.") or host == "::1"
-
-
 class PodReader:
     """`read(cluster)`: the cluster's waiting GPU pods and GPU nodes, from one paged listing."""
 
@@ -147,7 +148,7 @@ class PodReader:
         url, ca_data = (override.url, override.ca_data) if override else self._described(cluster)
         if override and override.token is not None:
             token = override.token.get_secret_value()
-        elif url.startswith("http://") and not _loopback(url):
+        elif url.startswith("http://") and not is_loopback(url):
             raise ClusterUnreadable(cluster, "an http:// endpoint gets no signed EKS token (only loopback may)", "tls")
         else:
             try:
@@ -178,7 +179,8 @@ class PodReader:
         continue token expired) restarts the listing once from the start, so each pod is counted once."""
         pages = 0
         for attempt in (1, 2):
-            found = ClusterPods(cluster=cluster)
+            waiting: list[WaitingPod] = []
+            gpu_nodes: set[str] = set()
             query: dict[str, str | int] = {"limit": self.page_size, "fieldSelector": UNFINISHED}
             try:
                 while True:
@@ -188,16 +190,14 @@ class PodReader:
                     if page.get("kind") != "PodList" or not isinstance(items, list):
                         raise HttpProblem("malformed", "the answer is not a PodList")
                     part = cluster_pods(cluster, (i for i in items if isinstance(i, dict)), 0, self.gpu_resources)
-                    found = ClusterPods(
-                        cluster=cluster,
-                        waiting=found.waiting + part.waiting,
-                        gpu_nodes=found.gpu_nodes | part.gpu_nodes,
-                        pages=pages,
-                    )
+                    waiting += part.waiting
+                    gpu_nodes |= part.gpu_nodes
                     metadata = page.get("metadata")
                     token = metadata.get("continue") if isinstance(metadata, dict) else None
                     if not token:
-                        return found
+                        return ClusterPods(
+                            cluster=cluster, waiting=tuple(waiting), gpu_nodes=frozenset(gpu_nodes), pages=pages
+                        )
                     query["continue"] = str(token)
             except HttpProblem as problem:
                 if problem.status != 410 or attempt == 2:

@@ -63,19 +63,15 @@ class DemandReader:
     def _unreadable(
         self, obs: GroupObservation, source: str, cause: str, gpus_per_node: float = 1.0
     ) -> GroupObservation:
-        if self._warned.get(source) != cause:
-            self._warned[source] = cause
-            self.logger.warning(
-                "demand source unreadable: the group falls back to its utilization rules",
-                extra={"source": source, "group": obs.ref.key, "cause": cause},
-            )
+        self._warn_once(source, cause, "demand source unreadable: the group falls back to its utilization rules")
         demand = Demand(source=source, gpus_per_node=gpus_per_node, unreadable=cause)
         return obs.model_copy(update={"demand": demand})
 
-    def _unreadable_note(self, source: str, cause: str) -> None:
+    def _warn_once(self, source: str, cause: str, message: str) -> None:
+        """One WARNING per source and cause, again only once the source has read well in between."""
         if self._warned.get(source) != cause:
             self._warned[source] = cause
-            self.logger.warning("demand source partly unreadable", extra={"source": source, "cause": cause})
+            self.logger.warning(message, extra={"source": source, "cause": cause})
 
     def _read_well(self, source: str) -> None:
         self._warned.pop(source, None)
@@ -137,7 +133,8 @@ class DemandReader:
         try:
             found = self.instances_of(pods.gpu_nodes)
         except AWS_FAILURES as err:
-            self._unreadable_note(source, f"DescribeInstances failed ({error_code(err)}): no node may be removed")
+            why = f"DescribeInstances failed ({error_code(err)}): no node may be removed"
+            self._warn_once(source, why, "demand source partly unreadable")
             return None
         unmapped = sorted(set(pods.gpu_nodes) - set(found))
         if unmapped:
@@ -145,7 +142,7 @@ class DemandReader:
                 f"{len(unmapped)} GPU node name(s) match no EC2 private DNS name ({unmapped[0]}...): "
                 "no node may be removed"
             )
-            self._unreadable_note(source, why)
+            self._warn_once(source, why, "demand source partly unreadable")
             return None
         self._read_well(source)
         return set(found.values())
