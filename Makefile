@@ -38,7 +38,7 @@ $(SAM_VENV)/bin/.installed:
 	@touch $@
 
 # The node publisher's own test environments: Amazon Linux 2023's Python 3.9 and the Lambda runtime's 3.13.
-NODE_TEST_DEPS := 'pytest==8.3.5' 'boto3' 'nvidia-ml-py==13.615.71'
+NODE_TEST_DEPS := 'pytest==8.3.5' 'boto3' 'nvidia-ml-py==13.615.71' 'prometheus_client==0.26.0' 'grpcio>=1.62' 'protobuf>=5.26'
 define node_venv
 $(1)/bin/.installed:
 	@test -n "$(2)" || { echo "error: no Python $(3) interpreter found (the node publisher is tested on $(3)); install one, e.g. 'pyenv install $(3)'"; exit 1; }

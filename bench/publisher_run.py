@@ -8,6 +8,7 @@ import json
 import resource
 import sys
 import time
+import urllib.request
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -42,7 +43,10 @@ def track(client: Any) -> dict[str, Any]:
     return stats
 
 
-def ours(endpoint: str, minutes: int, detail: str = "full") -> dict[str, Any]:
+def ours(endpoint: str, minutes: int, detail: str = "full", node: str | None = None) -> dict[str, Any]:
+    """`node`: a folder with a /proc and /var/log tree of the GPUs' processes: attribution on, usage
+    records to moto's CloudWatch Logs, and the Prometheus endpoint scraped every 15 s (what the default
+    config plus `prometheus: true` does)."""
     from gpufleet_node.identity import Identity
     from gpufleet_node.nvml import NvmlBackend
     from gpufleet_node.publisher import Publisher
@@ -51,14 +55,52 @@ def ours(endpoint: str, minutes: int, detail: str = "full") -> dict[str, Any]:
     client = cloudwatch_client("us-east-1", endpoint)
     stats = track(client)
     identity = Identity("i-bench", "us-east-1", asg_name="bench")
-    publisher = Publisher(NvmlBackend(), identity, Sender(client), detail=detail)
+    backend, sender = NvmlBackend(), Sender(client)
+    usage = _attribution(backend, identity, sender, endpoint, node) if node else None
+    scrape, stops = None, []
+    publisher = Publisher(backend, identity, sender, detail=detail, usage=usage)
     publisher.start(xid_thread=False)
+    if node:
+        from gpufleet_node import __main__ as service
+
+        stops = service.start_extras(_config(node), publisher)
+        scrape = f"http://127.0.0.1:{stops[-1].__self__.port}/metrics"  # type: ignore[attr-defined]
     t0 = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
     cpu = time.process_time()
+    scraped = 0
     for second in range(minutes * 60):  # 1 Hz
         publisher.step(t0 + timedelta(seconds=second))
+        if scrape and second % 15 == 0:
+            scraped += len(urllib.request.urlopen(scrape, timeout=5).read())
     publisher.finish(t0 + timedelta(minutes=minutes))
-    return {**stats, "cpu_s": time.process_time() - cpu}
+    result = {**stats, "cpu_s": time.process_time() - cpu, "scrape_bytes": scraped}
+    for stop in stops:
+        stop()
+    if usage is not None:
+        result["records"] = usage.records
+    return result
+
+
+def _config(node: str) -> dict[str, Any]:
+    from gpufleet_node import config
+
+    cfg = dict(config.DEFAULTS)
+    cfg.update(prometheus=True, prometheus_port=0, prometheus_address="127.0.0.1", proc_root=f"{node}/proc")
+    cfg.update(kubelet_log_root=f"{node}/log", pod_resources_socket=None, region="us-east-1")
+    return cfg
+
+
+def _attribution(backend: Any, identity: Any, sender: Any, endpoint: str, node: str) -> Any:
+    import boto3
+
+    from gpufleet_node import __main__ as service
+
+    logs = boto3.client("logs", region_name="us-east-1", endpoint_url=endpoint)
+    logs.create_log_group(logGroupName="/gpufleet/usage")
+    backend.init()
+    cfg = _config(node)
+    cfg["endpoint_url"] = endpoint
+    return service.usage_tracker(cfg, backend, identity, sender)
 
 
 def gpumon(endpoint: str, minutes: int) -> dict[str, Any]:
@@ -109,6 +151,8 @@ if __name__ == "__main__":
     side, endpoint, minutes = sys.argv[1], sys.argv[2], int(sys.argv[3])
     if side == "gpumon":
         result = gpumon(endpoint, minutes)
+    elif side == "ours-attributed":
+        result = ours(endpoint, minutes, detail="adaptive", node=sys.argv[4])
     else:
         result = ours(endpoint, minutes, detail="essential" if side == "ours-essential" else "full")
     result["series"] = len(result["series"])

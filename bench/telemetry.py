@@ -123,7 +123,10 @@ class Scenario:
 
 # ---- 1. the month, per side ----
 
-SIDES = ("adaptive", "essential", "full", "gpumon", "agent")
+SIDES = ("adaptive", "attributed", "essential", "full", "gpumon", "agent")
+LOG_INGEST_GB = 0.50  # $ per GB ingested into CloudWatch Logs (standard class)
+LOG_STORE_GB_MONTH = 0.03  # $ per GB-month stored (billed compressed; counted uncompressed here: an upper bound)
+USAGE_RETENTION_MONTHS = 400 / 30.4  # the template's default UsageRetentionDays: each month's records kept ~13 months
 
 
 def run_side(side: str, days: int = DAYS) -> dict[str, Any]:
@@ -137,6 +140,13 @@ def run_side(side: str, days: int = DAYS) -> dict[str, Any]:
     )
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     return result
+
+
+def logs_cost(result: dict[str, Any]) -> float:
+    """Usage records of a node-month: ingestion, plus storage over the retention (steady state: a month
+    pays for every month still kept)."""
+    gb = result.get("logs", {}).get("bytes", 0) / 1e9
+    return gb * LOG_INGEST_GB + gb * LOG_STORE_GB_MONTH * USAGE_RETENTION_MONTHS
 
 
 def series_cost(result: dict[str, Any], group_nodes: int = GROUP_NODES) -> float:
@@ -258,6 +268,7 @@ def controller_cost(reads: dict[str, Any], scenario: Scenario) -> tuple[float, f
 
 LABELS = {
     "adaptive": "gpufleet `adaptive` (default)",
+    "attributed": "gpufleet `adaptive` + attribution (default config)",
     "essential": "gpufleet `essential`",
     "full": "gpufleet `full`",
     "gpumon": "gpumon.py pattern",
@@ -273,24 +284,28 @@ def rows(
     group_nodes = next(iter(reads.values())).get("group_nodes", GROUP_NODES) if reads else GROUP_NODES
     out = [
         "| side | series-hours (GPU / instance / group) | PutMetricData requests | series $ | PutMetricData $ "
+        "| usage records $ (MB ingested) "
         f"| controller reads $ (GetMetricData metrics: reconcile tick + guard run, fleet of {fleet} nodes) "
         "| total $/node-month | per 100 nodes |",
-        "|---|---|---:|---:|---:|---|---:|---:|",
+        "|---|---|---:|---:|---:|---:|---|---:|---:|",
     ]
     totals = {}
     for side, r in month.items():
-        s, p = series_cost(r, group_nodes), r["requests"] * REQUEST
-        c = sum(controller_cost(reads[side], scenario)) if side in reads else 0.0
-        totals[side] = s + p + c
+        s, p = series_cost(r, group_nodes), (r["requests"] + r.get("logs", {}).get("requests", 0)) * REQUEST
+        lg = logs_cost(r)
+        side_reads = reads.get("adaptive" if side == "attributed" else side)
+        c = sum(controller_cost(side_reads, scenario)) if side_reads else 0.0
+        totals[side] = s + p + lg + c
         h = r["series_hours"]
         what = (
-            f"{c:.2f} ({reads[side]['tick']['metrics']} + {reads[side]['guard']['metrics']})"
-            if side in reads
+            f"{c:.2f} ({side_reads['tick']['metrics']} + {side_reads['guard']['metrics']})"
+            if side_reads
             else "- (cannot drive gpufleet)"
         )
+        records = f"{lg:.3f} ({r['logs']['bytes'] / 1e6:.1f})" if r.get("logs", {}).get("events") else "-"
         out.append(
             f"| {LABELS[side]} | {h['gpu']:,} / {h['instance']:,} / {h['group']:,} | {r['requests']:,} | {s:.2f} "
-            f"| {p:.2f} | {what} | **${totals[side]:.2f}** | ${100 * totals[side]:,.0f} |"
+            f"| {p:.2f} | {records} | {what} | **${totals[side]:.2f}** | ${100 * totals[side]:,.0f} |"
         )
     if "adaptive" in month and "adaptive" in reads:
         a = month["adaptive"]
@@ -302,6 +317,17 @@ def rows(
             f"${reconcile + guard:.2f} = reconcile ${reconcile:.2f} + OOM guard ${guard:.2f}; goal <= $2.00) "
             f"vs gpumon pattern ${totals.get('gpumon', 0):.2f}, CloudWatch agent ${totals.get('agent', 0):.2f}; "
             f"{a['detail_gpu_hours']:.0f} GPU-hours of per-GPU detail in the month"
+        )
+    if "attributed" in month and "adaptive" in reads:
+        t = month["attributed"]
+        out.append(
+            f"with attribution on (the default): ${totals['attributed']:.2f} all-in per 8-GPU node-month "
+            "(goal <= $2.00): "
+            f"{t['logs']['events']:,} usage records ({t['logs']['bytes'] / t['logs']['events']:.0f} B each, "
+            f"${logs_cost(t):.3f} ingested and kept {USAGE_RETENTION_MONTHS:.1f} months), "
+            f"{t['series_by_scope']['group'] - a['series_by_scope']['group']} fleet-wide team series "
+            f"(${series_cost(t, group_nodes) - series_cost(a, group_nodes):.2f} per node "
+            f"at {group_nodes} nodes sharing them)"
         )
     return out
 

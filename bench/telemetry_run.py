@@ -29,6 +29,9 @@ class Meter:
     def __init__(self) -> None:
         self.requests = 0
         self.datums = 0
+        self.log_requests = 0
+        self.log_events = 0
+        self.log_bytes = 0  # as CloudWatch Logs bills ingestion: message bytes + 26 bytes per event
         self.series_hours: set[tuple[Any, int]] = set()
         self._scope: dict[Any, str] = {}
 
@@ -39,6 +42,16 @@ class Meter:
             dims = tuple((x["Name"], x["Value"]) for x in d["Dimensions"])
             key = (Namespace, d["MetricName"], dims)
             self.series_hours.add((key, int(d["Timestamp"].timestamp()) // 3600))
+        return {}
+
+    def put_log_events(self, logGroupName: str, logStreamName: str, logEvents: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: N803
+        self.log_requests += 1
+        self.log_events += len(logEvents)
+        self.log_bytes += sum(len(e["message"].encode()) + 26 for e in logEvents)
+        return {}
+
+    def create_log_stream(self, logGroupName: str, logStreamName: str) -> dict[str, Any]:  # noqa: N803
+        self.log_requests += 1
         return {}
 
     def scope(self, key: Any) -> str:
@@ -59,25 +72,76 @@ class Meter:
             "series_hours": hours,
             "series": len(series),
             "series_by_scope": {s: sum(self.scope(k) == s for k in series) for s in hours},
+            "logs": {"requests": self.log_requests, "events": self.log_events, "bytes": self.log_bytes},
         }
 
 
-def ours(mode: str, scenario: Scenario) -> dict[str, Any]:
+class TwoTeams:
+    """Attribution's inputs for the month: team-a's trainer holds GPUs 0-3 (one of them never used),
+    team-b's pods GPUs 4-6, GPU 7 is unallocated; the pods keep their GPUs through nights and weekends."""
+
+    def __init__(self, backend: Any) -> None:
+        self.owners = {1000 + g: self._pod(g) for g in range(7)}
+        self.by_device = {backend.describe(g).uuid: self._pod(g) for g in range(7)}
+        self.shared: dict[str, Any] = {}
+        self.unknown: str | None = None
+
+    @staticmethod
+    def _names() -> list[tuple[int, tuple[str, str]]]:
+        return [(g, ("team-a", "trainer-0") if g < 4 else ("team-b", f"infer-{g - 4}")) for g in range(7)]
+
+    def _pod(self, gpu: int) -> Any:
+        from gpufleet_node.workload import POD, Workload
+
+        ns, pod = dict(self._names())[gpu]
+        return Workload(POD, namespace=ns, pod=pod, container="main")
+
+    def current(self) -> TwoTeams:
+        return self
+
+    def workload_of(self, pid: int) -> Any:
+        return self.owners[pid]
+
+    def unknown_now(self) -> dict[str, str]:
+        return {}
+
+    def processes(self, gpu: int, util: float, memory_mib: float) -> list[Any]:
+        from gpufleet_node.nvml import ProcessUse
+
+        if gpu == 7 or gpu == 3:  # GPU 3: allocated to the trainer, never touched; GPU 7: nobody's
+            return []
+        return [ProcessUse(1000 + gpu, memory_mib, util)]
+
+
+def ours(mode: str, scenario: Scenario, attribution: bool = False) -> dict[str, Any]:
     from gpufleet_node.identity import Identity
     from gpufleet_node.nvml import SimulatedBackend
     from gpufleet_node.publisher import Publisher
-    from gpufleet_node.sender import Sender
+    from gpufleet_node.sender import LogSender, Sender
+    from gpufleet_node.tracker import UsageTracker
 
     meter = Meter()
     backend = SimulatedBackend(gpus=scenario.gpus, memory_total_mib=81920.0, power_limit_w=400.0)
     identity = Identity("i-0bench", "us-east-1", "p4d.24xlarge", asg_name="bench-train")
-    publisher = Publisher(backend, identity, Sender(meter), detail=mode)
+    sender = Sender(meter)
+    usage, teams = None, TwoTeams(backend)
+    if attribution:
+        attributor = type("Owners", (), {"workload_of": teams.workload_of, "unknown": teams.unknown_now})()
+        uuids = [backend.describe(g).uuid for g in range(scenario.gpus)]
+        logs = LogSender(meter, "/gpufleet/usage", identity.instance_id)
+        usage = UsageTracker(lambda: identity, attributor, teams, uuids, logs, sender, sample_s=SAMPLE_EVERY_S)
+    publisher = Publisher(backend, identity, sender, detail=mode, usage=usage)
     publisher.start(xid_thread=False)
     xids = list(scenario.xids)
     detail_minutes = 0
     for offset in range(0, scenario.seconds, SAMPLE_EVERY_S):
         for gpu in range(scenario.gpus):
-            backend.set(gpu, *scenario.at(offset, gpu))
+            util, memory, throttle = scenario.at(offset, gpu)
+            if attribution and gpu in (3, 7):
+                util, memory, throttle = 0.0, 0.5, 0
+            backend.set(gpu, util, memory, throttle)
+            if attribution:
+                backend.set_processes(gpu, teams.processes(gpu, util, 819.2 * memory))
         while xids and xids[0][0] <= offset:
             publisher.record_xid(xids[0][1], xids[0][2])
             xids.pop(0)
@@ -146,6 +210,8 @@ def main(side: str, days: int = DAYS) -> dict[str, Any]:
         result = gpumon(scenario)
     elif side == "agent":
         result = agent(scenario)
+    elif side == "attributed":
+        result = ours("adaptive", scenario, attribution=True)
     else:
         result = ours(side, scenario)
     return {**result, "side": side, "cpu_s": round(time.process_time() - started, 1)}

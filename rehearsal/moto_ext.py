@@ -24,6 +24,11 @@ already found before it looks at the requested dimensions (quadratic: 10-20 s pe
 the demo's metrics). `_cheap_tests_first` applies the same tests in the other order; the answer is the
 same.
 
+An EMULATION for a simulated clock: CloudWatch Logs accepts events from 14 days back to 2 hours ahead
+of its own clock (moto too). The rehearsal's clock is fixed on 2026-11-23, so with
+GPUFLEET_MOTO_LOGS_NOW=ISO-8601 set, moto's Logs backend takes that instant as "now" (`_logs_clock`);
+without it nothing changes.
+
 Run as `python -m rehearsal.moto_ext -H 127.0.0.1 -p PORT` (same arguments as moto.server).
 """
 
@@ -186,6 +191,20 @@ def _speed_up_list_metrics() -> None:
     MetricDatumBase.filter = _cheap_tests_first  # type: ignore[method-assign]
 
 
+ENV_LOGS_NOW = "GPUFLEET_MOTO_LOGS_NOW"
+
+
+def _logs_clock() -> None:
+    import os
+
+    import moto.logs.models as logs_models
+
+    when = os.environ.get(ENV_LOGS_NOW)
+    if when:
+        fixed = datetime.fromisoformat(when.replace("Z", "+00:00")).replace(tzinfo=None)
+        logs_models.utcnow = lambda: fixed  # type: ignore[attr-defined]
+
+
 def main(argv: list[str] | None = None) -> None:
     import moto.server
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication
@@ -193,6 +212,7 @@ def main(argv: list[str] | None = None) -> None:
     AutoScalingResponse.describe_scaling_activities = _describe_scaling_activities  # type: ignore[method-assign]
     _speed_up_list_metrics()
     _serialise_dynamodb_writes()
+    _logs_clock()
     original = DomainDispatcherApplication.__call__
 
     def dispatch(self: DomainDispatcherApplication, environ: dict[str, Any], start_response: Any) -> Any:

@@ -69,7 +69,18 @@ def test_memory_alarms_cover_every_group_kind_and_wake_only_the_oom_guard(templa
 def test_dashboard_body_is_valid_json_once_substituted(template: dict[str, Any]) -> None:
     body = template["Resources"]["FleetDashboard"]["Properties"]["DashboardBody"]["Sub"]
     widgets = json.loads(body.replace("${AWS::Region}", "eu-west-1"))["widgets"]
-    assert [w["properties"]["title"].split(" ")[0] for w in widgets] == ["Fleet", "GPU", "Decisions", "Incidents:"]
+    assert [w["properties"]["title"].split(" ")[0] for w in widgets] == [
+        "Fleet",
+        "GPU",
+        "Decisions",
+        "Incidents:",
+        "GPU-hours",
+        "GPU-hours",
+    ]
+    team = [w for w in widgets if "per team" in w["properties"]["title"]]
+    names = {schema.TEAM_GPU_HOURS_ALLOCATED.name, schema.TEAM_GPU_HOURS_BUSY.name}
+    assert {m for w in team for m in names if m in json.dumps(w)} == names
+    assert all(f"{{{schema.NAMESPACE},{schema.DIM_TEAM}}}" in json.dumps(w) for w in team)
 
 
 def test_runtime_is_python313_arm64_and_layers_build_for_arm64(template: dict[str, Any]) -> None:
@@ -181,7 +192,12 @@ def test_node_policy_puts_metrics_only_in_the_schema_namespace(template: dict[st
     statements = template["Resources"]["NodePublisherPolicy"]["Properties"]["PolicyDocument"]["Statement"]
     put = next(s for s in statements if s["Action"] == "cloudwatch:PutMetricData")
     assert put["Condition"] == {"StringEquals": {"cloudwatch:namespace": schema.NAMESPACE}}
-    assert {s["Action"] for s in statements} == {"cloudwatch:PutMetricData", "ec2:DescribeTags"}
+    actions = {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+    assert actions == {"cloudwatch:PutMetricData", "ec2:DescribeTags", "logs:CreateLogStream", "logs:PutLogEvents"}
+    logs = next(s for s in statements if "logs:PutLogEvents" in s["Action"])
+    assert logs["Resource"] == {"Sub": "${UsageLogGroup.Arn}:log-stream:*"}  # the usage group's streams only
+    group = template["Resources"]["UsageLogGroup"]["Properties"]
+    assert group["LogGroupName"] == schema.USAGE_LOG_GROUP and group["RetentionInDays"] == {"Ref": "UsageRetentionDays"}
     assert "NodePublisherPolicyArn" in template["Outputs"]
 
 

@@ -141,3 +141,35 @@ class FakeImds:
 
 def dump(datums: List[Dict[str, Any]]) -> str:
     return json.dumps(datums, default=str)
+
+
+class FakeLogs:
+    """CloudWatch Logs for the usage records: PutLogEvents into streams that must be created first (as the
+    real service answers ResourceNotFoundException); `group_exists` False: the stack is not deployed."""
+
+    def __init__(self, group: str, group_exists: bool = True) -> None:
+        self.group = group
+        self.group_exists = group_exists
+        self.streams: Dict[str, List[Dict[str, Any]]] = {}
+        self.calls = 0
+
+    def create_log_stream(self, logGroupName: str, logStreamName: str) -> Dict[str, Any]:
+        if not self.group_exists or logGroupName != self.group:
+            raise client_error("ResourceNotFoundException", 400)
+        if logStreamName in self.streams:
+            raise client_error("ResourceAlreadyExistsException", 400)
+        self.streams[logStreamName] = []
+        return {}
+
+    def put_log_events(self, logGroupName: str, logStreamName: str, logEvents: List[Dict[str, Any]]) -> Dict[str, Any]:
+        self.calls += 1
+        if not self.group_exists or logStreamName not in self.streams:
+            raise client_error("ResourceNotFoundException", 400)
+        stamps = [e["timestamp"] for e in logEvents]
+        if stamps != sorted(stamps):
+            raise client_error("InvalidParameterException", 400)
+        self.streams[logStreamName].extend(logEvents)
+        return {}
+
+    def records(self) -> List[Dict[str, Any]]:
+        return [json.loads(e["message"]) for events in self.streams.values() for e in events]

@@ -146,3 +146,54 @@ def test_bad_config_is_exit_code_2(node_env, tmp_path):
         [sys.executable, "-m", "gpufleet_node", "--config", str(config)], env=node_env, capture_output=True, text=True
     )
     assert proc.returncode == 2 and "unknown key 'sample_interval'" in proc.stderr
+
+
+SAMPLE_PROCESSES = """
+import json, logging
+from gpufleet_node.nvml import NvmlBackend
+logging.basicConfig(level=logging.INFO)
+b = NvmlBackend()
+n = b.init()
+b.process_utilization = True
+b.clocks = True
+out = []
+for _ in range(3):
+    for i in range(n):
+        s = b.sample(i)
+        out.append({"gpu": i, "clock": s.sm_clock_mhz, "uuid": b.describe(i).uuid, "name": b.describe(i).name,
+                    "procs": None if s.processes is None else [[p.pid, p.memory_mib, p.sm_util] for p in s.processes]})
+print(json.dumps(out))
+"""
+
+PROCESSES = """
+gpus 3
+gpu 0 util 70
+gpu 0 sm_clock 1410
+gpu 0 proc 4242 9000 60
+gpu 0 proc 4343 3000 5
+gpu 1 util 30
+gpu 1 proc 5151 2000
+gpu 1 notsupported clock
+gpu 2 util 50
+gpu 2 proc 6161 1000 50
+gpu 2 notsupported proc_util
+"""
+
+
+def test_processes_with_their_sm_share_and_the_sm_clock(node_env, tmp_path):
+    """Per-process utilization through nvmlDeviceGetProcessUtilization: only new samples are read (the
+    second round of GPU 0 still has its shares because the fake stamps each round); a GPU without it
+    (MIG, older boards) gives processes with no share and is not asked again; NotFound is quiet."""
+    path = tmp_path / "scenario.txt"
+    path.write_text(PROCESSES)
+    env = dict(node_env, GPUFLEET_FAKE_NVML_SCENARIO=str(path))
+    proc = subprocess.run([sys.executable, "-c", SAMPLE_PROCESSES], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    rounds = json.loads(proc.stdout)
+    first = {r["gpu"]: r for r in rounds[:3]}
+    assert first[0]["procs"] == [[4242, 9000.0, 60.0], [4343, 3000.0, 5.0]] and first[0]["clock"] == 1410
+    assert first[0]["uuid"] == "GPU-fake-0000" and first[0]["name"] == "Fake NVIDIA A10G"
+    assert first[1]["procs"] == [[5151, 2000.0, None]] and first[1]["clock"] is None  # no share: NotFound
+    assert first[2]["procs"] == [[6161, 1000.0, None]]  # not supported: remembered, no warning
+    assert all(r["procs"][0][2] == 60.0 for r in rounds if r["gpu"] == 0)
+    assert "WARNING" not in proc.stderr and proc.stderr.count("per-process utilization not supported") == 1

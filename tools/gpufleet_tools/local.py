@@ -108,6 +108,7 @@ _WHAT = {  # resource type -> what it is for a reader deciding to deploy
     "AWS::SNS::Subscription": "SNS subscriptions",
     "AWS::CloudWatch::Alarm": "CloudWatch alarms",
     "AWS::CloudWatch::Dashboard": "CloudWatch dashboards",
+    "AWS::Logs::LogGroup": "CloudWatch Logs groups (usage records, retained on delete)",
     "AWS::IAM::Role": "IAM roles declared (SAM adds one for each function without)",
     "AWS::IAM::ManagedPolicy": "IAM managed policies",
     "AWS::EKS::AccessEntry": "EKS access entries (one per name in EksClusters)",

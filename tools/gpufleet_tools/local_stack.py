@@ -109,6 +109,12 @@ def _make(logical: str, resource: dict[str, Any], endpoint: str) -> dict[str, st
     if kind == "AWS::SNS::Topic":
         arn = _client("sns", endpoint).create_topic(Name=name)["TopicArn"]
         return {"ref": arn, "arn": arn}
+    if kind == "AWS::Logs::LogGroup":  # the nodes' usage records: the template names it
+        group = props.get("LogGroupName", name)
+        logs = _client("logs", endpoint)
+        logs.create_log_group(logGroupName=group)
+        arn = logs.describe_log_groups(logGroupNamePrefix=group)["logGroups"][0]["arn"]
+        return {"ref": group, "arn": arn}
     return None
 
 

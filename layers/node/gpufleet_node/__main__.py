@@ -7,16 +7,19 @@ is still loading at boot); 4 no instance identity (IMDS unreachable).
 
 import argparse
 import logging
+import os
 import signal
+import socket as socket_module
 import sys
 from datetime import timedelta
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from gpufleet_node import config as config_mod
 from gpufleet_node.identity import IdentityUnavailable, Imds, TagReader, TagRefresher, discover
 from gpufleet_node.nvml import NvmlBackend, NvmlUnavailable
 from gpufleet_node.publisher import Publisher
-from gpufleet_node.sender import Sender, cloudwatch_client
+from gpufleet_node.sender import LogSender, Sender, cloudwatch_client, logs_client
+from gpufleet_node.tracker import UsageTracker
 
 EXIT_OK = 0
 EXIT_CONFIG = 2
@@ -50,9 +53,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         return EXIT_NO_IDENTITY
     publisher.start()
     refresher.start()
+    extras = start_extras(cfg, publisher)
     signal.signal(signal.SIGTERM, lambda *_: publisher.stop())
     signal.signal(signal.SIGINT, lambda *_: publisher.stop())
     publisher.run(sample_interval_s=float(cfg["sample_interval_s"]))
+    for stop in extras:
+        stop()
     refresher.stop()
     backend.shutdown()
     return EXIT_OK
@@ -76,12 +82,73 @@ def build(cfg: Dict[str, Any], backend: Any) -> Tuple[Publisher, TagRefresher]:
         detail_gpus=cfg["detail_gpus"],
         memory_on_percent=float(cfg["detail_memory_on_percent"]),
         memory_off_percent=float(cfg["detail_memory_off_percent"]),
+        usage=usage_tracker(cfg, backend, identity, sender) if cfg["attribution"] else None,
     )
+    backend.clocks = bool(cfg["prometheus"])
     reader = TagReader(imds, lambda: _ec2(cfg["region"] or identity.region, cfg["endpoint_url"]), identity.instance_id)
     refresher = TagRefresher(
         reader, identity, publisher.set_identity, cfg["identity_cache"], every_s=float(cfg["tag_refresh_s"])
     )
     return publisher, refresher
+
+
+def usage_tracker(cfg: Dict[str, Any], backend: Any, identity: Any, sender: Sender) -> UsageTracker:
+    """Attribution: owners from /proc, allocations from the kubelet when this is a Kubernetes node."""
+    from gpufleet_node.attribution import Attributor
+    from gpufleet_node.podresources import PodResourcesReader
+
+    backend.process_utilization = True
+    socket = cfg["pod_resources_socket"]
+    pods = None
+    if socket and (os.path.exists(socket) or identity.cluster_name):
+        pods = PodResourcesReader(socket)
+    logs = LogSender(
+        logs_client(cfg["region"] or identity.region, cfg["endpoint_url"]),
+        cfg["usage_log_group"],
+        identity.instance_id,
+        max_buffer_age=timedelta(seconds=cfg["buffer_max_age_s"]),
+    )
+    holder = [identity]  # the publisher's identity changes when tags are read again
+    return UsageTracker(
+        lambda: holder[0],
+        Attributor(proc_root=cfg["proc_root"] or "/proc", log_root=cfg["kubelet_log_root"] or "/var/log"),
+        pods,
+        [backend.describe(i).uuid for i in range(backend.gpu_count)],
+        logs,
+        sender,
+        window_s=int(cfg["usage_window_s"]),
+        sample_s=float(cfg["sample_interval_s"]),
+    )
+
+
+def start_extras(cfg: Dict[str, Any], publisher: Publisher) -> List[Callable[[], None]]:
+    """The kubelet reader's thread and the Prometheus endpoint, when on; returns how to stop them."""
+    stops: List[Callable[[], None]] = []
+    usage = publisher.usage
+    if usage is not None:
+        usage.identity = lambda: publisher.identity
+        if usage.pod_resources is not None:
+            usage.pod_resources.start()
+            stops.append(usage.pod_resources.stop)
+    if cfg["prometheus"]:
+        try:
+            from gpufleet_node.prometheus import GpuCollector, serve
+            from gpufleet_node.views import gpu_views
+
+            infos = [publisher.backend.describe(i) for i in range(publisher.gpus)]
+            endpoint = serve(
+                GpuCollector(
+                    socket_module.gethostname(), lambda: gpu_views(publisher, infos), publisher.identity.instance_id
+                ),
+                int(cfg["prometheus_port"]),
+                cfg["prometheus_address"],
+            )
+        except (OSError, ImportError) as exc:  # port taken, no prometheus_client: metrics go on regardless
+            log.error("Prometheus endpoint not started: %s", exc)
+        else:
+            log.info("Prometheus endpoint on %s:%d/metrics", cfg["prometheus_address"], endpoint.port)
+            stops.append(endpoint.stop)
+    return stops
 
 
 def _ec2(region: str, endpoint_url: Optional[str]):  # type: ignore[no-untyped-def]

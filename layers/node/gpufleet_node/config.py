@@ -33,9 +33,23 @@ DEFAULTS: Dict[str, Any] = {
     "region": None,  # default: from IMDS
     "endpoint_url": None,  # e.g. a VPC endpoint for CloudWatch
     "log_level": "INFO",
+    # Who used the GPUs (docs/attribution.md): each GPU process's pod, Slurm job, unit or user, and the
+    # GPUs the kubelet allocated to pods; one record per usage window to CloudWatch Logs.
+    "attribution": True,
+    "usage_window_s": schema.USAGE_WINDOW_S,
+    "usage_log_group": schema.USAGE_LOG_GROUP,
+    "pod_resources_socket": "/var/lib/kubelet/pod-resources/kubelet.sock",
+    "proc_root": "/proc",
+    "kubelet_log_root": "/var/log",  # the kubelet's pods/ and containers/ name the pods behind cgroups
+    # The Prometheus endpoint (docs/prometheus.md): off unless switched on; dcgm-exporter's port.
+    "prometheus": False,
+    "prometheus_port": 9400,
+    "prometheus_address": "0.0.0.0",
 }
 
 _URL = re.compile(r"^https?://[^\s/]+(/\S*)?$")
+_LOG_GROUP = re.compile(r"^[A-Za-z0-9_\-/.#]{1,512}$")  # CloudWatch Logs' log group name characters
+_ADDRESS = re.compile(r"^(\d{1,3}(\.\d{1,3}){3}|::|::1|[0-9a-fA-F:]+)$")
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d{1,2}$")
 
 
@@ -116,6 +130,15 @@ _CHECKS: Dict[str, Callable[[Any], Optional[str]]] = {
     "region": _text(_REGION, "an AWS region name like us-east-1", optional=True),
     "endpoint_url": _text(_URL, "an http:// or https:// URL", optional=True),
     "log_level": _log_level,
+    "attribution": _boolean,
+    "usage_window_s": _one_of(60, 300, 600, 900, 1800, 3600),
+    "usage_log_group": _text(_LOG_GROUP, "a CloudWatch Logs group name", optional=False),
+    "pod_resources_socket": _path,
+    "proc_root": _path,
+    "kubelet_log_root": _path,
+    "prometheus": _boolean,
+    "prometheus_port": _integer(1, 65535),
+    "prometheus_address": _text(_ADDRESS, "an IP address to listen on (0.0.0.0: every interface)", optional=False),
 }
 
 

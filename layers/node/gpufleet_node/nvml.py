@@ -20,6 +20,21 @@ class NvmlUnavailable(RuntimeError):
     """No NVML library or driver on this machine: the publisher exits with a distinct code."""
 
 
+class ProcessUse:
+    """One compute process on one GPU: its memory, and its share of the SM time when the GPU reports
+    per-process utilization (None otherwise, e.g. on MIG or older boards)."""
+
+    __slots__ = ("memory_mib", "pid", "sm_util")
+
+    def __init__(self, pid: int, memory_mib: Optional[float], sm_util: Optional[float] = None) -> None:
+        self.pid = pid
+        self.memory_mib = memory_mib
+        self.sm_util = sm_util
+
+    def __repr__(self) -> str:
+        return "ProcessUse(%d, %s MiB, sm %s)" % (self.pid, self.memory_mib, self.sm_util)
+
+
 class GpuSample:
     """One reading of one GPU. None = not available on this GPU (NotSupported) or not read."""
 
@@ -34,7 +49,9 @@ class GpuSample:
         "power_limit_w",
         "power_w",
         "process_count",
+        "processes",
         "remapped_uncorrectable_total",
+        "sm_clock_mhz",
         "temperature_c",
         "throttle_reasons",
         "top_process_mib",
@@ -58,6 +75,8 @@ class GpuSample:
         remapped_uncorrectable_total: Optional[float] = None,
         process_count: Optional[int] = None,
         top_process_mib: Optional[float] = None,
+        processes: Optional[List[ProcessUse]] = None,
+        sm_clock_mhz: Optional[float] = None,
     ) -> None:
         self.lost = lost
         self.utilization = utilization
@@ -74,6 +93,18 @@ class GpuSample:
         self.remapped_uncorrectable_total = remapped_uncorrectable_total
         self.process_count = process_count
         self.top_process_mib = top_process_mib
+        self.processes = processes  # None: not read (attribution off) or not supported
+        self.sm_clock_mhz = sm_clock_mhz
+
+
+class GpuInfo:
+    """What does not change while the GPU is up: its UUID and model name (labels of the endpoint)."""
+
+    __slots__ = ("name", "uuid")
+
+    def __init__(self, uuid: str, name: str) -> None:
+        self.uuid = uuid
+        self.name = name
 
 
 class XidEvent:
@@ -92,6 +123,38 @@ THROTTLE_HW_THERMAL = 0x40
 THROTTLE_HW_POWER_BRAKE = 0x80
 
 
+class ProcessShares:
+    """Each process's mean SM utilization over the samples NVML took since the last call (NVML keeps a
+    short buffer of them). NotFound means no new sample yet: quietly nothing, not an error. A GPU that
+    cannot say (MIG, older boards) is not asked again."""
+
+    def __init__(self, nvml: object) -> None:
+        self._nvml = nvml
+        self._last_seen_us: Dict[int, int] = {}
+        self._unsupported: Set[int] = set()
+
+    def read(self, index: int, handle: object) -> Dict[int, float]:
+        n = self._nvml
+        if index in self._unsupported:
+            return {}
+        try:
+            samples = n.nvmlDeviceGetProcessUtilization(handle, self._last_seen_us.get(index, 0))  # type: ignore[attr-defined]
+        except n.NVMLError_NotFound:  # type: ignore[attr-defined]
+            return {}
+        except (n.NVMLError_NotSupported, n.NVMLError_FunctionNotFound):  # type: ignore[attr-defined]
+            self._unsupported.add(index)
+            log.info("GPU %d: per-process utilization not supported (MIG or older board); busy time is split", index)
+            return {}
+        except n.NVMLError as exc:  # type: ignore[attr-defined]
+            log.warning("GPU %d: reading per-process utilization failed: %s", index, exc)
+            return {}
+        sums: Dict[int, List[float]] = {}
+        for sample in samples:
+            self._last_seen_us[index] = max(self._last_seen_us.get(index, 0), int(sample.timeStamp))
+            sums.setdefault(int(sample.pid), []).append(float(sample.smUtil))
+        return {pid: sum(values) / len(values) for pid, values in sums.items()}
+
+
 class NvmlBackend:
     """The real thing, through pynvml (nvidia-ml-py)."""
 
@@ -106,6 +169,9 @@ class NvmlBackend:
         self._lost: Set[int] = set()
         self._events: Optional[object] = None
         self._lock = threading.Lock()
+        self.process_utilization = False  # attribution on: each process's SM share (one more call per GPU)
+        self.clocks = False  # the Prometheus endpoint on: the SM clock (DCGM_FI_DEV_SM_CLOCK)
+        self._shares = ProcessShares(pynvml)
 
     # ---- lifecycle ----
 
@@ -120,6 +186,11 @@ class NvmlBackend:
         self._unsupported = {i: set() for i in range(count)}
         return count
 
+    @property
+    def gpu_count(self) -> int:
+        """GPUs found by init()."""
+        return len(self._handles)
+
     def shutdown(self) -> None:
         with contextlib.suppress(self._nvml.NVMLError):
             self._nvml.nvmlShutdown()
@@ -129,6 +200,18 @@ class NvmlBackend:
             return str(self._nvml.nvmlSystemGetDriverVersion())
         except self._nvml.NVMLError:
             return "unknown"
+
+    def describe(self, index: int) -> GpuInfo:
+        """UUID and model name; "unknown" where NVML does not say (never raises)."""
+        n = self._nvml
+        out = []
+        for fn in (n.nvmlDeviceGetUUID, n.nvmlDeviceGetName):
+            try:
+                value = fn(self._handles[index])
+                out.append(value.decode() if isinstance(value, bytes) else str(value))
+            except n.NVMLError:
+                out.append("unknown")
+        return GpuInfo(out[0], out[1])
 
     # ---- sampling ----
 
@@ -169,6 +252,7 @@ class NvmlBackend:
         limit_mw = self._read(index, "power_limit", n.nvmlDeviceGetEnforcedPowerLimit)
         procs = self._read(index, "processes", n.nvmlDeviceGetComputeRunningProcesses)
         top = max((p.usedGpuMemory or 0 for p in procs), default=0) if procs is not None else None
+        sm_shares = self._shares.read(index, self._handles[index]) if self.process_utilization and procs else {}
         fields = self._read(index, "memory_temperature", n.nvmlDeviceGetFieldValues, [n.NVML_FI_DEV_MEMORY_TEMP])
         mem_temp = None
         if fields is not None and fields[0].nvmlReturn == n.NVML_SUCCESS:
@@ -197,6 +281,10 @@ class NvmlBackend:
             remapped_uncorrectable_total=remapped[1] if remapped is not None else None,
             process_count=len(procs) if procs is not None else None,
             top_process_mib=top / MIB if top is not None else None,
+            processes=[_process(p, sm_shares) for p in procs] if procs is not None else None,
+            sm_clock_mhz=self._read(index, "sm_clock", n.nvmlDeviceGetClockInfo, n.NVML_CLOCK_SM)
+            if self.clocks
+            else None,
         )
 
     def _memory(self, index: int) -> Optional[Tuple[float, float, float]]:
@@ -257,6 +345,12 @@ class NvmlBackend:
         return -1
 
 
+def _process(info: object, sm_shares: Dict[int, float]) -> ProcessUse:
+    used = getattr(info, "usedGpuMemory", None)
+    pid = int(getattr(info, "pid", 0))
+    return ProcessUse(pid, used / MIB if used is not None else None, sm_shares.get(pid))
+
+
 def _address(handle: object) -> Optional[int]:
     import ctypes
 
@@ -276,9 +370,23 @@ class SimulatedBackend:
         self.values: Dict[int, Dict[str, float]] = {i: {} for i in range(gpus)}
         self.lost: Set[int] = set()
         self.xids: List[XidEvent] = []
+        self.processes: Dict[int, List[ProcessUse]] = {}  # set_processes; absent: one anonymous process
+        self.process_utilization = False
+        self.clocks = False
 
     def init(self) -> int:
         return self.gpus
+
+    @property
+    def gpu_count(self) -> int:
+        return self.gpus
+
+    def describe(self, index: int) -> GpuInfo:
+        return GpuInfo("GPU-00000000-0000-0000-0000-%012d" % index, "Simulated GPU")
+
+    def set_processes(self, index: int, processes: List[ProcessUse]) -> None:
+        """The GPU's compute processes from now on (the rehearsal's pods; [] = none)."""
+        self.processes[index] = list(processes)
 
     def shutdown(self) -> None:
         pass
@@ -299,6 +407,7 @@ class SimulatedBackend:
         v = self.values[index]
         util = round(v.get("utilization", 0.0))
         used = self.memory_total_mib * v.get("memory_percent", 0.0) / 100.0
+        procs = self.processes.get(index)
         power = 60.0 + (self.power_limit_w - 60.0) * util / 100.0
         return GpuSample(
             utilization=util,
@@ -313,8 +422,12 @@ class SimulatedBackend:
             throttle_reasons=int(v.get("throttle_reasons", 0)),
             ecc_double_bit_total=0,
             remapped_uncorrectable_total=0,
-            process_count=1 if used > 500 else 0,
-            top_process_mib=used if used > 500 else 0.0,
+            process_count=len(procs) if procs is not None else (1 if used > 500 else 0),
+            top_process_mib=max((p.memory_mib or 0.0 for p in procs), default=0.0)
+            if procs is not None
+            else (used if used > 500 else 0.0),
+            processes=procs,
+            sm_clock_mhz=1410.0 if util else 210.0,
         )
 
     def open_events(self) -> bool:

@@ -19,6 +19,7 @@ from gpufleet_node.aggregate import GpuCounters, Scopes, Window, add_high_resolu
 from gpufleet_node.detail import DetailSelector
 from gpufleet_node.identity import Identity
 from gpufleet_node.sender import Sender
+from gpufleet_node.tracker import UsageTracker
 
 log = logging.getLogger("gpufleet.publisher")
 
@@ -65,8 +66,12 @@ class Publisher:
         detail_gpus: str = "auto",
         memory_on_percent: float = schema.DETAIL_MEMORY_ON_PERCENT,
         memory_off_percent: float = schema.DETAIL_MEMORY_OFF_PERCENT,
+        usage: Optional[UsageTracker] = None,
     ) -> None:
         _check(detail, detail_gpus, sender, window_s)
+        self.usage = usage  # attribution: who holds each GPU, one record per usage window
+        self.latest: Dict[int, Any] = {}  # the last sample per GPU (the Prometheus endpoint reads it)
+        self.last_xid: Dict[int, int] = {}
         self.detail = detail
         self.detail_gpus = detail_gpus
         self.only = _AGGREGATED.get(detail)
@@ -108,7 +113,7 @@ class Publisher:
             self.detail,
         )
         if xid_thread and self.backend.open_events():
-            self._xid_thread = threading.Thread(target=self._listen_xids, name="nvml-xid", daemon=True)
+            self._xid_thread = threading.Thread(target=_listen_xids, args=(self,), name="nvml-xid", daemon=True)
             self._xid_thread.start()
         return self.gpus
 
@@ -141,11 +146,16 @@ class Publisher:
     def step(self, now: datetime) -> None:
         """Sample every GPU once at `now`; close and submit windows whose time is up (outside the lock:
         the XID thread never waits for a send)."""
+        if self.usage is not None:  # first: its team series ride along with the metrics window closed below
+            self.usage.begin(now)
         with self._lock:
             closed = self._roll(now)
         self._submit(closed, now)
         for index in range(self.gpus):
             sample = self.backend.sample(index)
+            self.latest[index] = sample
+            if self.usage is not None:
+                self.usage.add(index, sample)
             with self._lock:
                 add_sample(self.window, self.scopes, index, sample, self.counters)  # type: ignore[arg-type]
                 if self.hr_window is not None:
@@ -180,7 +190,10 @@ class Publisher:
     def finish(self, now: datetime) -> None:
         """Close the open windows (on shutdown) and make a last attempt to send."""
         self._stop.set()
+        if self.usage is not None:
+            self.usage.close(now)
         self.close_windows(now)
+        self.sender.flush(now)  # what no window carried (the last team series); nothing when empty
 
     def close_windows(self, now: datetime) -> None:
         with self._lock:
@@ -192,6 +205,7 @@ class Publisher:
 
     def record_xid(self, gpu_index: int, code: int) -> None:
         self.xid_count += 1
+        self.last_xid[gpu_index] = code
         # NVML's event carries the GPU and the XID code; the PID, when there is one, is only in the
         # kernel log (dmesg "NVRM: Xid ... pid=...").
         log.error("XID %d on GPU %d (see the kernel log for the process)", code, gpu_index)
@@ -206,18 +220,13 @@ class Publisher:
             else:  # between windows: counted in the next one, never lost
                 self._pending_xids.setdefault(gpu_index, []).append(code)
 
-    def _listen_xids(self) -> None:
-        while not self._stop.is_set():
-            event = self.backend.wait_xid(1000)
-            if event is not None:
-                self.record_xid(event.gpu_index, event.code)
-
     # ---- the service loop ----
 
     def run(self, sample_interval_s: float = 1.0, clock: Callable[[], datetime] = utcnow) -> None:
         """Sample on a fixed cadence (no drift: the next round is scheduled from the monotonic clock);
         the senders run on their own thread meanwhile."""
-        senders = {id(s): s for s in (self.sender, self.hr_sender)}.values()
+        extra = (self.usage.log_sender,) if self.usage is not None else ()
+        senders = {id(s): s for s in (self.sender, self.hr_sender, *extra)}.values()
         for sender in senders:
             sender.start_background(clock)
         next_round = time.monotonic()
@@ -238,6 +247,14 @@ class Publisher:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def _listen_xids(publisher: Publisher) -> None:
+    """The XID thread: NVML's events counted into the current window until the publisher stops."""
+    while not publisher._stop.is_set():
+        event = publisher.backend.wait_xid(1000)
+        if event is not None:
+            publisher.record_xid(event.gpu_index, event.code)
 
 
 def simulate(publisher: Publisher, start: datetime, seconds: int, every_s: float = 1.0) -> List[datetime]:

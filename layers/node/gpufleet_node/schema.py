@@ -233,3 +233,41 @@ def group_dimensions(
     if asg_name:
         return {DIM_ASG_NAME: asg_name}
     raise ValueError("a group is an ASG name or a (cluster, node group) pair")
+
+
+# ---- Who used the GPUs: per-workload usage records (`attribution` in the publisher config) ----
+# Not one metric series per pod (CloudWatch bills each series by the hour): each node writes one compact
+# JSON record per usage window to a CloudWatch Logs group, and `gpufleet report` reads them back. A few
+# fleet-wide series per team (dimension DIM_TEAM only, so every node of the fleet shares them) feed the
+# CloudWatch dashboard's per-team view.
+USAGE_LOG_GROUP = "/gpufleet/usage"
+USAGE_RECORD_VERSION = 1
+USAGE_WINDOW_S = 300  # one record per node every 5 minutes: ~8,640 records per node-month
+# A GPU counts as idle in a sample when its utilization is at or below this (a process that only holds
+# memory, a notebook between cells, a pod that requested a GPU it never touches).
+IDLE_UTIL_PERCENT = 5.0
+DIM_TEAM = "Team"
+TEAM_GPU_HOURS_ALLOCATED = Metric(
+    "TeamGPUHoursAllocated",
+    "Count",
+    "GPU-hours allocated to the team's workloads (a pod's GPUs, a job's processes)",
+    COUNTER,
+)
+TEAM_GPU_HOURS_BUSY = Metric(
+    "TeamGPUHoursBusy", "Count", "GPU-hours the team's workloads kept busy (utilization-weighted)", COUNTER
+)
+TEAM_METRICS: Tuple[Metric, ...] = (TEAM_GPU_HOURS_ALLOCATED, TEAM_GPU_HOURS_BUSY)
+TEAM_UNALLOCATED = "__unallocated__"  # GPUs no workload held (OpenCost calls its like __idle__)
+TEAM_UNKNOWN = "__unknown__"  # a process whose owner could not be read (no permission, gone, MIG)
+
+# One usage record (JSON, one log event; short keys because a fleet writes millions of them):
+#   v      USAGE_RECORD_VERSION
+#   start  window start, ISO 8601 UTC ("2026-11-23T10:05:00Z"); s: window length in seconds
+#   node   instance id; type: instance type; group: "asg:NAME" | "eks:CLUSTER/NODEGROUP" | null
+#   gpus   GPUs on the node
+#   w      workloads by a short reference: {"0": Workload.to_record(), ...} (see workload.py)
+#   u      usage rows, one per (GPU, workload) seen in the window:
+#          [gpu index, workload ref or null (unallocated), seconds held, busy GPU-seconds
+#           (utilization-weighted), idle seconds (utilization <= IDLE_UTIL_PERCENT), peak memory MiB]
+#   gone   what could not be known in the window, e.g. {"allocations": "kubelet socket not found"}
+USAGE_ROW_FIELDS: Tuple[str, ...] = ("gpu", "workload", "held_s", "busy_s", "idle_s", "peak_mib")

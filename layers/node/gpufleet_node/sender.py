@@ -73,6 +73,9 @@ def rejected(exc: BaseException) -> bool:
 
 
 class Sender:
+    what = "PutMetricData"  # the call, as logs name it
+    max_per_call = MAX_DATUMS_PER_CALL
+
     def __init__(
         self,
         cloudwatch: Any,
@@ -142,7 +145,7 @@ class Sender:
         size = 0
         with self._buffer_lock:
             for window in self.buffer:
-                if batch and size + len(window[1]) > MAX_DATUMS_PER_CALL:
+                if batch and size + len(window[1]) > self.max_per_call:
                     break
                 batch.append(window)
                 size += len(window[1])
@@ -154,8 +157,8 @@ class Sender:
                 self.buffer.popleft()
 
     def _put(self, datums: List[Dict[str, Any]]) -> None:
-        for i in range(0, len(datums), MAX_DATUMS_PER_CALL):  # one oversized window: split
-            self.cloudwatch.put_metric_data(Namespace=schema.NAMESPACE, MetricData=datums[i : i + MAX_DATUMS_PER_CALL])
+        for i in range(0, len(datums), self.max_per_call):  # one oversized window: split
+            self.cloudwatch.put_metric_data(Namespace=schema.NAMESPACE, MetricData=datums[i : i + self.max_per_call])
             self.calls += 1
 
     def flush(self, now: datetime) -> int:
@@ -218,7 +221,8 @@ class Sender:
         delay = self.rng.uniform(delay / 2, delay)  # jitter, so a fleet does not retry in step
         self.next_attempt = now + timedelta(seconds=delay)
         log.warning(
-            "PutMetricData failed (%s: %s); %d window(s) buffered, next try in %.0f s",
+            "%s failed (%s: %s); %d window(s) buffered, next try in %.0f s",
+            self.what,
             type(exc).__name__,
             exc,
             len(self.buffer),
@@ -230,6 +234,70 @@ class Sender:
             log.info("CloudWatch reachable again; sent %d buffered datums", sent)
         self.failures = 0
         self.next_attempt = None
+
+
+class LogSender(Sender):
+    """Usage records to CloudWatch Logs (PutLogEvents), with the same buffer, backoff and thread as the
+    metrics. Items are log events {"timestamp": ms, "message": text}. The log stream (the instance id) is
+    created on first use; a missing log group is retried with backoff and said in the log, since records
+    sent later still count."""
+
+    what = "PutLogEvents"
+    max_per_call = 500  # records are < 2 KB: far below PutLogEvents' 1 MB and 10,000 events per call
+
+    def __init__(self, logs: Any, group: str, stream: str, **kwargs: Any) -> None:
+        super().__init__(logs, **kwargs)
+        self.group = group
+        self.stream = stream
+
+    def _put(self, datums: List[Dict[str, Any]]) -> None:
+        events = sorted(datums, key=lambda e: e["timestamp"])  # PutLogEvents wants them in order
+        for i in range(0, len(events), self.max_per_call):
+            chunk = events[i : i + self.max_per_call]
+            try:
+                answer = self.cloudwatch.put_log_events(
+                    logGroupName=self.group, logStreamName=self.stream, logEvents=chunk
+                )
+            except Exception as exc:
+                if _code(exc) != "ResourceNotFoundException":
+                    raise
+                self._create_stream()
+                answer = self.cloudwatch.put_log_events(
+                    logGroupName=self.group, logStreamName=self.stream, logEvents=chunk
+                )
+            self.calls += 1
+            rejected_info = (answer or {}).get("rejectedLogEventsInfo")
+            if rejected_info:  # too old (> 14 days, or past retention) or > 2 h ahead: a skewed clock
+                self.rejected_windows += 1
+                log.error("CloudWatch Logs refused some usage records as out of its time window: %s", rejected_info)
+
+    def _create_stream(self) -> None:
+        try:
+            self.cloudwatch.create_log_stream(logGroupName=self.group, logStreamName=self.stream)
+        except Exception as exc:
+            code = _code(exc)
+            if code == "ResourceAlreadyExistsException":
+                return
+            if code == "ResourceNotFoundException":  # retryable: the stack may be deployed later
+                raise RuntimeError(
+                    "log group %s does not exist: deploy the gpufleet stack (it creates it) or set usage_log_group"
+                    % self.group
+                ) from None
+            raise
+
+
+def _code(exc: BaseException) -> str:
+    response = getattr(exc, "response", None)
+    return str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
+
+
+def logs_client(region: str, endpoint_url: Optional[str] = None) -> Any:
+    """boto3 CloudWatch Logs with standard retries and short timeouts, like the metrics client."""
+    import boto3
+    from botocore.config import Config
+
+    config = Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=5, read_timeout=10)
+    return boto3.client("logs", region_name=region, endpoint_url=endpoint_url, config=config)
 
 
 class _SendLoop:

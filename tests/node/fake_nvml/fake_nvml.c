@@ -10,9 +10,11 @@
  *   gpu 0 util 50                also: mem_util, mem_total_mib, mem_used_mib, mem_reserved_mib,
  *                                power_mw, power_limit_mw, temp, mem_temp, throttle (bitmask),
  *                                ecc_dbe, remap_unc, lost (0/1)
- *   gpu 0 proc 4242 1024         a compute process: pid, MiB (procs_clear empties the list)
+ *   gpu 0 proc 4242 1024 [70]    a compute process: pid, MiB, optionally its SM utilization % (the
+ *                                per-process samples; procs_clear empties the list)
+ *   gpu 0 sm_clock 1410          the SM clock in MHz
  *   gpu 1 notsupported power     power, power_limit, temp, mem_temp, throttle, ecc, remap, procs,
- *                                mem_util, events answer NVML_ERROR_NOT_SUPPORTED
+ *                                mem_util, events, proc_util, clock answer NVML_ERROR_NOT_SUPPORTED
  *   xid 0 79                     an XID critical error event on GPU 0, code 79
  *   no_memory_v2 1               nvmlDeviceGetMemoryInfo_v2 is missing (an older driver)
  *   driver_not_loaded 1          nvmlInit fails with NVML_ERROR_DRIVER_NOT_LOADED
@@ -36,6 +38,7 @@
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_ERROR_DRIVER_NOT_LOADED 9
 #define NVML_ERROR_TIMEOUT 10
+#define NVML_ERROR_NOT_FOUND 6
 #define NVML_ERROR_FUNCTION_NOT_FOUND 13
 #define NVML_ERROR_GPU_IS_LOST 15
 #define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
@@ -48,6 +51,7 @@ typedef struct { unsigned int gpu, memory; } nvmlUtilization_t;
 typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
 typedef struct { unsigned int version; unsigned long long total, reserved, free, used; } nvmlMemory_v2_t;
 typedef struct { unsigned int pid; unsigned long long usedGpuMemory; unsigned int gpuInstanceId, computeInstanceId; } nvmlProcessInfo_t;
+typedef struct { unsigned int pid; unsigned long long timeStamp; unsigned int smUtil, memUtil, encUtil, decUtil; } nvmlProcessUtilizationSample_t;
 typedef struct { nvmlDevice_t device; unsigned long long eventType, eventData; unsigned int gpuInstanceId, computeInstanceId; } nvmlEventData_t;
 typedef union { double dVal; unsigned int uiVal; unsigned long ulVal; unsigned long long ullVal; long long sllVal; int siVal; unsigned short usVal; } nvmlValue_t;
 typedef struct { uint32_t fieldId, scopeId; int64_t timestamp, latencyUsec; int valueType; int nvmlReturn; nvmlValue_t value; } nvmlFieldValue_t;
@@ -59,11 +63,13 @@ typedef struct {
     int nprocs;
     unsigned int proc_pid[MAX_PROCS];
     unsigned long long proc_mib[MAX_PROCS];
+    long long proc_sm[MAX_PROCS]; /* -1: no per-process sample for it */
+    unsigned long long sm_clock;
     long long util_calls;
 } gpu_t;
 
 enum { F_POWER = 1, F_POWER_LIMIT = 2, F_TEMP = 4, F_MEM_TEMP = 8, F_THROTTLE = 16, F_ECC = 32, F_REMAP = 64,
-       F_PROCS = 128, F_MEM_UTIL = 256, F_EVENTS = 512 };
+       F_PROCS = 128, F_MEM_UTIL = 256, F_EVENTS = 512, F_PROC_UTIL = 1024, F_CLOCK = 2048 };
 
 typedef struct { long long at; char line[160]; } op_t;
 
@@ -79,7 +85,7 @@ static unsigned int field_bit(const char *name) {
     static const struct { const char *n; unsigned int b; } map[] = {
         {"power", F_POWER}, {"power_limit", F_POWER_LIMIT}, {"temp", F_TEMP}, {"mem_temp", F_MEM_TEMP},
         {"throttle", F_THROTTLE}, {"ecc", F_ECC}, {"remap", F_REMAP}, {"procs", F_PROCS},
-        {"mem_util", F_MEM_UTIL}, {"events", F_EVENTS}};
+        {"mem_util", F_MEM_UTIL}, {"events", F_EVENTS}, {"proc_util", F_PROC_UTIL}, {"clock", F_CLOCK}};
     for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
         if (strcmp(map[i].n, name) == 0) return map[i].b;
     return 0;
@@ -103,14 +109,20 @@ static void apply(const char *line) {
         return;
     }
     if (strcmp(a, "procs_clear") == 0) { d->nprocs = 0; return; }
-    if (strcmp(a, "proc") == 0 && sscanf(line, "gpu %d %31s %llu %llu", &g, a, &v, &w) == 4) {
-        if (d->nprocs < MAX_PROCS) { d->proc_pid[d->nprocs] = (unsigned int)v; d->proc_mib[d->nprocs] = w; d->nprocs++; }
+    long long sm = -1;
+    if (strcmp(a, "proc") == 0 && sscanf(line, "gpu %d %31s %llu %llu %lld", &g, a, &v, &w, &sm) >= 4) {
+        if (d->nprocs < MAX_PROCS) {
+            d->proc_pid[d->nprocs] = (unsigned int)v;
+            d->proc_mib[d->nprocs] = w;
+            d->proc_sm[d->nprocs] = sm;
+            d->nprocs++;
+        }
         return;
     }
     if (sscanf(line, "gpu %d %31s %lli", &g, a, (long long *)&v) != 3) return;
 #define SET(field) if (strcmp(a, #field) == 0) { d->field = v; return; }
     SET(util) SET(mem_util) SET(mem_total_mib) SET(mem_used_mib) SET(mem_reserved_mib) SET(power_mw)
-    SET(power_limit_mw) SET(temp) SET(mem_temp) SET(throttle) SET(ecc_dbe) SET(remap_unc) SET(lost)
+    SET(power_limit_mw) SET(temp) SET(mem_temp) SET(throttle) SET(ecc_dbe) SET(remap_unc) SET(lost) SET(sm_clock)
 #undef SET
 }
 
@@ -376,4 +388,38 @@ int nvmlEventSetWait_v2(void *set, nvmlEventData_t *data, unsigned int timeoutms
 int nvmlEventSetFree(void *set) {
     (void)set;
     return NVML_SUCCESS;
+}
+
+/* Per-process SM utilization: one sample per process that has an "sm" value, stamped with the current
+ * round (microseconds like NVML's CPU timestamps); only samples newer than lastSeenTimeStamp. */
+int nvmlDeviceGetProcessUtilization(nvmlDevice_t h, nvmlProcessUtilizationSample_t *out, unsigned int *count,
+                                    unsigned long long lastSeen) {
+    WITH_DEVICE(h, d)
+    UNSUPPORTED(d, F_PROC_UTIL);
+    unsigned long long stamp = (unsigned long long)(d->util_calls + 1) * 1000000ull;
+    unsigned int n = 0;
+    for (int i = 0; i < d->nprocs; i++)
+        if (d->proc_sm[i] >= 0 && stamp > lastSeen) n++;
+    if (n == 0) DONE(NVML_ERROR_NOT_FOUND);
+    if (!out || *count < n) { *count = n; DONE(NVML_ERROR_INSUFFICIENT_SIZE); }
+    unsigned int k = 0;
+    for (int i = 0; i < d->nprocs; i++) {
+        if (d->proc_sm[i] < 0 || stamp <= lastSeen) continue;
+        out[k].pid = d->proc_pid[i];
+        out[k].timeStamp = stamp;
+        out[k].smUtil = (unsigned int)d->proc_sm[i];
+        out[k].memUtil = 0;
+        out[k].encUtil = 0;
+        out[k].decUtil = 0;
+        k++;
+    }
+    *count = k;
+    DONE(NVML_SUCCESS);
+}
+
+int nvmlDeviceGetClockInfo(nvmlDevice_t h, int type, unsigned int *clock) {
+    WITH_DEVICE(h, d)
+    UNSUPPORTED(d, F_CLOCK);
+    *clock = type == 1 ? (unsigned int)d->sm_clock : 0; /* NVML_CLOCK_SM = 1 */
+    DONE(NVML_SUCCESS);
 }

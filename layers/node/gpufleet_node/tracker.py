@@ -1,0 +1,143 @@
+"""Attribution on the node: each sample's processes and kubelet allocations become holders of each GPU,
+summed into a usage window (usage.py); each closed window goes out as one log record plus the per-team
+series. Never blocks sampling: the owners of processes are cached per PID, the kubelet is read by its
+own thread, and anything unknown is written into the record's `gone` instead of stopping anything.
+Python >= 3.9.
+"""
+
+import json
+import logging
+from datetime import datetime
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from gpufleet_node import schema
+from gpufleet_node.identity import Identity
+from gpufleet_node.nvml import GpuSample
+from gpufleet_node.sender import Sender
+from gpufleet_node.usage import Holder, UsageWindow, team_datums
+from gpufleet_node.workload import POD, UNKNOWN, Workload
+
+log = logging.getLogger("gpufleet.publisher")
+
+MAX_GAP_FACTOR = 10  # a sample stands for at most this many intervals (a stalled loop is not usage)
+
+
+def _allocated(allocations: Any, uuid: str) -> List[Workload]:
+    """The pods the kubelet gave this GPU: several when it is time-sliced (`shared`), else at most one."""
+    if allocations is None:
+        return []
+    shared = getattr(allocations, "shared", {}).get(uuid)
+    if shared:
+        return list(shared)
+    found = allocations.by_device.get(uuid)
+    return [found] if found is not None else []
+
+
+def merge_holders(processes: Sequence[Holder], allocated: Sequence[Workload]) -> List[Holder]:
+    """Processes' owners plus the pods the kubelet allocated the GPU to. A process whose pod could not
+    be named (or whose owner is unknown) on a GPU allocated to exactly one pod is that pod's: counting
+    it apart would show the pod as holding an idle GPU it is in fact using."""
+    holders: Dict[str, Holder] = {}
+    only = allocated[0] if len(allocated) == 1 else None
+    for h in processes:
+        w = h.workload
+        if only is not None and (w.kind == UNKNOWN or (w.kind == POD and not w.namespace)):
+            w = only
+        mine = holders.get(w.key)
+        if mine is None:
+            holders[w.key] = Holder(w, h.memory_mib, h.sm_util, h.processes)
+            continue
+        mine.memory_mib += h.memory_mib
+        mine.processes += h.processes
+        mine.sm_util = None if mine.sm_util is None or h.sm_util is None else mine.sm_util + h.sm_util
+    for w in allocated:
+        holders.setdefault(w.key, Holder(w))
+    return list(holders.values())
+
+
+class UsageTracker:
+    """Folds samples into the current usage window and submits it when the window is over."""
+
+    def __init__(
+        self,
+        identity: Callable[[], Identity],
+        attributor: Any,
+        pod_resources: Optional[Any],
+        uuids: Sequence[str],
+        log_sender: Sender,
+        metric_sender: Sender,
+        window_s: int = schema.USAGE_WINDOW_S,
+        sample_s: float = 1.0,
+    ) -> None:
+        self.identity = identity
+        self.attributor = attributor
+        self.pod_resources = pod_resources
+        self.uuids = list(uuids)
+        self.log_sender = log_sender
+        self.metric_sender = metric_sender
+        self.window_s = window_s
+        self.sample_s = sample_s
+        self.window: Optional[UsageWindow] = None
+        self.current: Dict[int, List[Holder]] = {}  # the latest holders per GPU (the Prometheus endpoint)
+        self._last: Optional[datetime] = None
+        self._dt = sample_s
+        self._allocations: Any = None
+        self.records = 0
+
+    def begin(self, now: datetime) -> None:
+        """Start a sampling round: close the window if it is over, and take the round's allocations."""
+        self._dt = self.sample_s
+        if self._last is not None:
+            self._dt = max(0.0, min((now - self._last).total_seconds(), MAX_GAP_FACTOR * self.sample_s))
+        self._last = now
+        start = datetime.fromtimestamp(int(now.timestamp()) // self.window_s * self.window_s, now.tzinfo)
+        if self.window is not None and self.window.start != start:
+            self.close(now)
+        if self.window is None:
+            self.window = UsageWindow(start, self.window_s, len(self.uuids))
+        self._allocations = None
+        if self.pod_resources is not None:
+            self._allocations = self.pod_resources.current()
+            if self._allocations.unknown:
+                self.window.unknown["allocations"] = self._allocations.unknown
+
+    def add(self, index: int, sample: GpuSample) -> None:
+        """One GPU's sample of this round."""
+        if self.window is None or sample.lost:
+            return
+        holders = self.holders(index, sample)
+        self.current[index] = holders
+        self.window.add(index, self._dt, sample.utilization, holders)
+
+    def holders(self, index: int, sample: GpuSample) -> List[Holder]:
+        procs = [
+            Holder(self.attributor.workload_of(p.pid), p.memory_mib or 0.0, p.sm_util, 1)
+            for p in sample.processes or ()
+        ]
+        uuid = self.uuids[index] if index < len(self.uuids) else ""
+        return merge_holders(procs, _allocated(self._allocations, uuid))
+
+    def close(self, now: datetime) -> None:
+        """Submit the open window (also at shutdown): its record to Logs, its team hours as metrics."""
+        window, self.window = self.window, None
+        if window is None or not window.rows:
+            return
+        unknown = self.attributor.unknown()
+        if unknown:
+            window.unknown.update(unknown)
+        who = self.identity()
+        record = window.record(who.instance_id, who.instance_type, _group(who))
+        event = {
+            "timestamp": int(window.start.timestamp() * 1000),
+            "message": json.dumps(record, separators=(",", ":")),
+        }
+        self.log_sender.submit(window.start, [event], now)
+        # queued, not sent: they go out in the same PutMetricData as the next closed metrics window
+        self.metric_sender.enqueue(window.start, team_datums(window.team_hours(), window.start))
+        self.records += 1
+
+
+def _group(identity: Identity) -> Optional[str]:
+    if identity.cluster_name and identity.nodegroup_name:
+        return "eks:%s/%s" % (identity.cluster_name, identity.nodegroup_name)
+    return "asg:%s" % identity.asg_name if identity.asg_name else None
