@@ -200,7 +200,7 @@ def bench_publisher(minutes: int = 30, gpus: int = 8, out: Path = OUT) -> list[s
         + "".join(
             f"gpu {i} util {40 + i}\ngpu {i} mem_util 20\ngpu {i} mem_total_mib 81920\ngpu {i} mem_used_mib 40000\n"
             f"gpu {i} power_mw 300000\ngpu {i} power_limit_mw 700000\ngpu {i} temp 60\ngpu {i} mem_temp 70\n"
-            f"gpu {i} proc {1000 + i} 39000\n"
+            f"gpu {i} proc {1000 + i} 39000 {40 + i}\ngpu {i} sm_clock 1410\n"
             for i in range(gpus)
         )
     )
@@ -214,9 +214,10 @@ def bench_publisher(minutes: int = 30, gpus: int = 8, out: Path = OUT) -> list[s
             "AWS_SECRET_ACCESS_KEY": "testing",
             "PYTHONPATH": str(ROOT / "layers" / "node"),
         }
-        for side in ("gpumon", "ours", "ours-essential"):
+        node = _node_tree(out / "node", gpus)
+        for side in ("gpumon", "ours", "ours-essential", "ours-attributed"):
             proc = subprocess.run(
-                [sys.executable, str(ROOT / "bench" / "publisher_run.py"), side, server.url, str(minutes)],
+                [sys.executable, str(ROOT / "bench" / "publisher_run.py"), side, server.url, str(minutes), str(node)],
                 env=env,
                 capture_output=True,
                 text=True,
@@ -240,6 +241,15 @@ def bench_publisher(minutes: int = 30, gpus: int = 8, out: Path = OUT) -> list[s
     rows.append(
         f"| peak RSS | {ours['peak_rss_mb']:.0f} MB (target < 60 MB) | gpumon pattern {base['peak_rss_mb']:.0f} MB | |"
     )
+    a = results["ours-attributed"]
+    o2 = a["cpu_s"] * 60 / minutes
+    rows.append(
+        f"| with attribution + Prometheus endpoint (adaptive; a fake /proc of 8 pods; scraped every 15 s) | "
+        f"{o2:.2f} s CPU per hour = {o2 / 36:.3f} % of one core (target <= 1 %), peak RSS {a['peak_rss_mb']:.0f} MB "
+        f"(target <= 64 MB); {a.get('records', 0)} usage records, {a['scrape_bytes'] / max(1, minutes * 4):,.0f} B "
+        f"per scrape | full, no attribution: {o:.2f} s, {ours['peak_rss_mb']:.0f} MB | ratio CPU {o2 / o:.2f}x, "
+        f"RSS {a['peak_rss_mb'] / ours['peak_rss_mb']:.2f}x |"
+    )
     cost = {k: v["requests"] / minutes * NODE_MONTH_MINUTES / 1000 * REQUEST_PRICE_PER_1000 for k, v in results.items()}
     rows.append(
         f"| PutMetricData API cost per node-month | ${cost['ours']:.2f} | gpumon pattern ${cost['gpumon']:.2f} | |"
@@ -252,6 +262,27 @@ def bench_publisher(minutes: int = 30, gpus: int = 8, out: Path = OUT) -> list[s
         f"(${series['gpumon'] * METRIC_PRICE:.2f}) | first-10k-tier list price ${METRIC_PRICE}/metric-month |"
     )
     return rows
+
+
+def _node_tree(root: Path, gpus: int) -> Path:
+    """A node's /proc entries for the fake NVML's processes (pids 1000+i) and the kubelet's log folders,
+    in their real formats: pods of two teams, cgroup v2 with the systemd driver (as on EKS AL2023)."""
+    for i in range(gpus):
+        ns, pod = ("team-a", "trainer-0") if i < 4 else ("team-b", f"infer-{i}")
+        uid, cid = f"00000000-0000-0000-0000-{i:012d}", f"{i:064x}"
+        proc = root / "proc" / str(1000 + i)
+        proc.mkdir(parents=True, exist_ok=True)
+        scope = f"kubepods-burstable-pod{uid.replace('-', '_')}.slice/cri-containerd-{cid}.scope"
+        (proc / "cgroup").write_text(f"0::/kubepods.slice/kubepods-burstable.slice/{scope}\n")
+        (proc / "stat").write_text(f"{1000 + i} (python3) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {5000 + i} 1 1\n")
+        (proc / "status").write_text("Name:\tpython3\nUid:\t0\t0\t0\t0\n")
+        pod_dir = root / "log" / "pods" / f"{ns}_{pod}_{uid}" / "main"
+        pod_dir.mkdir(parents=True, exist_ok=True)
+        link = root / "log" / "containers" / f"{pod}_{ns}_main-{cid}.log"
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.is_symlink():
+            link.symlink_to(pod_dir)
+    return root
 
 
 GMD_METRIC_PRICE = 0.01 / 1000  # GetMetricData: $ per metric requested; ListMetrics: $ per request
@@ -613,6 +644,18 @@ def _telemetry(z: Sizes) -> list[str]:
     return bench_telemetry(quick=z.quick, out=z.out)
 
 
+def _prometheus(z: Sizes) -> list[str]:
+    from bench.prometheus_cost import bench_prometheus
+
+    return bench_prometheus(quick=z.quick)
+
+
+def _report(z: Sizes) -> list[str]:
+    from bench.report_read import bench_report
+
+    return bench_report(quick=z.quick)
+
+
 # (heading, what it runs): the components of bench/README.md, in its order. tests/test_bench_quick.py checks
 # that --quick prints every heading.
 SECTIONS: tuple[tuple[str, Callable[[Sizes], Iterable[str]]], ...] = (
@@ -625,6 +668,8 @@ SECTIONS: tuple[tuple[str, Callable[[Sizes], Iterable[str]]], ...] = (
     ("Capacity: spot_watch sweep", _spot),
     ("Replay: decision quality vs the baselines", _replay),
     ("Telemetry cost per 8-GPU node-month", _telemetry),
+    ("Node Prometheus endpoint: series and cost", _prometheus),
+    ("Usage report: reading 1,000 nodes x 30 days", _report),
 )
 
 

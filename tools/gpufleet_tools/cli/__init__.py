@@ -29,6 +29,7 @@ COMMANDS: dict[str, Command] = {
     "silence": Command("silence", "mute notifications by group / kind / severity until an expiry"),
     "silences": Command("silence", "list active silences"),
     "replay": Command("replay", "replay a workload trace or a group's CloudWatch history through the decision core"),
+    "report": Command("report", "who used the GPUs: GPU-hours, idle, cost per team and workload"),
 }
 DESCRIPTION = "gpufleet's operator tooling: " + ", ".join(COMMANDS) + "."
 

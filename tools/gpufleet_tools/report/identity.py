@@ -1,0 +1,16 @@
+"""Who a workload in a usage record is, by the node publisher's own model (gpufleet_node.workload), so
+the report and the node can never disagree on a workload's key, team or label."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gpufleet_node.workload import Workload
+from gpufleet_tools.report.records import WorkloadId, WorkloadKind
+
+
+def identify(doc: Mapping[str, Any]) -> WorkloadId:
+    """A record's `w` entry (Workload.to_record()) as the report's WorkloadId."""
+    workload = Workload.from_record(dict(doc))
+    return WorkloadId(key=workload.key, team=workload.team, label=workload.label(), kind=WorkloadKind(workload.kind))
