@@ -7,13 +7,15 @@ import argparse
 import os
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 from rehearsal.calls import ENV_RECORD, CallRecorder
 from rehearsal.demand_scene import TOKEN
 from rehearsal.kube_api import KubeApi, kube_api
 from rehearsal.moto import moto_server
-from rehearsal.scenario import Rehearsal, write_outputs
+from rehearsal.moto_ext import ENV_LOGS_NOW
+from rehearsal.scenario import START, Rehearsal, write_outputs
 from rehearsal.slack import slack_receiver
 
 
@@ -29,6 +31,8 @@ def main() -> int:
     if os.environ.get(ENV_RECORD):  # the test session's IAM conformance check reads what we called
         recorder = CallRecorder()
         recorder.install()
+    # [emulated] CloudWatch Logs takes records from 14 days back only: moto's Logs clock follows the rehearsal's
+    os.environ.setdefault(ENV_LOGS_NOW, (START + timedelta(minutes=args.minutes)).isoformat())
     print("gpufleet rehearsal: moto server on 127.0.0.1, simulated clock from 2026-11-23 08:00 UTC")
     print("(moto doesn't evaluate alarms or run EKS: lines marked [emulated] are the harness standing in)\n")
     with moto_server(out / "moto.log") as server, slack_receiver() as slack, kube_api(KubeApi(tokens={TOKEN})) as kube:
@@ -40,6 +44,9 @@ def main() -> int:
     write_outputs(result, out)
     if recorder is not None:
         recorder.dump(os.environ[ENV_RECORD])
+    if result.report:
+        print("\n$ gpufleet report --start 2026-11-23T08:00 --end ... (the nodes' usage records, 100 minutes)")
+        print(result.report.rstrip())
     print("\nexpected outcomes:")
     for check in result.checks:
         print(f"  ok    {check}")

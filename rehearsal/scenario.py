@@ -43,6 +43,7 @@ from rehearsal.alarms import AlarmEvaluator, eventbridge_event
 from rehearsal.demand_scene import DemandScenes
 from rehearsal.kube_api import KubeApi
 from rehearsal.slack import Received, SlackReceiver, describe
+from rehearsal.usage_scene import UsageScene
 
 START = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)  # a Monday
 TABLE = "gpufleet-state"
@@ -168,6 +169,7 @@ class RehearsalResult:
     failures: list[str] = field(default_factory=list)
     checks: list[str] = field(default_factory=list)
     slack: list[dict[str, Any]] = field(default_factory=list)
+    report: str = ""  # `gpufleet report` over the nodes' usage records
 
     @property
     def ok(self) -> bool:
@@ -206,6 +208,7 @@ class Rehearsal:
         self.fallback_moves: list[tuple[int, int, int]] = []
         self.guard_results: list[tuple[int, dict[str, Any]]] = []
         self.node_minutes = 0
+        self.finished_nodes = 0
         self.put_metric_calls = 0
         self.rng = random.Random(7)
         self.clients = fleet.Clients.create()
@@ -217,6 +220,7 @@ class Rehearsal:
         self.backing_asg: dict[str, str] = {}
         self.clients_sqs = boto3.client("sqs")
         self.scenes = DemandScenes(self.clients, kube, self._instances, self.say, START) if kube else None
+        self.usage = UsageScene(out_dir / "nodes", boto3.client("logs"), SAMPLE_EVERY_S)
 
     def say(self, minute: int, text: str) -> None:
         stamp = (START + timedelta(minutes=minute)).strftime("%H:%M")
@@ -398,10 +402,13 @@ class Rehearsal:
                 gone = self.publishers.pop(iid)
                 gone.finish(START + timedelta(minutes=minute))
                 self.put_metric_calls += gone.sender.calls
+                self.finished_nodes += 1
         return alive
 
     def _sample(self, publisher: Publisher, start: datetime) -> None:
         """One simulated minute of the node's publisher: samples every SAMPLE_EVERY_S, its windows closed."""
+        backend = publisher.backend
+        self.usage.load(publisher.identity.instance_id, backend, lambda g, u, m: backend.set(g, u, m))
         simulate(publisher, start, 60, every_s=SAMPLE_EVERY_S)
         self.node_minutes += 1
         publisher.close_windows(start + timedelta(seconds=59))
@@ -413,10 +420,10 @@ class Rehearsal:
             identity = Identity(
                 instance_id, "us-east-1", fleet.INSTANCE_TYPE, cluster_name=ref.cluster, nodegroup_name=ref.name
             )
-        # detail=adaptive: the deployed default (aggregates always, a GPU's own series only while it matters)
-        publisher = Publisher(
-            SimulatedBackend(gpus=GPUS_PER_NODE), identity, Sender(self.clients.cloudwatch), detail="adaptive"
-        )
+        # detail=adaptive and attribution on: the deployed defaults
+        backend, sender = SimulatedBackend(gpus=GPUS_PER_NODE), Sender(self.clients.cloudwatch)
+        usage = self.usage.tracker(instance_id, identity, backend, sender)
+        publisher = Publisher(backend, identity, sender, detail="adaptive", usage=usage)
         publisher.start(xid_thread=False)
         return publisher
 
@@ -642,8 +649,10 @@ class Rehearsal:
             if minute == 5:
                 self._malformed(scaler, minute)
                 self._malformed_notification(minute)
+        self.finish_nodes(self.minutes)
         self.verify()
         self.verify_publisher()
+        self.verify_usage()
         self.verify_guard()
         self.verify_spot()
         self.verify_lifecycle()
@@ -802,16 +811,53 @@ class Rehearsal:
             if not any(needle in t for t in texts):
                 r.failures.append(f"no Slack message with {needle!r}")
 
+    def finish_nodes(self, minute: int) -> None:
+        """The rehearsal is over: every node's publisher closes its usage window and sends what it has."""
+        for iid in list(self.publishers):
+            gone = self.publishers.pop(iid)
+            gone.finish(START + timedelta(minutes=minute))
+            self.put_metric_calls += gone.sender.calls
+            self.finished_nodes += 1
+
     def verify_publisher(self) -> None:
         r = self.result
         calls = self.put_metric_calls + sum(p.sender.calls for p in self.publishers.values())
-        if calls == self.node_minutes:
+        # one call per node-minute; a node that stops sends its last usage window's team series on its own
+        if self.node_minutes <= calls <= self.node_minutes + self.finished_nodes:
             r.checks.append(
                 f"the nodes' GPU metrics came from the real publisher: {calls} PutMetricData calls for "
-                f"{self.node_minutes} node-minutes x {GPUS_PER_NODE} GPUs (one call per node-minute)"
+                f"{self.node_minutes} node-minutes x {GPUS_PER_NODE} GPUs (one call per node-minute, "
+                f"+{calls - self.node_minutes} last team series of stopped nodes)"
             )
         else:
             r.failures.append(f"publisher: {calls} PutMetricData calls for {self.node_minutes} node-minutes")
+
+    def verify_usage(self) -> None:
+        """`gpufleet report` over the rehearsal's records: the two teams, the idle GPU found and priced."""
+        import contextlib
+        import io
+
+        from gpufleet_tools.cli import main as cli
+
+        end = START + timedelta(minutes=self.minutes)
+        args = ["report", "--start", START.isoformat(), "--end", end.isoformat(), "--no-progress"]
+        args += ["--endpoint", os.environ[defaults.ENV_ENDPOINT_URL], "--png", str(self.out / "usage-report.png")]
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text):
+            code = cli(args)
+        self.result.report = text.getvalue()
+        r = self.result
+        idle = f"team-a/finetune-{(self.usage.idle_node or '')[-5:]}"
+        report = self.result.report
+        if code == 0 and "team-a" in report and "team-b" in report:
+            r.checks.append("`gpufleet report` read the nodes' usage records: GPU-hours and cost per team")
+        else:
+            r.failures.append(f"gpufleet report (exit {code}) did not show both teams:\n{report}")
+        finding = next((line for line in report.splitlines() if idle in line and "requested 2" in line), None)
+        if finding:
+            r.checks.append(f"finding: {finding.strip()}")
+        else:
+            r.failures.append(f"the report did not find {idle}'s idle GPU")
 
     def verify_notifications(self) -> None:
         r = self.result
