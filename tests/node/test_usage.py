@@ -42,14 +42,15 @@ def test_a_pod_that_requested_two_gpus_and_uses_one():
     [
         # nobody holds it: unallocated, idle when utilization <= IDLE_UTIL_PERCENT
         (3.0, [], {None: [1.0, 0.03, 1.0]}),
-        # two pods time-slicing with per-process SM shares: busy follows each one's own share
+        # two pods time-slicing with per-process SM shares: busy follows each one's own share, capped at
+        # the half of the time each holds (the trainer used 60 % of the GPU: counted fully busy, 0.5)
         (
             80.0,
             [Holder(TRAINER, 100, 60.0, 1), Holder(NOTEBOOK, 100, 2.0, 1)],
-            {"t": [0.5, 0.6, 0.0], "n": [0.5, 0.02, 0.5]},
+            {"t": [0.5, 0.5, 0.0], "n": [0.5, 0.02, 0.5]},
         ),
-        # shares unknown: busy split between the holders that run a process; the allocated-only pod gets none
-        (80.0, [Holder(TRAINER, 100, None, 1), Holder(NOTEBOOK)], {"t": [0.5, 0.8, 0.0], "n": [0.5, 0.0, 0.5]}),
+        # shares unknown: busy goes to the holders that run a process (capped); the allocated-only pod gets none
+        (80.0, [Holder(TRAINER, 100, None, 1), Holder(NOTEBOOK)], {"t": [0.5, 0.5, 0.0], "n": [0.5, 0.0, 0.5]}),
         # one holder, shares unknown, busy GPU: all of it
         (50.0, [Holder(JOB, 100, None, 2)], {"j": [1.0, 0.5, 0.0]}),
     ],

@@ -76,7 +76,9 @@ class UsageWindow:
             self.workloads.setdefault(holder.workload.key, holder.workload)
             row = self._row(gpu, holder.workload.key)
             row.held_s += share_s
-            row.busy_s += dt_s * busy
+            # capped at the holder's share of the time, so busy <= held always holds: a time-sliced pod
+            # that used more than its share is counted as fully busy, not as busier than it held
+            row.busy_s += min(dt_s * busy, share_s)
             row.idle_s += share_s if busy * 100.0 <= schema.IDLE_UTIL_PERCENT else 0.0
             row.peak_mib = max(row.peak_mib, holder.memory_mib)
 
