@@ -826,8 +826,8 @@ class Rehearsal:
         if self.node_minutes <= calls <= self.node_minutes + self.finished_nodes:
             r.checks.append(
                 f"the nodes' GPU metrics came from the real publisher: {calls} PutMetricData calls for "
-                f"{self.node_minutes} node-minutes x {GPUS_PER_NODE} GPUs (one call per node-minute, "
-                f"+{calls - self.node_minutes} last team series of stopped nodes)"
+                f"{self.node_minutes} node-minutes x {GPUS_PER_NODE} GPUs (one call per node-minute); "
+                f"{calls - self.node_minutes} more carried stopped nodes' last team series"
             )
         else:
             r.failures.append(f"publisher: {calls} PutMetricData calls for {self.node_minutes} node-minutes")

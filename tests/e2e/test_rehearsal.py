@@ -42,6 +42,9 @@ def test_rehearsal_meets_its_expected_outcomes(tmp_path: Path) -> None:
         "a malformed queue message went to the DLQ",
         "a Slack 429 (Retry-After: 1) was retried",
         "(one call per node-minute)",
+        # attribution (rehearsal/usage_scene.py): two teams' pods, one pod requested 2 GPUs and uses 1
+        "`gpufleet report` read the nodes' usage records",
+        "requested 2 GPUs, one idle 100 % of its life: $",
         "WARNING at minute",
         "health incident, instance replaced once",
         "spot outage:",
