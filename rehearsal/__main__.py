@@ -54,7 +54,7 @@ def main() -> int:
         print(f"  FAIL  {failure}")
     print(
         f"\n{len(result.decisions)} decisions, {len(result.slack)} Slack messages; timeline.txt, decisions.jsonl, "
-        f"slack-messages.json, slack/*.json, scaler.log and notifier.log in {out}/ "
+        f"slack-messages.json, slack/*.json, usage-report.png, scaler.log and notifier.log in {out}/ "
         f"({time.monotonic() - started:.1f} s)"
     )
     return 0 if result.ok else 1
