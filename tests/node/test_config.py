@@ -58,3 +58,17 @@ def test_the_log_level_is_case_insensitive(tmp_path):
     path.write_text('{"log_level": "debug", "detail": "full", "buffer_max_age_s": 600}')
     loaded = config.load(str(path))
     assert loaded["log_level"] == "DEBUG" and loaded["detail"] == "full"
+
+
+def test_the_endpoint_address_is_an_ip_address(tmp_path):
+    from gpufleet_node import config as cfg
+
+    for good in ("0.0.0.0", "127.0.0.1", "::", "::ffff:10.0.0.1"):
+        path = tmp_path / "ok.json"
+        path.write_text('{"prometheus_address": "%s"}' % good)
+        assert cfg.load(str(path))["prometheus_address"] == good
+    for bad in ("999.1.1.1", "cafe", "localhost"):
+        path = tmp_path / "bad.json"
+        path.write_text('{"prometheus_address": "%s"}' % bad)
+        with pytest.raises(cfg.ConfigError, match="prometheus_address must be an IP address"):
+            cfg.load(str(path))

@@ -13,7 +13,7 @@ from gpufleet_node.publisher import Publisher, simulate
 from gpufleet_node.sender import LogSender, Sender
 from gpufleet_node.tracker import UsageTracker, merge_holders
 from gpufleet_node.usage import Holder, UsageWindow, team_datums
-from gpufleet_node.workload import POD, SLURM, UNKNOWN_WORKLOAD, Workload
+from gpufleet_node.workload import POD, SLURM, UNIT, UNKNOWN_WORKLOAD, Workload
 
 T0 = datetime(2026, 11, 23, 10, 0, tzinfo=timezone.utc)
 TRAINER = Workload(POD, namespace="team-a", pod="trainer-0", container="main")
@@ -191,11 +191,80 @@ def test_a_stalled_loop_does_not_count_as_usage():
     assert max(r[2] for r in record["u"]) == pytest.approx(10 + 100)
 
 
-def test_a_lost_gpu_is_not_counted():
+def test_a_lost_gpu_is_still_paid_for_and_said():
     logs, cloudwatch = FakeLogs(schema.USAGE_LOG_GROUP), FakeCloudWatch()
     publisher, backend = tracked_publisher(logs, cloudwatch, None)
     backend.lost.add(1)
     simulate(publisher, T0, 300, every_s=10.0)
     publisher.finish(T0 + timedelta(seconds=300))
     [record] = logs.records()
-    assert {r[0] for r in record["u"]} == {0}
+    lost = [r for r in record["u"] if r[0] == 1]
+    assert lost == [[1, None, 300.0, 0.0, 300.0, 0.0]]  # unallocated and idle: nobody can use it
+    assert "GPU 1 lost" in record["gone"]["lost"]
+    assert 1 not in publisher.usage.current  # the endpoint no longer shows its last holders
+
+
+def test_a_busy_gpu_allocated_to_a_pod_with_no_listed_process_is_busy():
+    """Graphics work, or NVML not listing processes: the allocated pod gets the GPU's utilization."""
+    w = UsageWindow(T0, 300, 1)
+    w.add(0, 1.0, 90.0, [Holder(TRAINER)])
+    assert rows(w)[(0, TRAINER.key)][:3] == pytest.approx([1.0, 0.9, 0.0])
+
+
+def test_a_process_whose_container_is_unnamed_is_its_allocated_pods():
+    """A pod with several containers whose log entry is missing: named pod, unnamed container."""
+    unnamed_container = Workload(POD, namespace="team-a", pod="trainer-0", container_id="ab" * 32)
+    [merged] = merge_holders([Holder(unnamed_container, 900.0, 95.0, 1)], [TRAINER])
+    assert merged.workload == TRAINER and merged.processes == 1 and merged.sm_util == 95.0
+
+
+def test_the_team_series_never_name_a_container_or_an_unnamed_pod():
+    w = UsageWindow(T0, 300, 3)
+    w.add(0, 3600.0, 50.0, [Holder(Workload(POD, pod_uid="0f1e", container_id="abc"), 1.0, None, 1)])
+    w.add(1, 3600.0, 50.0, [Holder(Workload(UNIT, unit="docker-" + "ab" * 32 + ".scope"), 1.0, None, 1)])
+    w.add(2, 3600.0, 50.0, [Holder(JOB, 1.0, None, 1)])
+    assert set(w.team_hours()) == {schema.TEAM_UNKNOWN, "alice"}
+
+
+def test_a_buffer_as_short_as_one_window_still_sends_the_record():
+    logs, cloudwatch = FakeLogs(schema.USAGE_LOG_GROUP), FakeCloudWatch(fail_next=1)
+    backend = SimulatedBackend(gpus=1)
+    identity = Identity("i-0node", "us-east-1", "g5.xlarge", asg_name="train")
+    sender = LogSender(logs, schema.USAGE_LOG_GROUP, "i-0node", max_buffer_age=timedelta(seconds=300))
+    usage = UsageTracker(lambda: identity, FakeAttributor({}), None, ["GPU-0"], sender, Sender(cloudwatch), 300, 10.0)
+    usage.begin(T0)
+    usage.add(0, backend.sample(0))
+    usage.begin(T0 + timedelta(seconds=301))  # the window closes 301 s after it started
+    assert len(logs.records()) == 1 and sender.dropped_windows == 0
+
+
+def test_reasons_in_the_record_are_counted_kinds_not_pids():
+    class Forgetful(FakeAttributor):
+        def unknown(self):
+            return {"processes": "process 10010 exited before /proc/10010/cgroup was read"}
+
+    logs = FakeLogs(schema.USAGE_LOG_GROUP)
+    identity = Identity("i-0node", "us-east-1", "g5.xlarge", asg_name="train")
+    sender = LogSender(logs, schema.USAGE_LOG_GROUP, "i-0node")
+    usage = UsageTracker(lambda: identity, Forgetful({}), None, ["GPU-0"], sender, Sender(FakeCloudWatch()), 300, 10.0)
+    usage.begin(T0)
+    usage.add(0, SimulatedBackend(1).sample(0))
+    usage.close(T0 + timedelta(seconds=300))
+    assert logs.records()[0]["gone"] == {"processes": "process N exited before /proc/N/cgroup was read"}
+
+
+def test_mig_allocations_are_said_not_guessed():
+    mig = Workload(POD, namespace="team-c", pod="small-0", container="main")
+    logs = FakeLogs(schema.USAGE_LOG_GROUP)
+    identity = Identity("i-0node", "us-east-1", "p4d.24xlarge", asg_name="train")
+    sender = LogSender(logs, schema.USAGE_LOG_GROUP, "i-0node")
+    pods = FakePods({"MIG-5a1c0f6e-0000-0000-0000-000000000000": mig})
+    usage = UsageTracker(
+        lambda: identity, FakeAttributor({}), pods, ["GPU-0"], sender, Sender(FakeCloudWatch()), 300, 10.0
+    )
+    usage.begin(T0)
+    usage.add(0, SimulatedBackend(1).sample(0))
+    usage.close(T0 + timedelta(seconds=300))
+    [record] = logs.records()
+    assert record["gone"]["allocations mig"].startswith("MIG devices allocated")
+    assert [r[1] for r in record["u"]] == [None]

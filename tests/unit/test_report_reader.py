@@ -9,6 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 from botocore.exceptions import ClientError, NoCredentialsError
 
@@ -91,6 +92,8 @@ def test_no_credentials_is_one_line_not_a_traceback(
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    # boto3's default session keeps the credentials it resolved for an earlier test (moto's): not ours
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
     assert main(["report", "--since", "1h", "--no-progress"]) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith("error: no AWS credentials")

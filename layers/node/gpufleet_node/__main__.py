@@ -111,7 +111,11 @@ def usage_tracker(cfg: Dict[str, Any], backend: Any, identity: Any, sender: Send
     holder = [identity]  # the publisher's identity changes when tags are read again
     return UsageTracker(
         lambda: holder[0],
-        Attributor(proc_root=cfg["proc_root"] or "/proc", log_root=cfg["kubelet_log_root"] or "/var/log"),
+        Attributor(
+            proc_root=cfg["proc_root"] or "/proc",
+            log_root=cfg["kubelet_log_root"] or "/var/log",
+            window_s=float(cfg["usage_window_s"]),
+        ),
         pods,
         [backend.describe(i).uuid for i in range(backend.gpu_count)],
         logs,
@@ -128,6 +132,7 @@ def start_extras(cfg: Dict[str, Any], publisher: Publisher) -> List[Callable[[],
     if usage is not None:
         usage.identity = lambda: publisher.identity
         if usage.pod_resources is not None:
+            usage.pod_resources.refresh()  # the first window knows its allocations (at most timeout_s)
             usage.pod_resources.start()
             stops.append(usage.pod_resources.stop)
     if cfg["prometheus"]:

@@ -5,6 +5,7 @@ and one line naming the field and the value, never a traceback later (a log leve
 a number too big for a timedelta, JSON nested deeper than the parser's recursion limit).
 """
 
+import ipaddress
 import json
 import math
 import re
@@ -49,7 +50,7 @@ DEFAULTS: Dict[str, Any] = {
 
 _URL = re.compile(r"^https?://[^\s/]+(/\S*)?$")
 _LOG_GROUP = re.compile(r"^[A-Za-z0-9_\-/.#]{1,512}$")  # CloudWatch Logs' log group name characters
-_ADDRESS = re.compile(r"^(\d{1,3}(\.\d{1,3}){3}|::|::1|[0-9a-fA-F:]+)$")
+
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d{1,2}$")
 
 
@@ -109,6 +110,14 @@ def _path(value: Any) -> Optional[str]:
     return "an absolute path or null"
 
 
+def _ip_address(value: Any) -> Optional[str]:
+    try:
+        ipaddress.ip_address(value if isinstance(value, str) else "")
+    except ValueError:
+        return "an IP address to listen on (0.0.0.0: every interface)"
+    return None
+
+
 def _log_level(value: Any) -> Optional[str]:
     if isinstance(value, str) and value.upper() in LOG_LEVELS:
         return None
@@ -138,7 +147,7 @@ _CHECKS: Dict[str, Callable[[Any], Optional[str]]] = {
     "kubelet_log_root": _path,
     "prometheus": _boolean,
     "prometheus_port": _integer(1, 65535),
-    "prometheus_address": _text(_ADDRESS, "an IP address to listen on (0.0.0.0: every interface)", optional=False),
+    "prometheus_address": _ip_address,
 }
 
 

@@ -7,7 +7,8 @@ Python >= 3.9.
 
 import json
 import logging
-from datetime import datetime
+import re
+from datetime import datetime, timedelta
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from gpufleet_node import schema
@@ -33,16 +34,23 @@ def _allocated(allocations: Any, uuid: str) -> List[Workload]:
     return [found] if found is not None else []
 
 
+def _placed(w: Workload, allocated: Sequence[Workload]) -> Workload:
+    """The allocated pod a process belongs to when its own identity is incomplete: its pod named but not
+    its container (a pod with several containers), or its pod unnamed, or its owner unknown. Counting it
+    apart would show the pod as holding an idle GPU it is in fact using."""
+    if w.kind == POD and w.namespace and w.pod and not w.container:
+        same = [a for a in allocated if a.namespace == w.namespace and a.pod == w.pod]
+        return same[0] if len(same) == 1 else w
+    if len(allocated) == 1 and (w.kind == UNKNOWN or (w.kind == POD and not w.namespace)):
+        return allocated[0]
+    return w
+
+
 def merge_holders(processes: Sequence[Holder], allocated: Sequence[Workload]) -> List[Holder]:
-    """Processes' owners plus the pods the kubelet allocated the GPU to. A process whose pod could not
-    be named (or whose owner is unknown) on a GPU allocated to exactly one pod is that pod's: counting
-    it apart would show the pod as holding an idle GPU it is in fact using."""
+    """Processes' owners plus the pods the kubelet allocated the GPU to, one holder per workload."""
     holders: Dict[str, Holder] = {}
-    only = allocated[0] if len(allocated) == 1 else None
     for h in processes:
-        w = h.workload
-        if only is not None and (w.kind == UNKNOWN or (w.kind == POD and not w.namespace)):
-            w = only
+        w = _placed(h.workload, allocated)
         mine = holders.get(w.key)
         if mine is None:
             holders[w.key] = Holder(w, h.memory_mib, h.sm_util, h.processes)
@@ -53,6 +61,11 @@ def merge_holders(processes: Sequence[Holder], allocated: Sequence[Workload]) ->
     for w in allocated:
         holders.setdefault(w.key, Holder(w))
     return list(holders.values())
+
+
+def _category(reason: str) -> str:
+    """A reason without its PIDs, UIDs and ids, so a report can count them instead of listing each."""
+    return re.sub(r"\b[0-9a-f]{12,}\b|\d+", "N", reason)[:200]
 
 
 class UsageTracker:
@@ -100,10 +113,19 @@ class UsageTracker:
             self._allocations = self.pod_resources.current()
             if self._allocations.unknown:
                 self.window.unknown["allocations"] = self._allocations.unknown
+            for topic, note in getattr(self._allocations, "notes", {}).items():
+                self.window.unknown["allocations " + topic] = _category(note)
+            if any(device.startswith("MIG-") for device in self._allocations.by_device):
+                self.window.unknown["allocations mig"] = "MIG devices allocated: not matched to their GPU yet"
 
     def add(self, index: int, sample: GpuSample) -> None:
         """One GPU's sample of this round."""
-        if self.window is None or sample.lost:
+        if self.window is None:
+            return
+        if sample.lost:  # still paid for: counted unallocated and idle, and said
+            self.current.pop(index, None)
+            self.window.add(index, self._dt, 0.0, [])
+            self.window.unknown["lost"] = "GPU %d lost (fell off the bus): counted unallocated" % index
             return
         holders = self.holders(index, sample)
         self.current[index] = holders
@@ -122,16 +144,16 @@ class UsageTracker:
         window, self.window = self.window, None
         if window is None or not window.rows:
             return
-        unknown = self.attributor.unknown()
-        if unknown:
-            window.unknown.update(unknown)
+        for topic, reason in self.attributor.unknown().items():
+            window.unknown[topic] = _category(reason)
         who = self.identity()
         record = window.record(who.instance_id, who.instance_type, _group(who))
         event = {
             "timestamp": int(window.start.timestamp() * 1000),
             "message": json.dumps(record, separators=(",", ":")),
         }
-        self.log_sender.submit(window.start, [event], now)
+        # aged from the window's end: a buffer as short as one window still keeps it until it is sent
+        self.log_sender.submit(window.start + timedelta(seconds=window.length_s), [event], now)
         # queued, not sent: they go out in the same PutMetricData as the next closed metrics window
         self.metric_sender.enqueue(window.start, team_datums(window.team_hours(), window.start))
         self.records += 1

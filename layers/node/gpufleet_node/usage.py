@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, Dict, List, Optional, Tuple
 
 from gpufleet_node import schema
-from gpufleet_node.workload import Workload
+from gpufleet_node.workload import POD, UNIT, Workload
 
 
 class Holder:
@@ -42,7 +42,7 @@ class _Row:
 def _shares(utilization: Optional[float], holders: List[Holder]) -> List[float]:
     """Each holder's busy fraction of the sample (0..1)."""
     util = max(0.0, min(100.0, utilization or 0.0)) / 100.0
-    if holders and all(h.sm_util is not None for h in holders if h.processes):
+    if any(h.processes for h in holders) and all(h.sm_util is not None for h in holders if h.processes):
         return [min(1.0, (h.sm_util or 0.0) / 100.0) if h.processes else 0.0 for h in holders]
     running = [h for h in holders if h.processes] or holders
     return [util / len(running) if h in running else 0.0 for h in holders]
@@ -121,10 +121,19 @@ class UsageWindow:
         """GPU-hours (allocated, busy) per team in the window; unallocated GPUs under TEAM_UNALLOCATED."""
         out: Dict[str, Tuple[float, float]] = {}
         for (_, key), row in self.rows.items():
-            team = self.workloads[key].team if key is not None else schema.TEAM_UNALLOCATED
+            team = _series_team(self.workloads[key]) if key is not None else schema.TEAM_UNALLOCATED
             held, busy = out.get(team, (0.0, 0.0))
             out[team] = (held + row.held_s / 3600.0, busy + row.busy_s / 3600.0)
         return out
+
+
+def _series_team(workload: Workload) -> str:
+    """The team a fleet-wide series is named by: an unnamed pod or a unit nobody runs as a user (a
+    container's `docker-<id>.scope`) would make one series each, so they share TEAM_UNKNOWN (the record
+    keeps the detail for the report)."""
+    if (workload.kind == POD and not workload.namespace) or (workload.kind == UNIT and not workload.user):
+        return schema.TEAM_UNKNOWN
+    return workload.team
 
 
 def _r(value: float) -> float:
