@@ -325,3 +325,18 @@ def test_no_owner_anywhere_is_unknown_with_a_reason(tree):
     attr = attributor(tree)
     assert attr.workload_of(901) is UNKNOWN_WORKLOAD
     assert attr.unknown() == {"processes": "pid 901: no owner in its cgroup and no Uid in its status"}
+
+
+def test_a_uid_without_a_name_is_looked_up_once(tree):
+    """A slow directory (LDAP, SSSD) answering "no such user" is not asked again per process."""
+    asked = []
+
+    def lookup(uid):
+        asked.append(uid)
+        return None
+
+    for pid in (600, 601, 602):
+        tree.process(pid, v2("/user.slice/user-4321.slice/session-2.scope"), uid=4321, start=pid)
+    attr = Attributor(tree.proc_root, tree.log_root, user_name=lookup, clock=Clock())
+    assert {attr.workload_of(pid).key for pid in (600, 601, 602)} == {"user:4321"}
+    assert asked == [4321]

@@ -1,5 +1,6 @@
 """Usage windows and the tracker: who held each GPU, busy and idle time, the record and the team series."""
 
+import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -12,7 +13,7 @@ from gpufleet_node.podresources import Allocations
 from gpufleet_node.publisher import Publisher, simulate
 from gpufleet_node.sender import LogSender, Sender
 from gpufleet_node.tracker import UsageTracker, merge_holders
-from gpufleet_node.usage import Holder, UsageWindow, team_datums
+from gpufleet_node.usage import Holder, UsageWindow, split_record, team_datums
 from gpufleet_node.workload import POD, SLURM, UNIT, UNKNOWN_WORKLOAD, Workload
 
 T0 = datetime(2026, 11, 23, 10, 0, tzinfo=timezone.utc)
@@ -268,3 +269,27 @@ def test_mig_allocations_are_said_not_guessed():
     [record] = logs.records()
     assert record["gone"]["allocations mig"].startswith("MIG devices allocated")
     assert [r[1] for r in record["u"]] == [None]
+
+
+def test_a_record_too_big_for_one_log_event_is_split_without_losing_a_row():
+    """CloudWatch Logs refuses events over 256 KB: a node with many time-sliced pods could pass it."""
+    w = UsageWindow(T0, 300, 8)
+    pods = [Workload(POD, namespace="ci", pod="job-%d" % i, container="runner") for i in range(64)]
+    for gpu in range(8):
+        w.add(gpu, 300.0, 50.0, [Holder(p, 10.0, 1.0, 1) for p in pods[gpu * 8 : gpu * 8 + 8]])
+    record = w.record("i-0node", "p4d.24xlarge", "asg:ci")
+    parts = [json.loads(text) for text in split_record(record, max_bytes=4000)]
+    assert len(parts) > 1 and all(len(json.dumps(p, separators=(",", ":"))) <= 4000 for p in parts)
+    assert sorted(r for p in parts for r in p["u"]) == sorted(record["u"])
+    for p in parts:
+        assert {r[1] for r in p["u"]} == set(p["w"]) and p["start"] == record["start"]
+    assert split_record(record) == [json.dumps(record, separators=(",", ":"))]  # the real limit: one part
+
+
+def test_big_records_go_in_calls_within_put_log_events_byte_limit():
+    logs = FakeLogs(schema.USAGE_LOG_GROUP)
+    sender = LogSender(logs, schema.USAGE_LOG_GROUP, "i-0node")
+    stamp = int(T0.timestamp() * 1000)
+    sender.submit(T0, [{"timestamp": stamp, "message": "x" * 190_000} for _ in range(12)], T0)
+    # 5 + 5 + 2 under 1 MB each, after the first call found no stream and created it
+    assert logs.calls == 4 and len(logs.streams["i-0node"]) == 12 and sender.calls == 3

@@ -147,6 +147,13 @@ def test_a_resent_record_counts_once_and_a_restarted_node_s_second_record_counts
     assert (r.records, r.duplicates) == (2, 1)
 
 
+def test_a_resend_read_after_another_slice_s_windows_still_counts_once() -> None:
+    """Slices read side by side interleave a node's windows: W1, W2, then W1 again is a resend."""
+    w1, w2 = message(), message(start=DAY0 + timedelta(minutes=5))
+    r = report_of([w1, w2, w1])
+    assert (r.records, r.duplicates) == (2, 1)
+
+
 def test_the_chart_bars_cover_every_bucket_of_the_period() -> None:
     r = report_of(windows(2))
     assert {b.bucket for b in r.bars} == {datetime.fromtimestamp(b, UTC) for b in PERIOD.buckets()}

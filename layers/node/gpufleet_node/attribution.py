@@ -366,12 +366,13 @@ class Attributor:
                 found = self._user_name(uid)
             except Exception:  # an injected or NSS lookup that fails: the number still says who
                 found = None
-            if found is None:
-                notes.append(("users", "uid %d has no name" % uid))
-                return str(uid)
             if len(self._users) >= self._max_entries:
                 self._users.clear()
-            name = self._users[uid] = found
+            # a failed lookup is remembered too (as the number): a slow directory (LDAP, SSSD) answering
+            # "no such user" must not be asked again for every new process on the sampling thread
+            name = self._users[uid] = found if found is not None else str(uid)
+            if found is None:
+                notes.append(("users", "uid %d has no name" % uid))
         return name
 
     def _start(self, pid: int) -> int:

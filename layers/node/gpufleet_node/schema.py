@@ -242,6 +242,7 @@ def group_dimensions(
 # CloudWatch dashboard's per-team view.
 USAGE_LOG_GROUP = "/gpufleet/usage"
 USAGE_RECORD_VERSION = 1
+USAGE_RECORD_MAX_BYTES = 200_000  # CloudWatch Logs takes events up to 256 KB: bigger records are split
 USAGE_WINDOW_S = 300  # one record per node every 5 minutes: ~8,640 records per node-month
 # A GPU counts as idle in a sample when its utilization is at or below this (a process that only holds
 # memory, a notebook between cells, a pod that requested a GPU it never touches).

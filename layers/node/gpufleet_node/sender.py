@@ -243,7 +243,7 @@ class LogSender(Sender):
     sent later still count."""
 
     what = "PutLogEvents"
-    max_per_call = 500  # records are < 2 KB: far below PutLogEvents' 1 MB and 10,000 events per call
+    max_per_call = 500  # and at most MAX_LOG_BATCH_BYTES per call (a record is up to 200 KB, usually < 2 KB)
 
     def __init__(self, logs: Any, group: str, stream: str, **kwargs: Any) -> None:
         super().__init__(logs, **kwargs)
@@ -252,8 +252,7 @@ class LogSender(Sender):
 
     def _put(self, datums: List[Dict[str, Any]]) -> None:
         events = sorted(datums, key=lambda e: e["timestamp"])  # PutLogEvents wants them in order
-        for i in range(0, len(events), self.max_per_call):
-            chunk = events[i : i + self.max_per_call]
+        for chunk in _by_size(events, self.max_per_call):
             try:
                 answer = self.cloudwatch.put_log_events(
                     logGroupName=self.group, logStreamName=self.stream, logEvents=chunk
@@ -284,6 +283,23 @@ class LogSender(Sender):
                     % self.group
                 ) from None
             raise
+
+
+MAX_LOG_BATCH_BYTES = 1_000_000  # PutLogEvents: 1,048,576 bytes, counting 26 per event
+
+
+def _by_size(events: List[Dict[str, Any]], most: int) -> List[List[Dict[str, Any]]]:
+    """Consecutive batches within PutLogEvents' limits (event count and bytes)."""
+    batches: List[List[Dict[str, Any]]] = [[]]
+    size = 0
+    for event in events:
+        length = len(event["message"].encode()) + 26
+        if batches[-1] and (len(batches[-1]) >= most or size + length > MAX_LOG_BATCH_BYTES):
+            batches.append([])
+            size = 0
+        batches[-1].append(event)
+        size += length
+    return [b for b in batches if b]
 
 
 def _code(exc: BaseException) -> str:

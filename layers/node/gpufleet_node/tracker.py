@@ -5,7 +5,6 @@ own thread, and anything unknown is written into the record's `gone` instead of 
 Python >= 3.9.
 """
 
-import json
 import logging
 import re
 from datetime import datetime, timedelta
@@ -15,7 +14,7 @@ from gpufleet_node import schema
 from gpufleet_node.identity import Identity
 from gpufleet_node.nvml import GpuSample
 from gpufleet_node.sender import Sender
-from gpufleet_node.usage import Holder, UsageWindow, team_datums
+from gpufleet_node.usage import Holder, UsageWindow, split_record, team_datums
 from gpufleet_node.workload import POD, UNKNOWN, Workload
 
 log = logging.getLogger("gpufleet.publisher")
@@ -148,12 +147,10 @@ class UsageTracker:
             window.unknown[topic] = _category(reason)
         who = self.identity()
         record = window.record(who.instance_id, who.instance_type, _group(who))
-        event = {
-            "timestamp": int(window.start.timestamp() * 1000),
-            "message": json.dumps(record, separators=(",", ":")),
-        }
+        stamp = int(window.start.timestamp() * 1000)
+        events = [{"timestamp": stamp, "message": text} for text in split_record(record)]
         # aged from the window's end: a buffer as short as one window still keeps it until it is sent
-        self.log_sender.submit(window.start + timedelta(seconds=window.length_s), [event], now)
+        self.log_sender.submit(window.start + timedelta(seconds=window.length_s), events, now)
         # queued, not sent: they go out in the same PutMetricData as the next closed metrics window
         self.metric_sender.enqueue(window.start, team_datums(window.team_hours(), window.start))
         self.records += 1

@@ -8,6 +8,7 @@ report is about). A GPU nobody holds is counted as unallocated. The record forma
 Python >= 3.9.
 """
 
+import json
 from datetime import datetime
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -125,6 +126,23 @@ class UsageWindow:
             held, busy = out.get(team, (0.0, 0.0))
             out[team] = (held + row.held_s / 3600.0, busy + row.busy_s / 3600.0)
         return out
+
+
+def split_record(record: Dict[str, Any], max_bytes: int = schema.USAGE_RECORD_MAX_BYTES) -> List[str]:
+    """The record as one or more log messages of at most `max_bytes` (CloudWatch Logs refuses events over
+    256 KB): a node with many time-sliced pods can pass it. Each part carries the rows of some GPUs and
+    only the workloads they name; together they hold every row once (the report sums rows)."""
+    text = json.dumps(record, separators=(",", ":"))
+    rows = record["u"]
+    if len(text.encode()) <= max_bytes or len(rows) < 2:
+        return [text]
+    half = len(rows) // 2
+    parts = []
+    for chunk in (rows[:half], rows[half:]):
+        refs = {r[1] for r in chunk}
+        part = dict(record, u=chunk, w={k: v for k, v in record["w"].items() if k in refs})
+        parts.extend(split_record(part, max_bytes))
+    return parts
 
 
 def _series_team(workload: Workload) -> str:

@@ -29,6 +29,7 @@ HOUR = 3600
 DAY = 86400
 HOURLY_BELOW = timedelta(days=2)  # a shorter period is charted per hour, a longer one per day
 IDLE_FINDING = 0.90  # a GPU idle at least this share of the time a workload held it is waste
+RESEND_MEMORY = 600  # windows per node (~2 days of 5-minute windows) kept to tell a resend from a record
 MIN_FINDING_HELD_H = 1.0  # a workload that held its GPUs for less is not worth a line
 UNALLOCATED_FINDING = 0.10  # a group whose GPUs sat unallocated at least this share of their time
 NO_GROUP = "(no group)"
@@ -132,7 +133,7 @@ class UsageSums:
         self.nodes: set[str] = set()
         self.gpus_of_type: dict[str, int] = {}
         self.gone: dict[tuple[str, str], _Gone] = {}
-        self._last: dict[str, tuple[int, set[int]]] = {}  # node -> (latest window start, digests seen)
+        self._last: dict[str, dict[int, set[int]]] = {}  # node -> recent window starts -> digests seen
 
     def add(self, parsed: UsageRecord | Skipped) -> None:
         if isinstance(parsed, Skipped):
@@ -173,16 +174,20 @@ class UsageSums:
             gone.held_s[r.instance_type] += sum(row.held_s for row in r.rows)
 
     def _resent(self, r: UsageRecord) -> bool:
-        """The same message again (a resend whose first send got through). FilterLogEvents returns a
-        stream's events in time order, so a resend follows its original; a node restarted mid-window
-        writes a second, different record of the same window, which counts."""
-        last = self._last.get(r.node)
-        if last is None or last[0] != r.start:
-            self._last[r.node] = (r.start, {r.digest})
+        """The same message again (a resend whose first send got through). A resend has its original's
+        timestamp, so it is read from the same time slice shortly after it, but slices read side by side
+        interleave: each node remembers its last RESEND_MEMORY windows (oldest read forgotten first). A node
+        restarted mid-window writes a second, different record of the same window, which counts."""
+        seen = self._last.setdefault(r.node, {})
+        digests = seen.get(r.start)
+        if digests is None:
+            if len(seen) >= RESEND_MEMORY:
+                del seen[next(iter(seen))]
+            seen[r.start] = {r.digest}
             return False
-        if r.digest in last[1]:
+        if r.digest in digests:
             return True
-        last[1].add(r.digest)
+        digests.add(r.digest)
         return False
 
     def report(self, prices: PriceBook, share_unallocated: bool = False) -> Report:
