@@ -43,7 +43,7 @@ from rehearsal.alarms import AlarmEvaluator, eventbridge_event
 from rehearsal.demand_scene import DemandScenes
 from rehearsal.kube_api import KubeApi
 from rehearsal.slack import Received, SlackReceiver, describe
-from rehearsal.usage_scene import UsageScene
+from rehearsal.usage_scene import RESEARCH_LOAD, RESEARCH_NODE, UsageScene
 
 START = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)  # a Monday
 TABLE = "gpufleet-state"
@@ -373,7 +373,22 @@ class Rehearsal:
                 self._sample(publisher, start)
             averages[ref.key] = sum(n.util for n in ordered) / len(ordered) if ordered else 0.0
         self._publish_scenes(minute)
+        self._publish_research(minute)
         return averages
+
+    def _publish_research(self, minute: int) -> None:
+        """[simulated node] The research box outside every managed group (rehearsal.usage_scene): its pods'
+        usage goes into the report; no alarm, decision or check of the scaling story sees it."""
+        if RESEARCH_NODE not in self.publishers:
+            identity = Identity(RESEARCH_NODE, "us-east-1", fleet.INSTANCE_TYPE)  # no group
+            backend, sender = SimulatedBackend(gpus=GPUS_PER_NODE), Sender(self.clients.cloudwatch)
+            usage = self.usage.tracker(RESEARCH_NODE, identity, backend, sender)
+            self.publishers[RESEARCH_NODE] = Publisher(backend, identity, sender, detail="adaptive", usage=usage)
+            self.publishers[RESEARCH_NODE].start(xid_thread=False)
+        publisher = self.publishers[RESEARCH_NODE]
+        for gpu, (util, memory) in enumerate(RESEARCH_LOAD):
+            publisher.backend.set(gpu, utilization=util, memory_percent=memory)
+        self._sample(publisher, START + timedelta(minutes=minute))
 
     def _publish_scenes(self, minute: int) -> None:
         """The demand scenes' nodes: each GPU busy while work runs on it, idle otherwise (rehearsal.demand_scene)."""
@@ -407,8 +422,7 @@ class Rehearsal:
 
     def _sample(self, publisher: Publisher, start: datetime) -> None:
         """One simulated minute of the node's publisher: samples every SAMPLE_EVERY_S, its windows closed."""
-        backend = publisher.backend
-        self.usage.load(publisher.identity.instance_id, backend, lambda g, u, m: backend.set(g, u, m))
+        self.usage.load(publisher.identity.instance_id, publisher.backend)
         simulate(publisher, start, 60, every_s=SAMPLE_EVERY_S)
         self.node_minutes += 1
         publisher.close_windows(start + timedelta(seconds=59))
@@ -847,7 +861,7 @@ class Rehearsal:
             code = cli(args)
         self.result.report = text.getvalue()
         r = self.result
-        idle = f"team-a/finetune-{(self.usage.idle_node or '')[-5:]}"
+        idle = "team-a/finetune-llm"
         report = self.result.report
         if code == 0 and "team-a" in report and "team-b" in report:
             r.checks.append("`gpufleet report` read the nodes' usage records: GPU-hours and cost per team")

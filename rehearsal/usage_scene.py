@@ -1,17 +1,18 @@
 """[simulated node] Whose work runs on the rehearsal's GPU nodes, for attribution and `gpufleet report`.
 
-Every node runs Kubernetes pods of two teams: team-a's trainer holds GPUs 0-1 (one pod, 2 GPUs), team-b
-serves from GPUs 2 and 3 (two pods, 1 GPU each). On one inference node team-a's fine-tuning pod requested
-2 GPUs but only ever uses GPU 0: the waste the report is meant to find. The real publisher's real
-Attributor reads each process's owner from a /proc and /var/log tree written here in the kernel's and
-the kubelet's formats (EKS nodes: cgroup v2 with the systemd driver; the ASG nodes: cgroupfs), and the
-kubelet's allocations come from an [emulated kubelet] (PodResources' answer, already decoded).
+Every node of the scaled groups runs Kubernetes pods of two teams: team-a's trainer holds GPUs 0-1 (one
+pod, 2 GPUs), team-b serves from GPUs 2 and 3 (two pods, 1 GPU each); their load is the scenario's, so the
+scaling story is unchanged. One more node, a research box outside every managed group (RESEARCH_NODE: no
+group, so no alarm or decision sees it), runs team-a's fine-tuning pod that requested 2 GPUs but only ever
+uses GPU 0 (the waste the report is meant to find), a team-b notebook on GPU 2, and nothing on GPU 3.
+The real publisher's real Attributor reads each process's owner from a /proc and /var/log tree written
+here in the kernel's and the kubelet's formats (EKS nodes: cgroup v2 with the systemd driver; the others:
+cgroupfs), and the kubelet's allocations come from an [emulated kubelet] (PodResources' answer, decoded).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,10 @@ from gpufleet_node.workload import POD, Workload
 
 IDLE_POD_GPU = 1  # the fine-tuning pod's second GPU: allocated, never used
 FIRST_PID = 4100
+RESEARCH_NODE = "i-0research0dev0001"
+# (utilization %, memory %) of the research node's GPUs every minute
+RESEARCH_LOAD = ((85.0, 60.0), (0.0, 0.0), (40.0, 30.0), (0.0, 0.0))
+Pod = tuple[str, str, str]  # namespace, pod, container
 
 
 class EmulatedKubelet:
@@ -57,36 +62,39 @@ class UsageScene:
         logs.create_log_group(logGroupName=schema.USAGE_LOG_GROUP)  # what the stack creates
 
     def tracker(self, iid: str, identity: Identity, backend: SimulatedBackend, metrics: Sender) -> UsageTracker:
-        eks = identity.cluster_name is not None
-        if eks and self.idle_node is None:
-            self.idle_node = iid
         suffix = iid[-5:]
-        trainer = ("team-a", f"finetune-{suffix}" if iid == self.idle_node else f"train-{suffix}", "trainer")
-        pods = [trainer, trainer, ("team-b", f"serve-{suffix}-0", "server"), ("team-b", f"serve-{suffix}-1", "server")]
+        layout: list[Pod | None] = [
+            ("team-a", f"train-{suffix}", "trainer"),
+            ("team-a", f"train-{suffix}", "trainer"),
+            ("team-b", f"serve-{suffix}-0", "server"),
+            ("team-b", f"serve-{suffix}-1", "server"),
+        ]
+        if iid == RESEARCH_NODE:
+            finetune = ("team-a", "finetune-llm", "trainer")
+            layout = [finetune, finetune, ("team-b", "notebook-3", "jupyter"), None]
+            self.idle_node = iid
         node = self.root / iid
-        for gpu, (ns, pod, container) in enumerate(pods):
-            self._process(node, FIRST_PID + gpu, ns, pod, container, systemd=eks)
-        workloads = [Workload(POD, namespace=ns, pod=pod, container=c) for ns, pod, c in pods]
-        self.pods[iid] = workloads
+        for gpu, pod in enumerate(layout):
+            if pod is not None:
+                self._process(node, FIRST_PID + gpu, *pod, systemd=identity.cluster_name is not None)
+        workloads = {gpu: Workload(POD, namespace=p[0], pod=p[1], container=p[2]) for gpu, p in enumerate(layout) if p}
+        self.pods[iid] = [workloads.get(g) for g in range(len(layout))]  # type: ignore[misc]
         uuids = [backend.describe(g).uuid for g in range(backend.gpus)]
-        kubelet = EmulatedKubelet(Allocations(by_device=dict(zip(uuids, workloads, strict=True))))
+        kubelet = EmulatedKubelet(Allocations(by_device={uuids[g]: w for g, w in workloads.items()}))
         attributor = Attributor(proc_root=str(node / "proc"), log_root=str(node / "var" / "log"))
         logs = LogSender(self.logs, schema.USAGE_LOG_GROUP, iid)
         return UsageTracker(lambda: identity, attributor, kubelet, uuids, logs, metrics, sample_s=self.sample_s)
 
-    def load(self, iid: str, backend: SimulatedBackend, set_gpu: Callable[[int, float, float], None]) -> None:
-        """After the scenario set each GPU's load: the idle pod's GPU stays idle, and each GPU whose model
-        is loaded runs its pod's process."""
+    def load(self, iid: str, backend: SimulatedBackend) -> None:
+        """After the scenario set each GPU's load: each GPU whose pod has its model loaded runs the pod's
+        process; the fine-tuning pod's second GPU and the research node's free GPU run none."""
         for gpu in range(backend.gpus):
-            if iid == self.idle_node and gpu == IDLE_POD_GPU:
-                set_gpu(gpu, 0.0, 0.0)
-                backend.set_processes(gpu, [])
-                continue
             v = backend.values[gpu]
-            loaded = v.get("memory_percent", 0.0) > 5.0
+            unused = iid == self.idle_node and gpu == IDLE_POD_GPU
+            loaded = v.get("memory_percent", 0.0) > 5.0 and self.pods[iid][gpu] is not None and not unused
             memory = backend.memory_total_mib * v.get("memory_percent", 0.0) / 100.0
-            share = v.get("utilization", 0.0)
-            backend.set_processes(gpu, [ProcessUse(FIRST_PID + gpu, memory, share)] if loaded else [])
+            procs = [ProcessUse(FIRST_PID + gpu, memory, v.get("utilization", 0.0))] if loaded else []
+            backend.set_processes(gpu, procs)
 
     def _process(self, node: Path, pid: int, ns: str, pod: str, container: str, systemd: bool) -> None:
         """/proc/PID/{cgroup,stat,status} and the kubelet's log directories, in their real formats."""
