@@ -325,12 +325,58 @@ def _is_glob(name: str) -> bool:
     return any(ch in name for ch in "*?[")
 
 
-def parse_policy(text: str, source: str = "policy") -> FleetPolicy:
-    """Parse and validate a YAML (or JSON) fleet policy; raise PolicyError naming every problem."""
+# Bounds on what a policy document may be, so a hostile or broken one is a policy error like any other
+# (the last good policy then holds) instead of a RecursionError or minutes of CPU: a real policy is a few
+# KB, nested a handful of levels, with an alias or two.
+MAX_POLICY_BYTES = 256 * 1024
+MAX_POLICY_DEPTH = 32
+MAX_POLICY_ALIASES = 64
+
+
+class _TooComplex(yaml.YAMLError):
+    pass
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing documents nested deeper than MAX_POLICY_DEPTH or with more than
+    MAX_POLICY_ALIASES aliases (an alias bomb expands exponentially when the schema walks it)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._aliases = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_POLICY_ALIASES:
+                raise _TooComplex(f"more than {MAX_POLICY_ALIASES} aliases")
+        self._depth += 1
+        try:
+            if self._depth > MAX_POLICY_DEPTH:
+                raise _TooComplex(f"nested deeper than {MAX_POLICY_DEPTH} levels")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _load_yaml(text: str, source: str) -> object:
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_POLICY_BYTES:
+        raise PolicyError([f"{source}: {size:,} bytes, more than a policy may be ({MAX_POLICY_BYTES:,})"])
     try:
-        doc = yaml.safe_load(text)
+        return yaml.load(text, Loader=_BoundedLoader)
+    except _TooComplex as exc:
+        raise PolicyError([f"{source}: not a policy document: {exc}"]) from None
     except yaml.YAMLError as exc:
         raise PolicyError([f"{source}: not valid YAML: {exc}"]) from None
+    except RecursionError:  # a bound above should catch it first; never let it escape as a crash
+        raise PolicyError([f"{source}: not a policy document: nested too deeply"]) from None
+
+
+def parse_policy(text: str, source: str = "policy") -> FleetPolicy:
+    """Parse and validate a YAML (or JSON) fleet policy; raise PolicyError naming every problem."""
+    doc = _load_yaml(text, source)
     if doc is None:
         doc = {}
     if not isinstance(doc, dict):
