@@ -265,23 +265,12 @@ def bench_publisher(minutes: int = 30, gpus: int = 8, out: Path = OUT) -> list[s
 
 
 def _node_tree(root: Path, gpus: int) -> Path:
-    """A node's /proc entries for the fake NVML's processes (pids 1000+i) and the kubelet's log folders,
-    in their real formats: pods of two teams, cgroup v2 with the systemd driver (as on EKS AL2023)."""
+    """The fake NVML's processes (pids 1000+i) as pods of two teams, in /proc and the kubelet's log folders."""
+    from rehearsal.usage_scene import write_pod_process
+
     for i in range(gpus):
         ns, pod = ("team-a", "trainer-0") if i < 4 else ("team-b", f"infer-{i}")
-        uid, cid = f"00000000-0000-0000-0000-{i:012d}", f"{i:064x}"
-        proc = root / "proc" / str(1000 + i)
-        proc.mkdir(parents=True, exist_ok=True)
-        scope = f"kubepods-burstable-pod{uid.replace('-', '_')}.slice/cri-containerd-{cid}.scope"
-        (proc / "cgroup").write_text(f"0::/kubepods.slice/kubepods-burstable.slice/{scope}\n")
-        (proc / "stat").write_text(f"{1000 + i} (python3) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {5000 + i} 1 1\n")
-        (proc / "status").write_text("Name:\tpython3\nUid:\t0\t0\t0\t0\n")
-        pod_dir = root / "log" / "pods" / f"{ns}_{pod}_{uid}" / "main"
-        pod_dir.mkdir(parents=True, exist_ok=True)
-        link = root / "log" / "containers" / f"{pod}_{ns}_main-{cid}.log"
-        link.parent.mkdir(parents=True, exist_ok=True)
-        if not link.is_symlink():
-            link.symlink_to(pod_dir)
+        write_pod_process(root, 1000 + i, ns, pod, "main", systemd=True)
     return root
 
 

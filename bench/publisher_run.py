@@ -86,7 +86,7 @@ def _config(node: str) -> dict[str, Any]:
 
     cfg = dict(config.DEFAULTS)
     cfg.update(prometheus=True, prometheus_port=0, prometheus_address="127.0.0.1", proc_root=f"{node}/proc")
-    cfg.update(kubelet_log_root=f"{node}/log", pod_resources_socket=None, region="us-east-1")
+    cfg.update(kubelet_log_root=f"{node}/var/log", pod_resources_socket=None, region="us-east-1")
     return cfg
 
 

@@ -78,31 +78,25 @@ class Meter:
 
 class TwoTeams:
     """Attribution's inputs for the month: team-a's trainer holds GPUs 0-3 (one of them never used),
-    team-b's pods GPUs 4-6, GPU 7 is unallocated; the pods keep their GPUs through nights and weekends."""
+    team-b's pods GPUs 4-6, GPU 7 is unallocated; the pods keep their GPUs through nights and weekends.
+    It answers as the Attributor (owner of each PID) and as the kubelet's reader (the allocations)."""
 
     def __init__(self, backend: Any) -> None:
-        self.owners = {1000 + g: self._pod(g) for g in range(7)}
-        self.by_device = {backend.describe(g).uuid: self._pod(g) for g in range(7)}
-        self.shared: dict[str, Any] = {}
-        self.unknown: str | None = None
-
-    @staticmethod
-    def _names() -> list[tuple[int, tuple[str, str]]]:
-        return [(g, ("team-a", "trainer-0") if g < 4 else ("team-b", f"infer-{g - 4}")) for g in range(7)]
-
-    def _pod(self, gpu: int) -> Any:
+        from gpufleet_node.podresources import Allocations
         from gpufleet_node.workload import POD, Workload
 
-        ns, pod = dict(self._names())[gpu]
-        return Workload(POD, namespace=ns, pod=pod, container="main")
+        pods = [("team-a", "trainer-0") if g < 4 else ("team-b", f"infer-{g - 4}") for g in range(7)]
+        workloads = [Workload(POD, namespace=ns, pod=pod, container="main") for ns, pod in pods]
+        self.owners = {1000 + g: w for g, w in enumerate(workloads)}
+        self.allocations = Allocations(by_device={backend.describe(g).uuid: w for g, w in enumerate(workloads)})
 
-    def current(self) -> TwoTeams:
-        return self
+    def current(self) -> Any:
+        return self.allocations
 
     def workload_of(self, pid: int) -> Any:
         return self.owners[pid]
 
-    def unknown_now(self) -> dict[str, str]:
+    def unknown(self) -> dict[str, str]:
         return {}
 
     def processes(self, gpu: int, util: float, memory_mib: float) -> list[Any]:
@@ -126,10 +120,9 @@ def ours(mode: str, scenario: Scenario, attribution: bool = False) -> dict[str, 
     sender = Sender(meter)
     usage, teams = None, TwoTeams(backend)
     if attribution:
-        attributor = type("Owners", (), {"workload_of": teams.workload_of, "unknown": teams.unknown_now})()
         uuids = [backend.describe(g).uuid for g in range(scenario.gpus)]
         logs = LogSender(meter, "/gpufleet/usage", identity.instance_id)
-        usage = UsageTracker(lambda: identity, attributor, teams, uuids, logs, sender, sample_s=SAMPLE_EVERY_S)
+        usage = UsageTracker(teams, teams, uuids, logs, sender, sample_s=SAMPLE_EVERY_S)
     publisher = Publisher(backend, identity, sender, detail=mode, usage=usage)
     publisher.start(xid_thread=False)
     xids = list(scenario.xids)

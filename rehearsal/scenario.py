@@ -414,10 +414,7 @@ class Rehearsal:
         for iid in list(self.nodes):
             if self.nodes[iid].group == ref.key and iid not in alive:
                 del self.nodes[iid]
-                gone = self.publishers.pop(iid)
-                gone.finish(START + timedelta(minutes=minute))
-                self.put_metric_calls += gone.sender.calls
-                self.finished_nodes += 1
+                self._stop_publisher(iid, minute)
         return alive
 
     def _sample(self, publisher: Publisher, start: datetime) -> None:
@@ -828,10 +825,14 @@ class Rehearsal:
     def finish_nodes(self, minute: int) -> None:
         """The rehearsal is over: every node's publisher closes its usage window and sends what it has."""
         for iid in list(self.publishers):
-            gone = self.publishers.pop(iid)
-            gone.finish(START + timedelta(minutes=minute))
-            self.put_metric_calls += gone.sender.calls
-            self.finished_nodes += 1
+            self._stop_publisher(iid, minute)
+
+    def _stop_publisher(self, iid: str, minute: int) -> None:
+        """A node is gone (or the rehearsal over): its publisher sends what it holds, and is counted."""
+        gone = self.publishers.pop(iid)
+        gone.finish(START + timedelta(minutes=minute))
+        self.put_metric_calls += gone.sender.calls
+        self.finished_nodes += 1
 
     def verify_publisher(self) -> None:
         r = self.result

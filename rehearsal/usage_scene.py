@@ -76,14 +76,14 @@ class UsageScene:
         node = self.root / iid
         for gpu, pod in enumerate(layout):
             if pod is not None:
-                self._process(node, FIRST_PID + gpu, *pod, systemd=identity.cluster_name is not None)
+                write_pod_process(node, FIRST_PID + gpu, *pod, systemd=identity.cluster_name is not None)
         workloads = {gpu: Workload(POD, namespace=p[0], pod=p[1], container=p[2]) for gpu, p in enumerate(layout) if p}
         self.pods[iid] = [workloads.get(g) for g in range(len(layout))]  # type: ignore[misc]
         uuids = [backend.describe(g).uuid for g in range(backend.gpus)]
         kubelet = EmulatedKubelet(Allocations(by_device={uuids[g]: w for g, w in workloads.items()}))
         attributor = Attributor(proc_root=str(node / "proc"), log_root=str(node / "var" / "log"))
         logs = LogSender(self.logs, schema.USAGE_LOG_GROUP, iid)
-        return UsageTracker(lambda: identity, attributor, kubelet, uuids, logs, metrics, sample_s=self.sample_s)
+        return UsageTracker(attributor, kubelet, uuids, logs, metrics, sample_s=self.sample_s)
 
     def load(self, iid: str, backend: SimulatedBackend) -> None:
         """After the scenario set each GPU's load: each GPU whose pod has its model loaded runs the pod's
@@ -96,24 +96,27 @@ class UsageScene:
             procs = [ProcessUse(FIRST_PID + gpu, memory, v.get("utilization", 0.0))] if loaded else []
             backend.set_processes(gpu, procs)
 
-    def _process(self, node: Path, pid: int, ns: str, pod: str, container: str, systemd: bool) -> None:
-        """/proc/PID/{cgroup,stat,status} and the kubelet's log directories, in their real formats."""
-        uid, cid = _uid(f"{ns}/{pod}"), _container_id(f"{ns}/{pod}/{container}")
-        if systemd:
-            slice_ = f"kubepods-burstable-pod{uid.replace('-', '_')}.slice"
-            cgroup = f"0::/kubepods.slice/kubepods-burstable.slice/{slice_}/cri-containerd-{cid}.scope\n"
-        else:
-            cgroup = f"0::/kubepods/burstable/pod{uid}/{cid}\n"
-        proc = node / "proc" / str(pid)
-        proc.mkdir(parents=True, exist_ok=True)
-        (proc / "cgroup").write_text(cgroup)
-        start = 1000 + pid
-        rest = f"S 1 {pid} {pid} 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 {start} 1000 100"
-        (proc / "stat").write_text(f"{pid} (python3 serve) {rest}\n")
-        (proc / "status").write_text("Name:\tpython3\nUid:\t0\t0\t0\t0\n")
-        log = node / "var" / "log"
-        (log / "pods" / f"{ns}_{pod}_{uid}" / container).mkdir(parents=True, exist_ok=True)
-        (log / "containers").mkdir(parents=True, exist_ok=True)
-        link = log / "containers" / f"{pod}_{ns}_{container}-{cid}.log"
-        if not link.is_symlink():
-            link.symlink_to(log / "pods" / f"{ns}_{pod}_{uid}" / container / "0.log")
+
+def write_pod_process(node: Path, pid: int, ns: str, pod: str, container: str, systemd: bool) -> None:
+    """/proc/PID/{cgroup,stat,status} under `node` and the kubelet's log folders under `node`/var/log, in
+    their real formats (cgroup v2, the systemd driver as on EKS AL2023 or cgroupfs): a pod's process as the
+    Attributor finds it. The rehearsal's nodes and the publisher benchmark use it."""
+    uid, cid = _uid(f"{ns}/{pod}"), _container_id(f"{ns}/{pod}/{container}")
+    if systemd:
+        slice_ = f"kubepods-burstable-pod{uid.replace('-', '_')}.slice"
+        cgroup = f"0::/kubepods.slice/kubepods-burstable.slice/{slice_}/cri-containerd-{cid}.scope\n"
+    else:
+        cgroup = f"0::/kubepods/burstable/pod{uid}/{cid}\n"
+    proc = node / "proc" / str(pid)
+    proc.mkdir(parents=True, exist_ok=True)
+    (proc / "cgroup").write_text(cgroup)
+    start = 1000 + pid
+    rest = f"S 1 {pid} {pid} 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 {start} 1000 100"
+    (proc / "stat").write_text(f"{pid} (python3 serve) {rest}\n")
+    (proc / "status").write_text("Name:\tpython3\nUid:\t0\t0\t0\t0\n")
+    log = node / "var" / "log"
+    (log / "pods" / f"{ns}_{pod}_{uid}" / container).mkdir(parents=True, exist_ok=True)
+    (log / "containers").mkdir(parents=True, exist_ok=True)
+    link = log / "containers" / f"{pod}_{ns}_{container}-{cid}.log"
+    if not link.is_symlink():
+        link.symlink_to(log / "pods" / f"{ns}_{pod}_{uid}" / container / "0.log")

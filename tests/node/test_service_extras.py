@@ -4,6 +4,7 @@ Prometheus endpoint serving the publisher's latest samples with the holders' pod
 import urllib.request
 from datetime import datetime, timezone
 
+from proc_trees import ProcTree, systemd_pod, v2
 from prometheus_client.parser import text_string_to_metric_families
 
 from fakes import FakeCloudWatch
@@ -18,24 +19,15 @@ T0 = datetime(2026, 11, 23, 10, 0, tzinfo=timezone.utc)
 
 
 def test_the_tracker_and_the_endpoint_from_the_config(tmp_path):
-    proc = tmp_path / "proc" / "4242"
-    proc.mkdir(parents=True)
+    tree = ProcTree(tmp_path)
     uid, cid = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", "c" * 64
-    (proc / "cgroup").write_text(
-        "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod%s.slice/cri-containerd-%s.scope\n"
-        % (uid.replace("-", "_"), cid)
-    )
-    (proc / "stat").write_text("4242 (python3) S 1 4242 4242 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 777 1 1\n")
-    (proc / "status").write_text("Name:\tpython3\nUid:\t0\t0\t0\t0\n")
-    logs = tmp_path / "log"
-    (logs / "pods" / ("team-a_trainer-0_%s" % uid) / "main").mkdir(parents=True)
-    (logs / "containers").mkdir()
-    (logs / "containers" / ("trainer-0_team-a_main-%s.log" % cid)).symlink_to(logs / "pods")
+    tree.process(4242, v2(systemd_pod(uid, cid)))
+    tree.pod_logs("team-a", "trainer-0", uid, {"main": cid})
     cfg_file = tmp_path / "publisher.json"
     cfg_file.write_text(
         '{"prometheus": true, "prometheus_port": 1, "prometheus_address": "127.0.0.1", "proc_root": "%s", '
         '"pod_resources_socket": "%s", "kubelet_log_root": "%s", "region": "us-east-1"}'
-        % (tmp_path / "proc", tmp_path / "no-kubelet.sock", logs)
+        % (tree.proc_root, tmp_path / "no-kubelet.sock", tree.log_root)
     )
     cfg = config.load(str(cfg_file))
     cfg["prometheus_port"] = 0  # any free port

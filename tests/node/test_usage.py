@@ -127,7 +127,6 @@ def tracked_publisher(logs, cloudwatch, pods):
     identity = Identity("i-0node", "us-east-1", "g5.12xlarge", cluster_name="prod", nodegroup_name="gpu-a")
     metrics = Sender(cloudwatch)
     usage = UsageTracker(
-        lambda: identity,
         FakeAttributor({101: TRAINER}),
         pods,
         [backend.describe(i).uuid for i in range(2)],
@@ -232,10 +231,10 @@ def test_a_buffer_as_short_as_one_window_still_sends_the_record():
     backend = SimulatedBackend(gpus=1)
     identity = Identity("i-0node", "us-east-1", "g5.xlarge", asg_name="train")
     sender = LogSender(logs, schema.USAGE_LOG_GROUP, "i-0node", max_buffer_age=timedelta(seconds=300))
-    usage = UsageTracker(lambda: identity, FakeAttributor({}), None, ["GPU-0"], sender, Sender(cloudwatch), 300, 10.0)
-    usage.begin(T0)
+    usage = UsageTracker(FakeAttributor({}), None, ["GPU-0"], sender, Sender(cloudwatch), 300, 10.0)
+    usage.begin(T0, identity)
     usage.add(0, backend.sample(0))
-    usage.begin(T0 + timedelta(seconds=301))  # the window closes 301 s after it started
+    usage.begin(T0 + timedelta(seconds=301), identity)  # the window closes 301 s after it started
     assert len(logs.records()) == 1 and sender.dropped_windows == 0
 
 
@@ -247,10 +246,10 @@ def test_reasons_in_the_record_are_counted_kinds_not_pids():
     logs = FakeLogs(schema.USAGE_LOG_GROUP)
     identity = Identity("i-0node", "us-east-1", "g5.xlarge", asg_name="train")
     sender = LogSender(logs, schema.USAGE_LOG_GROUP, "i-0node")
-    usage = UsageTracker(lambda: identity, Forgetful({}), None, ["GPU-0"], sender, Sender(FakeCloudWatch()), 300, 10.0)
-    usage.begin(T0)
+    usage = UsageTracker(Forgetful({}), None, ["GPU-0"], sender, Sender(FakeCloudWatch()), 300, 10.0)
+    usage.begin(T0, identity)
     usage.add(0, SimulatedBackend(1).sample(0))
-    usage.close(T0 + timedelta(seconds=300))
+    usage.close(T0 + timedelta(seconds=300), identity)
     assert logs.records()[0]["gone"] == {"processes": "process N exited before /proc/N/cgroup was read"}
 
 
@@ -260,12 +259,10 @@ def test_mig_allocations_are_said_not_guessed():
     identity = Identity("i-0node", "us-east-1", "p4d.24xlarge", asg_name="train")
     sender = LogSender(logs, schema.USAGE_LOG_GROUP, "i-0node")
     pods = FakePods({"MIG-5a1c0f6e-0000-0000-0000-000000000000": mig})
-    usage = UsageTracker(
-        lambda: identity, FakeAttributor({}), pods, ["GPU-0"], sender, Sender(FakeCloudWatch()), 300, 10.0
-    )
-    usage.begin(T0)
+    usage = UsageTracker(FakeAttributor({}), pods, ["GPU-0"], sender, Sender(FakeCloudWatch()), 300, 10.0)
+    usage.begin(T0, identity)
     usage.add(0, SimulatedBackend(1).sample(0))
-    usage.close(T0 + timedelta(seconds=300))
+    usage.close(T0 + timedelta(seconds=300), identity)
     [record] = logs.records()
     assert record["gone"]["allocations mig"].startswith("MIG devices allocated")
     assert [r[1] for r in record["u"]] == [None]

@@ -108,9 +108,7 @@ def usage_tracker(cfg: Dict[str, Any], backend: Any, identity: Any, sender: Send
         identity.instance_id,
         max_buffer_age=timedelta(seconds=cfg["buffer_max_age_s"]),
     )
-    holder = [identity]  # the publisher's identity changes when tags are read again
     return UsageTracker(
-        lambda: holder[0],
         Attributor(
             proc_root=cfg["proc_root"] or "/proc",
             log_root=cfg["kubelet_log_root"] or "/var/log",
@@ -128,13 +126,11 @@ def usage_tracker(cfg: Dict[str, Any], backend: Any, identity: Any, sender: Send
 def start_extras(cfg: Dict[str, Any], publisher: Publisher) -> List[Callable[[], None]]:
     """The kubelet reader's thread and the Prometheus endpoint, when on; returns how to stop them."""
     stops: List[Callable[[], None]] = []
-    usage = publisher.usage
-    if usage is not None:
-        usage.identity = lambda: publisher.identity
-        if usage.pod_resources is not None:
-            usage.pod_resources.refresh()  # the first window knows its allocations (at most timeout_s)
-            usage.pod_resources.start()
-            stops.append(usage.pod_resources.stop)
+    kubelet = publisher.usage.pod_resources if publisher.usage is not None else None
+    if kubelet is not None:
+        kubelet.refresh()  # the first window knows its allocations (at most timeout_s)
+        kubelet.start()
+        stops.append(kubelet.stop)
     if cfg["prometheus"]:
         try:
             from gpufleet_node.prometheus import GpuCollector, serve

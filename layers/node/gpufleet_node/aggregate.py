@@ -9,7 +9,7 @@ Python >= 3.9.
 
 import math
 from collections import Counter
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 from gpufleet_node import schema
@@ -26,6 +26,12 @@ Dimensions = Tuple[Tuple[str, str], ...]
 Datum = Dict[str, Any]
 # keep(metric name, dimensions, counter value or None for a sampled series) -> send this datum?
 Keep = Callable[[str, Dimensions, Optional[float]], bool]
+
+
+def window_start(now: datetime, length_s: int) -> datetime:
+    """The start of the `length_s` window `now` falls in, on the epoch's grid (UTC)."""
+    epoch = int(now.timestamp())
+    return datetime.fromtimestamp(epoch - epoch % length_s, timezone.utc)
 
 
 class _Series:

@@ -81,6 +81,12 @@ class Identity:
             return schema.group_dimensions(asg_name=self.asg_name)
         return None
 
+    def group_key(self) -> Optional[str]:
+        """The group as the controller names it ("asg:NAME" or "eks:CLUSTER/NODEGROUP"), if any."""
+        if self.cluster_name and self.nodegroup_name:
+            return "eks:%s/%s" % (self.cluster_name, self.nodegroup_name)
+        return "asg:%s" % self.asg_name if self.asg_name else None
+
     def detail_on(self) -> bool:
         return (self.detail or "").strip().lower() in schema.TAG_DETAIL_ON_VALUES
 

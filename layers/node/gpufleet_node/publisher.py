@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from gpufleet_node import schema
-from gpufleet_node.aggregate import GpuCounters, Scopes, Window, add_high_resolution, add_sample
+from gpufleet_node.aggregate import GpuCounters, Scopes, Window, add_high_resolution, add_sample, window_start
 from gpufleet_node.detail import DetailSelector
 from gpufleet_node.identity import Identity
 from gpufleet_node.sender import Sender
@@ -42,11 +42,6 @@ def _check(detail: str, detail_gpus: str, sender: Sender, window_s: int) -> None
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def window_start(now: datetime, length_s: int) -> datetime:
-    epoch = int(now.timestamp())
-    return datetime.fromtimestamp(epoch - epoch % length_s, timezone.utc)
 
 
 class Publisher:
@@ -147,7 +142,7 @@ class Publisher:
         """Sample every GPU once at `now`; close and submit windows whose time is up (outside the lock:
         the XID thread never waits for a send)."""
         if self.usage is not None:  # first: its team series ride along with the metrics window closed below
-            self.usage.begin(now)
+            self.usage.begin(now, self.identity)
         with self._lock:
             closed = self._roll(now)
         self._submit(closed, now)
@@ -191,7 +186,7 @@ class Publisher:
         """Close the open windows (on shutdown) and make a last attempt to send."""
         self._stop.set()
         if self.usage is not None:
-            self.usage.close(now)
+            self.usage.close(now, self.identity)
         self.close_windows(now)
         self.sender.flush(now)  # what no window carried (the last team series); nothing when empty
 

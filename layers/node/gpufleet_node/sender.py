@@ -46,29 +46,39 @@ RETRYABLE_CLIENT_ERRORS = frozenset(
 Window = Tuple[datetime, List[Dict[str, Any]]]
 
 
-def cloudwatch_client(region: str, endpoint_url: Optional[str] = None) -> Any:
-    """boto3 with standard retries and request compression for every PutMetricData body (botocore
-    gzips PutMetricData when the body reaches `request_min_compression_size_bytes`)."""
+def _client(service: str, region: str, endpoint_url: Optional[str], **config: Any) -> Any:
+    """boto3 with standard retries and short timeouts (the sender's own backoff does the rest)."""
     import boto3
     from botocore.config import Config
 
-    config = Config(
-        retries={"mode": "standard", "max_attempts": 3},
-        connect_timeout=5,
-        read_timeout=10,
-        request_min_compression_size_bytes=1,
-        disable_request_compression=False,
+    settings = Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=5, read_timeout=10, **config)
+    return boto3.client(service, region_name=region, endpoint_url=endpoint_url, config=settings)
+
+
+def cloudwatch_client(region: str, endpoint_url: Optional[str] = None) -> Any:
+    """Request compression for every PutMetricData body (botocore gzips PutMetricData when the body
+    reaches `request_min_compression_size_bytes`)."""
+    return _client(
+        "cloudwatch", region, endpoint_url, request_min_compression_size_bytes=1, disable_request_compression=False
     )
-    return boto3.client("cloudwatch", region_name=region, endpoint_url=endpoint_url, config=config)
+
+
+def logs_client(region: str, endpoint_url: Optional[str] = None) -> Any:
+    """CloudWatch Logs for the usage records."""
+    return _client("logs", region, endpoint_url)
+
+
+def _error(exc: BaseException) -> Tuple[Optional[int], str]:
+    """(HTTP status, error code) of an AWS error botocore raised; (None, "") for anything else."""
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return None, ""
+    return response.get("ResponseMetadata", {}).get("HTTPStatusCode"), str(response.get("Error", {}).get("Code", ""))
 
 
 def rejected(exc: BaseException) -> bool:
     """True when CloudWatch read the request and refused what it says (resending cannot succeed)."""
-    response = getattr(exc, "response", None)
-    if not isinstance(response, dict):
-        return False
-    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    code = response.get("Error", {}).get("Code", "")
+    status, code = _error(exc)
     return status in (400, 413) and code not in RETRYABLE_CLIENT_ERRORS
 
 
@@ -254,27 +264,26 @@ class LogSender(Sender):
         events = sorted(datums, key=lambda e: e["timestamp"])  # PutLogEvents wants them in order
         for chunk in _by_size(events, self.max_per_call):
             try:
-                answer = self.cloudwatch.put_log_events(
-                    logGroupName=self.group, logStreamName=self.stream, logEvents=chunk
-                )
+                answer = self._put_events(chunk)
             except Exception as exc:
-                if _code(exc) != "ResourceNotFoundException":
+                if _error(exc)[1] != "ResourceNotFoundException":
                     raise
-                self._create_stream()
-                answer = self.cloudwatch.put_log_events(
-                    logGroupName=self.group, logStreamName=self.stream, logEvents=chunk
-                )
+                self._create_stream()  # the first record of this instance: its stream is made once
+                answer = self._put_events(chunk)
             self.calls += 1
             rejected_info = (answer or {}).get("rejectedLogEventsInfo")
             if rejected_info:  # too old (> 14 days, or past retention) or > 2 h ahead: a skewed clock
                 self.rejected_windows += 1
                 log.error("CloudWatch Logs refused some usage records as out of its time window: %s", rejected_info)
 
+    def _put_events(self, chunk: List[Dict[str, Any]]) -> Any:
+        return self.cloudwatch.put_log_events(logGroupName=self.group, logStreamName=self.stream, logEvents=chunk)
+
     def _create_stream(self) -> None:
         try:
             self.cloudwatch.create_log_stream(logGroupName=self.group, logStreamName=self.stream)
         except Exception as exc:
-            code = _code(exc)
+            code = _error(exc)[1]
             if code == "ResourceAlreadyExistsException":
                 return
             if code == "ResourceNotFoundException":  # retryable: the stack may be deployed later
@@ -300,20 +309,6 @@ def _by_size(events: List[Dict[str, Any]], most: int) -> List[List[Dict[str, Any
         batches[-1].append(event)
         size += length
     return [b for b in batches if b]
-
-
-def _code(exc: BaseException) -> str:
-    response = getattr(exc, "response", None)
-    return str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
-
-
-def logs_client(region: str, endpoint_url: Optional[str] = None) -> Any:
-    """boto3 CloudWatch Logs with standard retries and short timeouts, like the metrics client."""
-    import boto3
-    from botocore.config import Config
-
-    config = Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=5, read_timeout=10)
-    return boto3.client("logs", region_name=region, endpoint_url=endpoint_url, config=config)
 
 
 class _SendLoop:

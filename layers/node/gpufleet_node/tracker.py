@@ -8,11 +8,13 @@ Python >= 3.9.
 import logging
 import re
 from datetime import datetime, timedelta
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from gpufleet_node import schema
+from gpufleet_node.aggregate import window_start
 from gpufleet_node.identity import Identity
 from gpufleet_node.nvml import GpuSample
+from gpufleet_node.podresources import Allocations
 from gpufleet_node.sender import Sender
 from gpufleet_node.usage import Holder, UsageWindow, split_record, team_datums
 from gpufleet_node.workload import POD, UNKNOWN, Workload
@@ -22,11 +24,11 @@ log = logging.getLogger("gpufleet.publisher")
 MAX_GAP_FACTOR = 10  # a sample stands for at most this many intervals (a stalled loop is not usage)
 
 
-def _allocated(allocations: Any, uuid: str) -> List[Workload]:
+def _allocated(allocations: Optional[Allocations], uuid: str) -> List[Workload]:
     """The pods the kubelet gave this GPU: several when it is time-sliced (`shared`), else at most one."""
     if allocations is None:
         return []
-    shared = getattr(allocations, "shared", {}).get(uuid)
+    shared = allocations.shared.get(uuid)
     if shared:
         return list(shared)
     found = allocations.by_device.get(uuid)
@@ -62,6 +64,16 @@ def merge_holders(processes: Sequence[Holder], allocated: Sequence[Workload]) ->
     return list(holders.values())
 
 
+def _allocation_notes(allocations: Allocations) -> Dict[str, str]:
+    """What the kubelet's answer leaves unknown, as the record's `gone` entries."""
+    notes = {"allocations " + topic: _category(note) for topic, note in allocations.notes.items()}
+    if allocations.unknown:
+        notes["allocations"] = allocations.unknown
+    if any(device.startswith("MIG-") for device in allocations.by_device):
+        notes["allocations mig"] = "MIG devices allocated: not matched to their GPU yet"
+    return notes
+
+
 def _category(reason: str) -> str:
     """A reason without its PIDs, UIDs and ids, so a report can count them instead of listing each."""
     return re.sub(r"\b[0-9a-f]{12,}\b|\d+", "N", reason)[:200]
@@ -72,7 +84,6 @@ class UsageTracker:
 
     def __init__(
         self,
-        identity: Callable[[], Identity],
         attributor: Any,
         pod_resources: Optional[Any],
         uuids: Sequence[str],
@@ -81,7 +92,6 @@ class UsageTracker:
         window_s: int = schema.USAGE_WINDOW_S,
         sample_s: float = 1.0,
     ) -> None:
-        self.identity = identity
         self.attributor = attributor
         self.pod_resources = pod_resources
         self.uuids = list(uuids)
@@ -93,29 +103,25 @@ class UsageTracker:
         self.current: Dict[int, List[Holder]] = {}  # the latest holders per GPU (the Prometheus endpoint)
         self._last: Optional[datetime] = None
         self._dt = sample_s
-        self._allocations: Any = None
+        self._allocations: Optional[Allocations] = None
         self.records = 0
 
-    def begin(self, now: datetime) -> None:
-        """Start a sampling round: close the window if it is over, and take the round's allocations."""
+    def begin(self, now: datetime, identity: Identity) -> None:
+        """Start a sampling round: close the window if it is over (written as `identity`: the publisher's,
+        which changes when the tags are read again), and take the round's allocations."""
         self._dt = self.sample_s
         if self._last is not None:
             self._dt = max(0.0, min((now - self._last).total_seconds(), MAX_GAP_FACTOR * self.sample_s))
         self._last = now
-        start = datetime.fromtimestamp(int(now.timestamp()) // self.window_s * self.window_s, now.tzinfo)
+        start = window_start(now, self.window_s)
         if self.window is not None and self.window.start != start:
-            self.close(now)
+            self.close(now, identity)
         if self.window is None:
             self.window = UsageWindow(start, self.window_s, len(self.uuids))
         self._allocations = None
         if self.pod_resources is not None:
             self._allocations = self.pod_resources.current()
-            if self._allocations.unknown:
-                self.window.unknown["allocations"] = self._allocations.unknown
-            for topic, note in getattr(self._allocations, "notes", {}).items():
-                self.window.unknown["allocations " + topic] = _category(note)
-            if any(device.startswith("MIG-") for device in self._allocations.by_device):
-                self.window.unknown["allocations mig"] = "MIG devices allocated: not matched to their GPU yet"
+            self.window.unknown.update(_allocation_notes(self._allocations))
 
     def add(self, index: int, sample: GpuSample) -> None:
         """One GPU's sample of this round."""
@@ -138,15 +144,14 @@ class UsageTracker:
         uuid = self.uuids[index] if index < len(self.uuids) else ""
         return merge_holders(procs, _allocated(self._allocations, uuid))
 
-    def close(self, now: datetime) -> None:
+    def close(self, now: datetime, identity: Identity) -> None:
         """Submit the open window (also at shutdown): its record to Logs, its team hours as metrics."""
         window, self.window = self.window, None
         if window is None or not window.rows:
             return
         for topic, reason in self.attributor.unknown().items():
             window.unknown[topic] = _category(reason)
-        who = self.identity()
-        record = window.record(who.instance_id, who.instance_type, _group(who))
+        record = window.record(identity.instance_id, identity.instance_type, identity.group_key())
         stamp = int(window.start.timestamp() * 1000)
         events = [{"timestamp": stamp, "message": text} for text in split_record(record)]
         # aged from the window's end: a buffer as short as one window still keeps it until it is sent
@@ -154,9 +159,3 @@ class UsageTracker:
         # queued, not sent: they go out in the same PutMetricData as the next closed metrics window
         self.metric_sender.enqueue(window.start, team_datums(window.team_hours(), window.start))
         self.records += 1
-
-
-def _group(identity: Identity) -> Optional[str]:
-    if identity.cluster_name and identity.nodegroup_name:
-        return "eks:%s/%s" % (identity.cluster_name, identity.nodegroup_name)
-    return "asg:%s" % identity.asg_name if identity.asg_name else None
