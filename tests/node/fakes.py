@@ -3,25 +3,48 @@
 import json
 import threading
 import time
+from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 from typing import Any, Callable, Dict, List, Optional
 
 
 class FakeCloudWatch:
     """Records PutMetricData calls; fails the next `fail_next` calls like an unreachable endpoint; refuses
     calls that `refuse` picks like CloudWatch refuses bad content (a 400 ClientError, as botocore raises);
-    `delay_s` makes every call hang that long first (a slow network)."""
+    `delay_s` makes every call hang that long first (a slow network). `validate` puts botocore's own
+    client-side validation in front, with the real CloudWatch model, as a boto3 client has it: a datum it
+    refuses raises the real ParamValidationError before anything is sent."""
 
     def __init__(
-        self, fail_next: int = 0, refuse: Optional[Callable[[List[Dict[str, Any]]], Optional[str]]] = None
+        self,
+        fail_next: int = 0,
+        refuse: Optional[Callable[[List[Dict[str, Any]]], Optional[str]]] = None,
+        validate: bool = False,
     ) -> None:
         self.calls: List[Dict[str, Any]] = []
         self.fail_next = fail_next
         self.refuse = refuse
         self.delay_s = 0.0
         self.attempts = 0
+        self.invalid_calls = 0
+        if validate:
+            import botocore.session
+
+            self.meta = SimpleNamespace(service_model=botocore.session.get_session().get_service_model("cloudwatch"))
+
+    def _validate(self, params: Dict[str, Any]) -> None:
+        if hasattr(self, "meta"):
+            from botocore.validate import validate_parameters
+
+            try:
+                validate_parameters(params, self.meta.service_model.operation_model("PutMetricData").input_shape)
+            except Exception:
+                self.invalid_calls += 1
+                raise
 
     def put_metric_data(self, Namespace: str, MetricData: List[Dict[str, Any]]) -> Dict[str, Any]:
+        self._validate({"Namespace": Namespace, "MetricData": MetricData})  # a client checks before it connects
         self.attempts += 1
         if self.delay_s:
             time.sleep(self.delay_s)
@@ -46,6 +69,29 @@ def client_error(code: str, status: int) -> Exception:
         {"Error": {"Code": code, "Message": "refused by the fake"}, "ResponseMetadata": {"HTTPStatusCode": status}},
         "PutMetricData",
     )
+
+
+class FakeClocks:
+    """The two clocks a node has: the wall clock (what timestamps say) and the monotonic clock (time that
+    passed). `advance` moves both, as time passing does; `jump` moves the wall clock alone, as an NTP step
+    does, or a VM resumed from suspend (CLOCK_MONOTONIC stands still while it is suspended)."""
+
+    def __init__(self, start: datetime) -> None:
+        self.now = start
+        self.mono = 5000.0  # any origin: only differences count
+
+    def wall(self) -> datetime:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.mono
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+        self.mono += seconds
+
+    def jump(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
 
 
 class FakeEc2:

@@ -12,13 +12,13 @@ import logging
 import threading
 import time
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from gpufleet_node import schema
 from gpufleet_node.aggregate import GpuCounters, Scopes, Window, add_high_resolution, add_sample, window_start
 from gpufleet_node.detail import DetailSelector
 from gpufleet_node.identity import Identity
-from gpufleet_node.sender import Sender
+from gpufleet_node.sender import Sender, Ticks, WallClock
 from gpufleet_node.tracker import UsageTracker
 
 log = logging.getLogger("gpufleet.publisher")
@@ -217,25 +217,25 @@ class Publisher:
 
     # ---- the service loop ----
 
-    def run(self, sample_interval_s: float = 1.0, clock: Callable[[], datetime] = utcnow) -> None:
+    def run(self, sample_interval_s: float = 1.0, clock: WallClock = utcnow, monotonic: Ticks = time.monotonic) -> None:
         """Sample on a fixed cadence (no drift: the next round is scheduled from the monotonic clock);
-        the senders run on their own thread meanwhile."""
+        the senders run on their own thread meanwhile, their buffer ages on the same monotonic clock."""
         extra = (self.usage.log_sender,) if self.usage is not None else ()
         senders = {id(s): s for s in (self.sender, self.hr_sender, *extra)}.values()
         for sender in senders:
-            sender.start_background(clock)
-        next_round = time.monotonic()
+            sender.start_background(clock, monotonic=monotonic)
+        next_round = monotonic()
         while not self._stop.is_set():
             try:
                 self.step(clock())
             except Exception:  # a bug in one round must not end the service; systemd would restart it anyway
                 log.exception("sampling round failed")
             next_round += sample_interval_s
-            delay = next_round - time.monotonic()
+            delay = next_round - monotonic()
             if delay > 0:
                 self._stop.wait(delay)
             else:
-                next_round = time.monotonic()  # fell behind: skip, do not burst
+                next_round = monotonic()  # fell behind: skip, do not burst
         self.finish(clock())
         for sender in senders:
             sender.stop_background(clock())
