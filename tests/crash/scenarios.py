@@ -170,6 +170,8 @@ class ScaleInTwoVictims(_ScalerWorld):
             threshold=20,
             evaluation_periods=1,
         )
+        # In ALARM, as CloudWatch has it when it runs the alarm action (the scaler re-reads it).
+        self.clients.cloudwatch.set_alarm_state(AlarmName="gpufleet-train-gpu-low", StateValue="ALARM", StateReason="t")
         ids = self.instances()
         self.busy, self.idle = ids[:2], ids[2:]
         for minute in range(1, 4):

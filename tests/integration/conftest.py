@@ -33,6 +33,7 @@ class Fleet:
         if policy is not None:
             self.policy_path.write_text(policy)
         env = {defaults.ENV_STATE_TABLE: TABLE, defaults.ENV_POLICY_FILE: str(self.policy_path)}
+        env[defaults.ENV_ACCOUNT_ID] = "123456789012"  # moto's account, as the template sets it from AWS::AccountId
         if notify_queue:
             env[defaults.ENV_NOTIFY_QUEUE_URL] = notify_queue
         if dry_run:
@@ -52,6 +53,10 @@ class Fleet:
     def nodegroup_desired(self) -> int:
         ng = self.clients.eks.describe_nodegroup(clusterName="ml", nodegroupName="infer-gpu")
         return int(ng["nodegroup"]["scalingConfig"]["desiredSize"])
+
+    def alarm_state(self, name: str, state: str) -> None:
+        """What CloudWatch would have done before delivering the alarm (moto evaluates no alarms)."""
+        self.clients.cloudwatch.set_alarm_state(AlarmName=name, StateValue=state, StateReason="test")
 
     def put_instance_gpu(self, instance_id: str, util: float, mem: float, at: Any) -> None:
         dims = [{"Name": schema.DIM_INSTANCE_ID, "Value": instance_id}]

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from gpufleet.events.origin import Origin, origins_of
 from tests.integration.conftest import Fleet
 from tests.integration.test_invoke_events import invoke_function
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real_events"
 OK, REJECTED = "ok", "rejected"
+HOME = Origin(account="123456789012", region="us-east-1")  # moto's account; the tests' region
 # file -> (function, expected, text that must appear in the decision reasons or the error line)
 EXPECTED = {
     "eb-alarm-state-change-metric--awsdocs-cloudwatch-user-guide.json": ("scaler", OK, "no action"),
@@ -94,7 +97,7 @@ def test_a_real_sample_is_handled_or_rejected_in_one_line(gpu_fleet: Fleet, name
 
         env = fleet.create_notification_stack(slack_secret=None).env("gpufleet-state", str(gpu_fleet.policy_path))
     before = (gpu_fleet.desired(), gpu_fleet.nodegroup_desired())
-    proc = invoke_function(function, gpu_fleet, REAL / name, extra_env=env)
+    proc = invoke_function(function, gpu_fleet, at_home(REAL / name, gpu_fleet.policy_path.parent), extra_env=env)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert "Traceback" not in proc.stderr
     if expected == REJECTED:
@@ -104,6 +107,35 @@ def test_a_real_sample_is_handled_or_rejected_in_one_line(gpu_fleet: Fleet, name
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert text in proc.stdout
     assert (gpu_fleet.desired(), gpu_fleet.nodegroup_desired()) == before
+
+
+def foreign(doc: dict[str, Any]) -> list[Origin]:
+    return [o for o in origins_of(doc) if o.account not in (None, HOME.account) or o.region not in (None, HOME.region)]
+
+
+def at_home(path: Path, tmp: Path) -> Path:
+    """The sample as if sent in the test's account and region (the shape is under test here; another
+    account's or region's event is refused, below)."""
+    text = path.read_text()
+    for origin in foreign(json.loads(text)):
+        for theirs, ours in ((origin.account, HOME.account), (origin.region, HOME.region)):
+            text = text.replace(theirs, ours) if theirs and ours else text
+    moved = tmp / f"home-{path.name}"
+    moved.write_text(text)
+    return moved
+
+
+@pytest.mark.integration
+def test_real_samples_of_another_account_or_region_are_refused_in_one_line(gpu_fleet: Fleet) -> None:
+    away = [n for n, (fn, expected, _) in EXPECTED.items() if fn == "scaler" and expected == OK]
+    away = [n for n in away if foreign(json.loads((REAL / n).read_text()))]
+    assert len(away) >= 3  # published samples come from many accounts and regions
+    for name in away:
+        proc = invoke_function("scaler", gpu_fleet, REAL / name)
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+        assert proc.returncode == 1 and len(errors) == 1, proc.stderr[-2000:]
+        assert "but this function serves account 123456789012 in us-east-1: nothing done" in errors[0]
+    assert (gpu_fleet.desired(), gpu_fleet.nodegroup_desired()) == (2, 2)
 
 
 def _retargeted(name: str, gpu_fleet: Fleet) -> Path:
@@ -128,7 +160,7 @@ def _retargeted(name: str, gpu_fleet: Fleet) -> Path:
     }
     path = gpu_fleet.policy_path.parent / name
     path.write_text(json.dumps(event))
-    return path
+    return at_home(path, gpu_fleet.policy_path.parent)
 
 
 @pytest.mark.integration
@@ -163,6 +195,7 @@ def test_a_suppressed_alarm_delivered_as_an_alarm_action_changes_nothing(gpu_fle
     }
     path = gpu_fleet.policy_path.parent / "suppressed-action.json"
     path.write_text(json.dumps(event))
-    proc = invoke_function("scaler", gpu_fleet, path)
+    gpu_fleet.alarm_state("gpufleet-train-gpu-high", "ALARM")  # in ALARM in CloudWatch too, its actions suppressed
+    proc = invoke_function("scaler", gpu_fleet, at_home(path, path.parent))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "actions are suppressed (ExtensionPeriod)" in proc.stdout and gpu_fleet.desired() == 2

@@ -31,6 +31,13 @@ def event(name: str, **changes: Any) -> dict[str, Any]:
     return body
 
 
+def state_change(name: str, event_id: str, at: datetime) -> dict[str, Any]:
+    """Another state change of the sample's alarm (a new change, not the same one delivered again)."""
+    body = event(name, id=event_id)
+    body["detail"]["state"]["timestamp"] = at.isoformat()
+    return body
+
+
 def decisions(result: dict[str, Any]) -> list[dict[str, Any]]:
     return [d for r in result["results"] for d in r["decisions"]]
 
@@ -45,10 +52,9 @@ def test_alarm_scales_out_an_asg_once_per_event(gpu_fleet: Fleet) -> None:
     again = decisions(scaler.handle(event("eventbridge-alarm-asg-high.json"), NOW + timedelta(seconds=5)))
     assert again == [d]
     assert gpu_fleet.desired() == 3
-    # A new event inside the cooldown is decided, recorded, and holds.
-    (held,) = decisions(
-        scaler.handle(event("eventbridge-alarm-asg-high.json", id="other"), NOW + timedelta(seconds=60))
-    )
+    # A new state change inside the cooldown is decided, recorded, and holds.
+    later = NOW + timedelta(seconds=60)
+    (held,) = decisions(scaler.handle(state_change("eventbridge-alarm-asg-high.json", "other", later), later))
     assert held["action"] == "hold" and "cooldown has 240s left" in held["reason"]
     audit = AuditLog(gpu_fleet.clients.dynamodb, TABLE).recent("asg:train-spot")
     assert [a.outcome for a in audit] == [Outcome.NOT_NEEDED, Outcome.APPLIED]
@@ -87,6 +93,7 @@ def test_scale_in_terminates_only_idle_instances(gpu_fleet: Fleet) -> None:
         gpu_fleet.put_instance_gpu(busy_b, 3 if minute else 60, 70, at)  # one busy minute keeps it
         gpu_fleet.put_instance_gpu(idle_a, 0, 1, at)
         gpu_fleet.put_instance_gpu(idle_b, 2, 3, at)
+    gpu_fleet.alarm_state("gpufleet-train-gpu-low", "ALARM")  # an alarm action is acted on as CloudWatch says
     (d,) = decisions(gpu_fleet.scaler().handle(event("alarm-action-asg-low.json"), NOW))
     assert (d["action"], d["outcome"], d["desired"]) == ("scale-in", "applied", 2)
     assert sorted(d["victims"]) == sorted([idle_a, idle_b])
@@ -144,6 +151,7 @@ def test_the_controller_refuses_to_change_a_group_without_the_managed_tag(gpu_fl
 
 
 def test_scale_in_without_gpu_metrics_terminates_nothing(gpu_fleet: Fleet) -> None:
+    gpu_fleet.alarm_state("gpufleet-train-gpu-low", "ALARM")  # an alarm action is acted on as CloudWatch says
     (d,) = decisions(gpu_fleet.scaler().handle(event("alarm-action-asg-low.json"), NOW))
     assert d["action"] == "hold" and "2 without GPU metrics" in d["reason"]
     assert gpu_fleet.desired() == 2
@@ -187,7 +195,8 @@ def test_concurrent_invocations_make_one_change(gpu_fleet: Fleet) -> None:
 
     def run(i: int) -> None:
         barrier.wait()
-        results.extend(decisions(scalers[i].handle(event("eventbridge-alarm-asg-high.json", id=f"dup-{i}"), NOW)))
+        change = state_change("eventbridge-alarm-asg-high.json", f"dup-{i}", NOW + timedelta(seconds=i))
+        results.extend(decisions(scalers[i].handle(change, NOW)))
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(scalers))]
     for t in threads:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.domain import defaults
-from gpufleet_tools.session import use_endpoint
+from gpufleet_tools.session import account_id, use_endpoint
 
 DEFAULT_TABLE = "gpufleet-state"
 
@@ -64,6 +64,8 @@ def invoke(
     env["POWERTOOLS_TRACE_DISABLED"] = "true"
     env[defaults.ENV_STATE_TABLE] = table or env.get(defaults.ENV_STATE_TABLE, DEFAULT_TABLE)
     use_endpoint(endpoint)
+    if defaults.ENV_ACCOUNT_ID not in env and (account := account_id()):  # as Lambda's would be; unknown: unchecked
+        env[defaults.ENV_ACCOUNT_ID] = account
     if policy:
         env[defaults.ENV_POLICY_FILE] = str(Path(policy).resolve())
     if dry_run:

@@ -37,3 +37,13 @@ def clients(services: tuple[str, ...], endpoint: str | None = None) -> dict[str,
     """Several clients from one session (the replay's CloudWatch history reads four services)."""
     session = boto3.session.Session()
     return {s: session.client(s, endpoint_url=endpoint, config=RETRY_CONFIG) for s in services}
+
+
+def account_id() -> str | None:
+    """The account the configured credentials (or moto) answer for; None when it cannot be asked."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        return str(client("sts").get_caller_identity()["Account"])
+    except (BotoCoreError, ClientError):
+        return None

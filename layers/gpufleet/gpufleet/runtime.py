@@ -22,6 +22,7 @@ from gpufleet.aws.queue import NotificationQueue, enqueue_or_log
 from gpufleet.aws.state import StateStore
 from gpufleet.domain import defaults
 from gpufleet.events.kubernetes import ClusterPods
+from gpufleet.events.origin import Origin
 from gpufleet.policy_loading import LastGoodPolicy, policy_loader
 from gpufleet.scaling.demand_source import DemandReader
 from gpufleet.scaling.execution import ControlContext, Executor
@@ -39,7 +40,10 @@ if TYPE_CHECKING:
 def idempotency_for(
     function_name: str, table: str, dynamodb: Any
 ) -> tuple[IdempotencyConfig, Callable[[Process], Process]]:
-    config = IdempotencyConfig(event_key_jmespath="event_id", expires_after_seconds=defaults.IDEMPOTENCY_TTL_S)
+    # An alarm's state change is one key however it was delivered (EventBridge and SNS both): it acts once.
+    config = IdempotencyConfig(
+        event_key_jmespath="change_id || event_id", expires_after_seconds=defaults.IDEMPOTENCY_TTL_S
+    )
     store = DynamoDBPersistenceLayer(
         table_name=table,
         key_attr="pk",
@@ -93,6 +97,7 @@ def _control_context(
         logger=logger,
         emf=emf,
         region=region,
+        home=Origin(account=settings.account_id, region=region),
         global_dry_run=settings.dry_run,
     )
 

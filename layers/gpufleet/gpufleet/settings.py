@@ -40,6 +40,7 @@ class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
 
     state_table: str | None = Field(default=None, alias=defaults.ENV_STATE_TABLE, max_length=255)
+    account_id: str | None = Field(default=None, alias=defaults.ENV_ACCOUNT_ID, pattern=r"^\d{12}$")
     policy_parameter: str | None = Field(
         default=None, alias=defaults.ENV_POLICY_PARAMETER, pattern=r"^/[A-Za-z0-9_./-]+$"
     )

@@ -49,11 +49,17 @@ def test_composite_alarm_is_flagged() -> None:
 
 @pytest.mark.parametrize(
     ("name", "source"),
-    [("scheduler-reconcile.json", "scheduler"), ("eventbridge-scheduled-event.json", "eventbridge-schedule")],
+    [
+        ("scheduler-reconcile.json", "scheduler"),
+        ("eventbridge-scheduled-event.json", "eventbridge-schedule"),
+        # Issue 22 #10: a schedule users wire without Input gets Scheduler's default payload, once refused.
+        ("scheduler-default-payload.json", "scheduler"),
+    ],
 )
 def test_reconcile_shapes(name: str, source: str) -> None:
     (tick,) = parse_event(load(name))
     assert isinstance(tick, ScheduleTick) and tick.source == source
+    assert tick.event_id == load(name).get("id", load(name).get("execution_id"))
 
 
 def test_alarm_action_event_id_is_stable_per_state_change() -> None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
 
-from gpufleet.aws.state import batch_get, conditional, group_pk
+from gpufleet.aws.state import batch_get, by_group_pk, conditional, group_pk
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -27,11 +27,11 @@ class DocStore:
 
     def load_docs(self, group_keys: Iterable[str], sk: str, model: type[Doc]) -> dict[str, Doc]:
         """Many groups' documents with BatchGetItem (100 keys per call); a missing one is a fresh model."""
-        keys = sorted(set(group_keys))
-        docs = {k: model() for k in keys}
-        for item in batch_get(self.dynamodb, self.table, [(group_pk(k), sk) for k in keys]):
+        keys = by_group_pk(group_keys)
+        docs = {k: model() for k in keys.values()}
+        for item in batch_get(self.dynamodb, self.table, [(pk, sk) for pk in sorted(keys)]):
             doc = model.model_validate_json(item["doc"]["S"])
-            docs[item["pk"]["S"].removeprefix("GROUP#")] = doc.model_copy(update={"version": int(item["version"]["N"])})
+            docs[keys[item["pk"]["S"]]] = doc.model_copy(update={"version": int(item["version"]["N"])})
         return docs
 
     def load_doc(self, group_key: str, sk: str, model: type[Doc]) -> Doc:

@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from gpufleet.aws.audit import refused_for_good
+from gpufleet.domain.errors import StoreRefused
+from gpufleet.domain.keys import bounded
 from gpufleet.notify.incidents import Incident, Silence
 from gpufleet.notify.model import IncidentState
 
@@ -31,7 +34,7 @@ class IncidentStore:
 
     def get(self, key: str) -> Incident | None:
         item = self.dynamodb.get_item(
-            TableName=self.table, Key={"pk": {"S": INCIDENT_PK}, "sk": {"S": key}}, ConsistentRead=True
+            TableName=self.table, Key={"pk": {"S": INCIDENT_PK}, "sk": {"S": bounded(key)}}, ConsistentRead=True
         ).get("Item")
         return _incident(item) if item else None
 
@@ -55,7 +58,7 @@ class IncidentStore:
                 TableName=self.table,
                 Item={
                     "pk": {"S": INCIDENT_PK},
-                    "sk": {"S": incident.key},
+                    "sk": {"S": bounded(incident.key)},
                     "version": {"N": str(version)},
                     "doc": {"S": stored.model_dump_json(exclude={"version"})},
                     "expiration": {"N": str(int(expires.timestamp()))},
@@ -65,6 +68,8 @@ class IncidentStore:
         except ClientError as exc:
             if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
                 return None
+            if refused_for_good(exc):
+                raise StoreRefused(str(exc.response["Error"].get("Message", "ValidationException"))[:500]) from None
             raise
         return stored
 
@@ -78,7 +83,7 @@ class IncidentStore:
             TableName=self.table,
             Item={
                 "pk": {"S": SILENCE_PK},
-                "sk": {"S": silence.silence_id},
+                "sk": {"S": bounded(silence.silence_id)},
                 "doc": {"S": silence.model_dump_json()},
                 "expiration": {"N": str(int(silence.expires_at.timestamp()))},
             },
@@ -91,7 +96,7 @@ class IncidentStore:
 
     def expire_silence(self, silence_id: str, now: datetime) -> Silence | None:
         item = self.dynamodb.get_item(
-            TableName=self.table, Key={"pk": {"S": SILENCE_PK}, "sk": {"S": silence_id}}, ConsistentRead=True
+            TableName=self.table, Key={"pk": {"S": SILENCE_PK}, "sk": {"S": bounded(silence_id)}}, ConsistentRead=True
         ).get("Item")
         if not item:
             return None

@@ -18,7 +18,9 @@ and the next one `take_over`s it and finishes it (the actions are idempotent) in
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import random
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -27,6 +29,7 @@ from botocore.exceptions import ClientError
 
 from gpufleet.aws.fleet import chunks
 from gpufleet.domain import defaults
+from gpufleet.domain.keys import joined
 from gpufleet.domain.models import Decision, ForeignChange, GroupState
 
 if TYPE_CHECKING:
@@ -36,21 +39,52 @@ STATE_SK = "STATE"
 OWED_PREFIX = "owed#"
 
 
+GROUP_PK_PREFIX = "GROUP#"
+
+
 def group_pk(group_key: str) -> str:
-    return f"GROUP#{group_key}"
+    """The group's partition key: bounded, so a group named in hundreds of four-byte characters still fits."""
+    return joined(GROUP_PK_PREFIX, group_key)
+
+
+def by_group_pk(group_keys: Iterable[str]) -> dict[str, str]:
+    """Partition key -> group key, to read a batch's items back (a long key is not its group's name)."""
+    return {group_pk(k): k for k in group_keys}
+
+
+class BatchNotProcessed(RuntimeError):
+    """DynamoDB kept refusing part of a batch (throttled) after every backed-off retry."""
+
+
+def until_processed(
+    call: Callable[..., Any], request: dict[str, Any], left_key: str, sleep: Callable[[float], None] | None = None
+) -> list[dict[str, Any]]:
+    """Send a batch request again for what DynamoDB left unprocessed, with capped, jittered exponential
+    backoff ("full jitter"), at most BATCH_ATTEMPTS times: a throttled table is waited for, not hammered
+    in a tight loop, and a table that never recovers ends in an error instead of a loop."""
+    responses = []
+    for attempt in range(defaults.BATCH_ATTEMPTS):
+        resp = call(RequestItems=request)
+        responses.append(resp)
+        request = dict(resp.get(left_key) or {})
+        if not request:
+            return responses
+        (sleep or time.sleep)(
+            random.uniform(0, min(defaults.BATCH_BACKOFF_CAP_S, defaults.BATCH_BACKOFF_BASE_S * 2**attempt))
+        )
+    left = sum(len(v.get("Keys", v) if isinstance(v, dict) else v) for v in request.values())
+    raise BatchNotProcessed(f"DynamoDB left {left} items unprocessed after {defaults.BATCH_ATTEMPTS} backed-off tries")
 
 
 def batch_get(dynamodb: DynamoDBClient, table: str, keys: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
-    """Items for (pk, sk) keys, 100 per BatchGetItem, unprocessed keys retried."""
+    """Items for (pk, sk) keys, 100 per BatchGetItem, unprocessed keys retried with backoff."""
     found: list[dict[str, Any]] = []
     for batch in chunks(keys, 100):
         request: dict[str, Any] = {
             table: {"Keys": [{"pk": {"S": pk}, "sk": {"S": sk}} for pk, sk in batch], "ConsistentRead": True}
         }
-        while request:
-            resp = dynamodb.batch_get_item(RequestItems=request)
+        for resp in until_processed(dynamodb.batch_get_item, request, "UnprocessedKeys"):
             found.extend(resp.get("Responses", {}).get(table, []))
-            request = dict(resp.get("UnprocessedKeys") or {})
     return found
 
 
@@ -100,10 +134,10 @@ class StateStore:
 
     def load(self, group_keys: Iterable[str]) -> dict[str, GroupState]:
         """States for the given groups (a group never seen gets a fresh GroupState)."""
-        keys = sorted(set(group_keys))
-        states = {k: GroupState() for k in keys}
-        for item in batch_get(self.dynamodb, self.table, [(group_pk(k), STATE_SK) for k in keys]):
-            states[item["pk"]["S"].removeprefix("GROUP#")] = _state(item)
+        keys = by_group_pk(group_keys)
+        states = {k: GroupState() for k in keys.values()}
+        for item in batch_get(self.dynamodb, self.table, [(pk, STATE_SK) for pk in sorted(keys)]):
+            states[keys[item["pk"]["S"]]] = _state(item)
         return states
 
     def begin(self, decision: Decision, owner: str, seen_version: int) -> bool:

@@ -64,7 +64,8 @@ class SpotWatch:
 
     def handle(self, event: Any, now: datetime) -> dict[str, Any]:
         """Raises InvalidEvent (UnsupportedEvent for an alarm, say) before anything is read or changed."""
-        events = parse_for(event, "spot_watch", ACCEPTS)
+        events = parse_for(event, "spot_watch", ACCEPTS, self.ctx.home)
+        self.ctx.executor.begin_invocation()
         results = []
         for e in events:
             if isinstance(e, LaunchUnsuccessful):

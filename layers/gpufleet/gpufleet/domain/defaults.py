@@ -14,6 +14,7 @@ TAG_ALARM_DIRECTION = "gpufleet:direction"  # "out" or "in"
 
 # Environment of the deployed functions (read only in handlers / the composition root).
 ENV_STATE_TABLE = "GPUFLEET_STATE_TABLE"
+ENV_ACCOUNT_ID = "GPUFLEET_ACCOUNT_ID"  # the stack's account: events naming another are refused
 ENV_POLICY_PARAMETER = "GPUFLEET_POLICY_PARAMETER"
 ENV_POLICY_FILE = "GPUFLEET_POLICY_FILE"
 ENV_DRY_RUN = "GPUFLEET_DRY_RUN"
@@ -68,3 +69,8 @@ SECRET_CACHE_S = 300
 # spot_watch's sweep tells about a reservation a managed group launches into this long before it ends
 # (EC2's own Capacity Block warning comes 40 minutes before; instances go from 30 minutes before).
 RESERVATION_END_WARNING_S = 3600
+
+# DynamoDB batch items left unprocessed (throttling): retried with full-jitter backoff, then an error.
+BATCH_ATTEMPTS = 8
+BATCH_BACKOFF_BASE_S = 0.05
+BATCH_BACKOFF_CAP_S = 2.0  # at most ~7 s of waiting in all, well inside every function's timeout

@@ -73,3 +73,8 @@ def describe_validation_error(err: ValidationError, limit: int | None = None) ->
     if limit is not None and len(problems) > limit:
         problems = [*problems[:limit], f"and {len(problems) - limit} more"]
     return problems
+
+
+class StoreRefused(RuntimeError):
+    """The state table refused a write for good (DynamoDB ValidationException): retrying cannot help, so
+    the caller parks what it was writing instead of failing again and again."""

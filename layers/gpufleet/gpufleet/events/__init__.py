@@ -16,9 +16,10 @@ from pydantic import AliasChoices, Field
 from gpufleet.domain.errors import InvalidEvent, UnsupportedEvent
 from gpufleet.events import alarms, autoscaling, ec2, schedules
 from gpufleet.events.common import Lenient, Name, Timestamp, validate
-from gpufleet.events.model import EventKind, InboundEvent, QueueBatch
+from gpufleet.events.model import EventKind, InboundEvent, QueueBatch, ScheduleSource
+from gpufleet.events.origin import Origin, check_origin
 
-__all__ = ["EventKind", "InboundEvent", "parse_event", "parse_for"]
+__all__ = ["EventKind", "InboundEvent", "Origin", "parse_event", "parse_for"]
 
 
 class _EventBridge(Lenient):
@@ -59,6 +60,10 @@ _EVENTBRIDGE: dict[tuple[str, str], EventBridgeParser] = {
         e.detail, event_id=e.id, arn=e.resources[0] if e.resources else None, at=e.time
     ),
     ("aws.events", "Scheduled Event"): lambda e: schedules.from_scheduled_event(e.id, e.time),
+    # What EventBridge Scheduler sends a schedule without Input (its detail is the string "{}").
+    ("aws.scheduler", "Scheduled Event"): lambda e: schedules.from_scheduled_event(
+        e.id, e.time, ScheduleSource.SCHEDULER
+    ),
     ("aws.autoscaling", autoscaling.LAUNCH_UNSUCCESSFUL): lambda e: autoscaling.from_launch_unsuccessful(
         e.id, e.detail
     ),
@@ -109,9 +114,42 @@ def _from_eventbridge(event: dict[str, Any]) -> InboundEvent:
 def parse_event(event: Any) -> list[InboundEvent]:
     """All typed events in one raw Lambda event (an SNS batch may carry several alarms)."""
     try:
-        return _parse(event)
+        parsed = _parse(event)
     except RecursionError:  # a value nested thousands deep, wherever it sits
         raise InvalidEvent("event is nested too deeply to be an AWS event") from None
+    for e in parsed:
+        _storable_throughout(e)
+    return parsed
+
+
+def _unstorable(value: Any, path: str) -> str | None:
+    """The first place a text DynamoDB, JSON and Slack cannot carry (a lone surrogate) hides in."""
+    if isinstance(value, str):
+        return None if value.isascii() or _encodes(value) else path or "(text)"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list | tuple) else ()
+    for key, inner in items:
+        found = _unstorable(key, f"{path}.key") if isinstance(key, str) else None
+        found = found or _unstorable(inner, f"{path}.{key}" if path else str(key))
+        if found:
+            return found
+    return None
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _storable_throughout(event: InboundEvent) -> None:
+    """Every field a decision, a record or a message may carry, free-form ones included (a launch
+    failure's Details, an alarm's mute rule), is storable text: else the event is refused before
+    anything acts, not after a group was changed and its record could not be written."""
+    where = _unstorable(event.model_dump(), "")
+    if where:
+        raise InvalidEvent(f"{event.kind} event has text that is not valid Unicode in {where[:80]}: nothing done")
 
 
 def _parse(event: Any) -> list[InboundEvent]:
@@ -134,10 +172,15 @@ def _parse(event: Any) -> list[InboundEvent]:
     )
 
 
-def parse_for(event: Any, function: str, accepts: Iterable[EventKind]) -> list[InboundEvent]:
-    """`parse_event`, then reject kinds this function does not handle (before anything is read)."""
+def parse_for(
+    event: Any, function: str, accepts: Iterable[EventKind], home: Origin | None = None
+) -> list[InboundEvent]:
+    """`parse_event`, then reject kinds this function does not handle and events of another account or
+    region than `home` (before anything is read)."""
     accepted = frozenset(accepts)
     parsed = parse_event(event)
+    if home is not None:
+        check_origin(event, home)
     for e in parsed:
         if e.kind not in accepted:
             takes = ", ".join(sorted(accepted))

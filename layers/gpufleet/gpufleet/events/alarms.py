@@ -216,6 +216,27 @@ def described_metrics(alarm: dict[str, Any]) -> tuple[MetricRef, ...]:
     return tuple(found)
 
 
+def suppressed_by(alarm: dict[str, Any]) -> str | None:
+    value = alarm.get("ActionsSuppressedBy")
+    return None if value in (None, "", "None") else str(value)
+
+
+def as_cloudwatch_says(alarm: dict[str, Any], delivered: AlarmEvent) -> AlarmEvent:
+    """A delivered alarm event rebuilt from DescribeAlarms: the delivery names the alarm and its state
+    change, CloudWatch says everything acted on (ARN, state, metrics and their dimensions, suppression)."""
+    return delivered.model_copy(
+        update={
+            "alarm_arn": alarm.get("AlarmArn"),
+            "state": AlarmState(alarm.get("StateValue", "INSUFFICIENT_DATA")),
+            "state_reason": str(alarm.get("StateReason", ""))[:2048],
+            "metrics": described_metrics(alarm),
+            "composite": "AlarmRule" in alarm,
+            # Either saying so holds: a composite's suppression shows in both, a mute rule only in the delivery.
+            "actions_suppressed_by": suppressed_by(alarm) or delivered.actions_suppressed_by,
+        }
+    )
+
+
 def from_described_alarm(alarm: dict[str, Any], tick: ScheduleTick) -> AlarmEvent:
     return AlarmEvent(
         event_id=f"{tick.event_id}/{alarm['AlarmName']}",
@@ -226,7 +247,5 @@ def from_described_alarm(alarm: dict[str, Any], tick: ScheduleTick) -> AlarmEven
         state_reason=str(alarm.get("StateReason", ""))[:2048],
         at=tick.at,
         metrics=described_metrics(alarm),
-        actions_suppressed_by=alarm.get("ActionsSuppressedBy")
-        if alarm.get("ActionsSuppressedBy") not in (None, "", "None")
-        else None,
+        actions_suppressed_by=suppressed_by(alarm),
     )

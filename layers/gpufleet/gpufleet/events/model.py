@@ -3,11 +3,11 @@ anything is decided. Each has a `kind`; each function declares the kinds it hand
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, computed_field
 
 from gpufleet.domain.models import AlarmState, Frozen, MetricRef
 
@@ -53,6 +53,13 @@ class AlarmEvent(Frozen):
     # (state.actionsSuppressedBy) or an alarm mute rule (muteDetail). gpufleet holds too.
     actions_suppressed_by: str | None = None
     muted_by: str | None = None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def change_id(self) -> str:
+        """One state change of one alarm, whichever path delivered it (EventBridge, SNS, the alarm
+        action): the scaler's idempotency key, so a change delivered twice acts once."""
+        return f"alarm|{self.alarm_name}|{self.state}|{self.at.astimezone(UTC):%Y-%m-%dT%H:%M:%S}"
 
 
 class ScheduleTick(Frozen):

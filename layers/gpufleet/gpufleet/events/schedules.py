@@ -1,5 +1,5 @@
-"""Reconcile ticks and the notifier's sweep: EventBridge Scheduler input (`{"gpufleet": ...}`) and the
-classic EventBridge "Scheduled Event"."""
+"""Reconcile ticks and the notifier's sweep: EventBridge Scheduler input (`{"gpufleet": ...}`), the
+classic EventBridge "Scheduled Event", and the default payload Scheduler sends a schedule without Input."""
 
 from __future__ import annotations
 
@@ -30,5 +30,8 @@ def from_scheduler_input(event: dict[str, Any]) -> ScheduleTick | SweepTick:
     return ScheduleTick(event_id=tick.execution_id, source=ScheduleSource.SCHEDULER, at=tick.scheduled_time)
 
 
-def from_scheduled_event(event_id: str, at: Any) -> ScheduleTick:
-    return ScheduleTick(event_id=event_id, source=ScheduleSource.EVENTBRIDGE_SCHEDULE, at=at)
+def from_scheduled_event(
+    event_id: str, at: Any, source: ScheduleSource = ScheduleSource.EVENTBRIDGE_SCHEDULE
+) -> ScheduleTick:
+    """A classic rule's "Scheduled Event", or EventBridge Scheduler's default payload (no Input)."""
+    return ScheduleTick(event_id=event_id, source=source, at=at)

@@ -63,7 +63,8 @@ class OomGuard:
 
     def handle(self, event: Any, now: datetime) -> dict[str, Any]:
         """Any accepted event (schedule tick or memory alarm) runs one evaluation of the whole fleet."""
-        events = parse_for(event, "oom_guard", ACCEPTS)
+        events = parse_for(event, "oom_guard", ACCEPTS, self.ctx.home)
+        self.ctx.executor.begin_invocation()
         return {"results": [self.evaluate(now, e.event_id) for e in events]}
 
     def evaluate(self, now: datetime, event_id: str) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 from pydantic import Field
 
+from gpufleet.domain.keys import bounded
 from gpufleet.domain.models import Frozen, GroupKind, GroupRef
 from gpufleet.domain.values import Name, Timestamp
 
@@ -27,6 +28,7 @@ MAX_FACT_VALUE = 1000
 MAX_LINKS = 5
 MAX_LINK_TITLE = 75
 MAX_URL = 3000
+MAX_INCIDENT_KEY_BYTES = 400  # long keys end in a digest (domain.keys): distinct groups never share one
 
 
 class Severity(StrEnum):
@@ -76,7 +78,7 @@ class Notification(Frozen):
     kind: NotificationKind
     severity: Severity
     group: Name = Field(min_length=1, max_length=300)
-    incident_key: Name = Field(min_length=1, max_length=400)
+    incident_key: Name = Field(min_length=1, max_length=MAX_INCIDENT_KEY_BYTES)
     title: Name = Field(min_length=1, max_length=MAX_TITLE)
     facts: dict[Name, Name] = Field(default_factory=dict, max_length=MAX_FACTS)
     reason: Name = Field(default="", max_length=MAX_REASON)
@@ -123,7 +125,7 @@ def note(
         kind=kind,
         severity=severity,
         group=clip(group, 300),
-        incident_key=clip(incident_key or capacity_incident_key(group), 400),
+        incident_key=bounded(incident_key or capacity_incident_key(group), MAX_INCIDENT_KEY_BYTES),
         title=clip(title, MAX_TITLE),
         facts={clip(k, MAX_FACT_NAME): clip(v, MAX_FACT_VALUE) for k, v in kept},
         reason=clip(reason, MAX_REASON),

@@ -24,7 +24,7 @@ from datetime import datetime
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
-from gpufleet.aws.audit import AuditLog
+from gpufleet.aws.audit import AuditLog, Parked
 from gpufleet.aws.documents import DocStore
 from gpufleet.aws.fleet import FleetActuator, FleetReader
 from gpufleet.aws.queue import NotificationQueue, enqueue_or_log
@@ -32,8 +32,9 @@ from gpufleet.aws.state import StateStore
 from gpufleet.domain import defaults
 from gpufleet.domain.models import Action, Decision, GroupKind, GroupObservation, GroupState, Outcome, SkipReason
 from gpufleet.domain.policy import FleetPolicy, GroupSettings
+from gpufleet.events.origin import Origin
 from gpufleet.notify.model import Notification
-from gpufleet.scaling.notes import decision_notes
+from gpufleet.scaling.notes import decision_notes, parked_note
 
 MAX_INTENT_ATTEMPTS = 3
 _OUTCOME_METRICS = {
@@ -74,6 +75,11 @@ class Executor:
     queue: NotificationQueue | None = None
     region: str = "us-east-1"
     _committed: list[str] = field(default_factory=list, init=False)  # groups committed since the last record
+
+    def begin_invocation(self) -> None:
+        """A warm container reuses this object. Groups an invocation committed but never recorded (it
+        raised first) are not the next one's to clear: their outboxes stay and the next read flushes them."""
+        self._committed = []
 
     def execute(self, decision: Decision, obs: GroupObservation, state: GroupState) -> Decision:
         """Apply one decision under the group's lease; `state` is the one the decision was made on, so
@@ -135,7 +141,8 @@ class Executor:
         """Audit every decision, log one line each, count outcomes and scale-in skips once per call, tell
         on-call about changes (unless the caller tells in its own words: `tell=False`), then clear the
         outboxes of the changes recorded."""
-        self.audit.record(decisions, policy.audit_ttl_days)
+        committed, self._committed = self._committed, []  # taken first: an error below leaves nothing stale
+        parked = self.audit.record(decisions, policy.audit_ttl_days)
         outcomes = Counter(d.outcome for d in decisions)
         skipped: Counter[SkipReason] = Counter()
         for d in decisions:
@@ -152,19 +159,26 @@ class Executor:
         for reason, n in skipped.items():
             self.emf.add_metric(name=_SKIP_METRICS[reason], unit=MetricUnit.Count, value=n)
         notes = (decision_notes(decisions, self.region, policy.notifications) if tell else []) + list(extra)
-        told = enqueue_or_log(self.queue, notes, self.logger, self.emf)
-        committed, self._committed = self._committed, []
+        told = enqueue_or_log(self.queue, notes + self._parked_notes(parked), self.logger, self.emf)
         for group in committed if told else ():  # not queued: the outbox stays for the next invocation
             self.state.clear_outbox(group, 1)
         return told
+
+    def _parked_notes(self, parked: Sequence[Parked]) -> list[Notification]:
+        """Count and tell: each parked record once (its notification id is the decision's)."""
+        for p in parked:
+            self.logger.error("decision record parked: DynamoDB refused it", extra={"group": p.group, "why": p.reason})
+        if parked:
+            self.emf.add_metric(name="ParkedRecords", unit=MetricUnit.Count, value=len(parked))
+        return [parked_note(p.group, p.event_id, p.reason, p.at, self.region) for p in parked]
 
     def flush_outbox(self, group: str, state: GroupState, policy: FleetPolicy) -> None:
         """Changes a crashed invocation committed but never audited or told: do it now (the audit key
         and the notification ids are stable, so a repeat overwrites or folds, never doubles)."""
         if not state.outbox:
             return
-        self.audit.record(state.outbox, policy.audit_ttl_days)
-        notes = decision_notes(state.outbox, self.region, policy.notifications)
+        parked = self.audit.record(state.outbox, policy.audit_ttl_days)
+        notes = decision_notes(state.outbox, self.region, policy.notifications) + self._parked_notes(parked)
         if enqueue_or_log(self.queue, notes, self.logger, self.emf):
             self.state.clear_outbox(group, len(state.outbox))
 
@@ -182,6 +196,7 @@ class ControlContext:
     logger: Logger
     emf: Metrics
     region: str = "us-east-1"
+    home: Origin = field(default_factory=Origin)  # events of another account or region are refused
     global_dry_run: bool = False
 
     def dry(self, policy: FleetPolicy) -> bool:
@@ -205,6 +220,11 @@ class ControlContext:
         states = self.state.load(obs.ref.key for obs in groups)
         for key, state in states.items():
             if state.outbox and state.intent is None:
-                self.executor.flush_outbox(key, state, policy)
+                try:
+                    self.executor.flush_outbox(key, state, policy)
+                except Exception:  # this group's outbox waits for the next read; the others go on
+                    self.logger.exception("outbox not flushed; the next invocation tries again", extra={"group": key})
+                    self.emf.add_metric(name="OutboxFlushFailures", unit=MetricUnit.Count, value=1)
+                    continue
                 states[key] = state.model_copy(update={"outbox": ()})
         return states

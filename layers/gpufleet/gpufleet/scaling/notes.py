@@ -105,6 +105,23 @@ def fight_note(
     )
 
 
+def parked_note(group: str, event_id: str, why: str, at: datetime, region: str) -> Notification:
+    """A decision's audit record DynamoDB refused: set aside so it blocks nothing, and told once."""
+    return note(
+        NotificationKind.CONTROL,
+        Severity.WARNING,
+        group,
+        f"{group}: a decision record could not be stored and was parked",
+        at=at,
+        source="scaler",
+        id_parts=("parked", group, event_id),
+        reason=f"DynamoDB refused it: {why}. The change itself stands; other groups and later decisions go on. "
+        "The record is kept under PARKED# in the state table (gpufleet explain shows the rest).",
+        incident_key=f"{group}|parked",
+        region=region,
+    )
+
+
 def invalid_policy_note(
     problems: Sequence[str], source: str, saved_at: str, bad_digest: str, now: datetime, service: str
 ) -> Notification:

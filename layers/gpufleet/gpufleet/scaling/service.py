@@ -33,16 +33,18 @@ from gpufleet.domain.models import (
 )
 from gpufleet.domain.policy import FleetPolicy, GroupSettings
 from gpufleet.events import EventKind, parse_for
-from gpufleet.events.alarms import from_described_alarm
+from gpufleet.events.alarms import as_cloudwatch_says, from_described_alarm
 from gpufleet.events.model import AlarmEvent, AlarmSource, ScheduleTick
 from gpufleet.scaling.core import decide_alarm, decide_reconcile, decide_request
 from gpufleet.scaling.demand_source import DemandReader
 from gpufleet.scaling.execution import ControlContext
 from gpufleet.scaling.notes import alarm_resolved_notes
 from gpufleet.scaling.ownership import watch_owners
-from gpufleet.scaling.targets import resolve_alarm_target
+from gpufleet.scaling.targets import not_gpufleets, resolve_alarm_target
 
 UNRESOLVED_GROUP = "unresolved"
+# Deliveries re-read from CloudWatch before acting, and how a reason names them.
+RE_READ = {AlarmSource.SNS: "SNS", AlarmSource.ALARM_ACTION: "the alarm action"}
 ACCEPTS = (EventKind.ALARM, EventKind.SCHEDULE)
 
 Process = Callable[..., dict[str, Any]]
@@ -64,7 +66,8 @@ class Scaler:
 
     def handle(self, event: Any, now: datetime) -> dict[str, Any]:
         """Raises InvalidEvent / PolicyError before anything is read or changed."""
-        events = parse_for(event, "scaler", ACCEPTS)
+        events = parse_for(event, "scaler", ACCEPTS, self.ctx.home)
+        self.ctx.executor.begin_invocation()
         policy = self.ctx.load_policy()
         results = []
         for e in events:
@@ -112,38 +115,23 @@ class Scaler:
             return f"group {obs.ref.key} is not managed (not tagged {tag} and no policy rule matches)"
         return obs, settings
 
-    def _unconfirmed(self, alarm: AlarmEvent) -> str | None:
-        """An SNS delivery is not signed proof of anything: act only if CloudWatch still says the alarm is
-        in that state with its actions enabled (DescribeAlarms)."""
-        if alarm.source is not AlarmSource.SNS:
-            return None
-        described = self.alarms.describe(alarm.alarm_name)
-        if described is None:
-            return f"alarm {alarm.alarm_name} delivered by SNS does not exist in CloudWatch: no action"
-        suppressed = described.get("ActionsSuppressedBy") not in (None, "", "None")
-        if suppressed:
-            by = described["ActionsSuppressedBy"]
-            return f"alarm {alarm.alarm_name} delivered by SNS has its actions suppressed ({by}): no action"
-        if described.get("StateValue") != str(alarm.state) or not described.get("ActionsEnabled", True):
-            now_state, enabled = described.get("StateValue"), described.get("ActionsEnabled")
-            return (
-                f"alarm {alarm.alarm_name} delivered by SNS is {now_state} now (actions enabled: {enabled}): no action"
-            )
-        return None
-
-    def on_alarm(self, alarm: AlarmEvent, policy: FleetPolicy, now: datetime) -> Decision:
-        target = resolve_alarm_target(alarm, self.alarms.tags(alarm.alarm_arn), policy)
-        trigger = Trigger(kind=TriggerKind.ALARM, name=alarm.alarm_name)
+    def on_alarm(self, delivered: AlarmEvent, policy: FleetPolicy, now: datetime) -> Decision:
+        trigger = Trigger(kind=TriggerKind.ALARM, name=delivered.alarm_name)
+        alarm = as_cloudwatch_says_now(self.alarms, delivered)
+        if isinstance(alarm, str):
+            return _no_action(UNRESOLVED_GROUP, trigger, delivered.event_id, now, alarm)
+        tags = self.alarms.tags(alarm.alarm_arn)
+        not_ours = not_gpufleets(alarm, tags, policy)
+        if not_ours:
+            return _no_action(UNRESOLVED_GROUP, trigger, alarm.event_id, now, not_ours)
+        target = resolve_alarm_target(alarm, tags, policy)
         if target.group is None or target.direction is None:
             group = target.group.key if target.group else UNRESOLVED_GROUP
             why = f"alarm {alarm.alarm_name} ({alarm.state}): no action, {target.found_by}"
             return _no_action(group, trigger, alarm.event_id, now, why)
         found = self._managed_one(target.group, policy)
-        unconfirmed = self._unconfirmed(alarm) if alarm.state is AlarmState.ALARM else None
-        if isinstance(found, str) or unconfirmed:
-            return _no_action(
-                target.group.key, trigger, alarm.event_id, now, unconfirmed or f"alarm {alarm.alarm_name}: {found}"
-            )
+        if isinstance(found, str):
+            return _no_action(target.group.key, trigger, alarm.event_id, now, f"alarm {alarm.alarm_name}: {found}")
         obs, settings = found
         state = self.ctx.states([obs], policy)[obs.ref.key]
         resumed = self.ctx.executor.resume(obs, state, alarm.event_id, now)
@@ -247,6 +235,26 @@ class Scaler:
         return self.ctx.executor.resume(obs, state, decision.event_id, decision.at) or self.ctx.executor.execute(
             decision, obs, state
         )
+
+
+def as_cloudwatch_says_now(alarms: AlarmReader, alarm: AlarmEvent) -> AlarmEvent | str:
+    """SNS and the alarm action are not proof of anything: anyone allowed to publish or invoke can send
+    them. The delivery only names an alarm; DescribeAlarms says what it is (ARN, metrics, state), and
+    the scaler acts only if CloudWatch still has it in the delivered state with its actions enabled.
+    EventBridge events with an aws.* source cannot be put by anyone but AWS: taken as delivered."""
+    if alarm.source not in RE_READ:
+        return alarm
+    described = alarms.describe(alarm.alarm_name)
+    via = f"alarm {alarm.alarm_name} delivered by {RE_READ[alarm.source]}"
+    if described is None:
+        return f"{via} does not exist in CloudWatch: no action"
+    said = as_cloudwatch_says(described, alarm)
+    if said.actions_suppressed_by or said.muted_by:  # the decision holds and says why
+        return said
+    if said.state is not alarm.state or not described.get("ActionsEnabled", True):
+        enabled = described.get("ActionsEnabled")
+        return f"{via} is {said.state} in CloudWatch now (actions enabled: {enabled}): no action"
+    return said
 
 
 def _no_action(group: str, trigger: Trigger, event_id: str, now: datetime, reason: str) -> Decision:

@@ -85,3 +85,15 @@ def resolve_alarm_target(trigger: AlarmEvent, alarm_tags: dict[str, str], policy
         found.append(f"direction {direction} from {direction_by}")
     found_by = "; ".join(found + (notes if group is None or direction is None else []))
     return AlarmTarget(group=group, direction=direction, found_by=found_by)
+
+
+def not_gpufleets(alarm: AlarmEvent, tags: dict[str, str], policy: FleetPolicy) -> str | None:
+    """Only alarms gpufleet was given: its name prefix, a policy mapping, or a gpufleet:target tag."""
+    if alarm.alarm_name.startswith(policy.alarm_prefix) or policy.alarm_mapping(alarm.alarm_name):
+        return None
+    if defaults.TAG_ALARM_TARGET in tags:
+        return None
+    return (
+        f"alarm {alarm.alarm_name} is not gpufleet's (no prefix {policy.alarm_prefix!r}, "
+        f"no policy alarm mapping, no {defaults.TAG_ALARM_TARGET} tag): no action"
+    )
