@@ -9,6 +9,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from gpufleet.domain.errors import InvalidEvent
+from gpufleet.notify.service import TimeBudget
 from gpufleet.runtime import build_notifier
 
 logger = Logger(service="notifier")
@@ -22,9 +23,12 @@ notifier = build_notifier(logger, metrics)
 
 
 @tracer.capture_method
-def record_handler(record: SQSRecord) -> str:
+def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> str:
+    """Powertools passes the context to a parameter of that name: a record gets what is left of the
+    invocation, so one the time no longer covers fails unattempted instead of the batch timing out."""
     logger.append_keys(message_id=record.message_id)
-    return notifier.handle_message(record.body, now=datetime.now(UTC))
+    budget = TimeBudget(lambda_context.get_remaining_time_in_millis)
+    return notifier.handle_message(record.body, now=datetime.now(UTC), budget=budget)
 
 
 @logger.inject_lambda_context(log_event=False)
@@ -38,6 +42,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
             process_batch=lambda: process_partial_response(
                 event=event, record_handler=record_handler, processor=processor, context=context
             ),
+            budget=TimeBudget(context.get_remaining_time_in_millis),
         )
     except InvalidEvent as exc:
         logger.error("rejected event", extra={"error": str(exc)})

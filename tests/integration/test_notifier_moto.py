@@ -9,6 +9,7 @@ import json
 import logging
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,15 +18,18 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 
 from gpufleet.aws.queue import NotificationQueue
 from gpufleet.domain import defaults
 from gpufleet.notify.model import Notification, Severity
+from gpufleet.notify.service import TIME_RESERVE_S
 from gpufleet_tools.cli import main as cli_main
 from gpufleet_tools.invoke import LocalLambdaContext
 from rehearsal import fleet
 from rehearsal.slack import SlackReceiver, slack_receiver
 from tests.conftest import ROOT
+from tests.unit.notify.hanging_slack import hanging_slack
 
 TABLE = "gpufleet-state"
 WEBHOOK_SECRET_PART = "T0SECRET/B0SECRET/XOXSECRETTOKEN123"
@@ -50,10 +54,12 @@ class Harness:
     def send(self, *notifications: Notification) -> None:
         NotificationQueue(self.sqs, self.stack.queue_url).send(list(notifications))
 
-    def deliver(self, messages: list[dict[str, Any]] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    def deliver(
+        self, messages: list[dict[str, Any]] | None = None, context: LocalLambdaContext | None = None
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """One Lambda invocation on what is on the queue (or on `messages`, a redelivery)."""
         messages = fleet.drain(self.sqs, self.stack.queue_url) if messages is None else messages
-        response = self.app.lambda_handler(fleet.sqs_event(messages), LocalLambdaContext("notifier"))
+        response = self.app.lambda_handler(fleet.sqs_event(messages), context or LocalLambdaContext("notifier"))
         failed_ids = {f["itemIdentifier"] for f in response["batchItemFailures"]}
         return [m for m in messages if m["MessageId"] in failed_ids], response
 
@@ -309,3 +315,95 @@ def test_a_slack_only_route_without_a_secret_says_it_delivered_nowhere(aws: str,
     assert nowhere["level"] == "WARNING" and failed == [] and h.sns_messages() == []
     assert nowhere["why"] == (f"the route wants Slack but no Slack secret is configured ({defaults.ENV_SLACK_SECRET})")
     assert not any(r["message"] == "posted" for r in records)
+
+
+@contextmanager
+def json_logs(app: ModuleType) -> Iterator[list[dict[str, Any]]]:
+    """Every record the function logs in the block, as the JSON Powertools writes."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(app.logger.registered_formatter)
+    app.logger.addHandler(handler)
+    records: list[dict[str, Any]] = []
+    try:
+        yield records
+    finally:
+        app.logger.removeHandler(handler)
+        records.extend(json.loads(line) for line in stream.getvalue().splitlines())
+
+
+def numbers(texts: list[str]) -> set[int]:
+    """Which of `notification(0..9)` the posts were, by the "(n)" their titles end in."""
+    return {n for n in range(10) for text in texts if f"({n})" in text}
+
+
+def test_a_hanging_slack_costs_a_batch_its_time_budget_not_a_lambda_timeout(aws: str, tmp_path: Path) -> None:
+    """Slack answers 3 posts, then takes every connection and never answers (1 s per attempt). A batch of
+    10 whose invocation has 3 s left past the reserve returns within them: the 3 posted records succeed,
+    those whose post timed out fail, the rest fail without being attempted, and the log says why. SQS
+    redelivers only the records not posted; each is then posted (a timed-out one twice: its answer was lost)."""
+    with hanging_slack(answers=3) as (slack, base):
+        h = harness(tmp_path, IMMEDIATE, "{base}/services/" + WEBHOOK_SECRET_PART, SlackReceiver(), base)
+        h.send(*(notification(n) for n in range(10)))
+        messages = fleet.drain(h.sqs, h.stack.queue_url)
+        context = LocalLambdaContext("notifier", timeout_s=int(TIME_RESERVE_S) + 3)
+        with json_logs(h.app) as logs:
+            failed, _ = h.deliver(messages, context)
+        left_s = context.get_remaining_time_in_millis() / 1000
+        posted, hung = numbers(slack.answered()), numbers(slack.hung())
+        slack.answers = 100  # Slack is back when SQS redelivers
+        again, _ = h.deliver(failed)
+    assert left_s > TIME_RESERVE_S - 0.5  # returned within its 3 s, the reserve left for finishing
+    assert len(messages) == 10 and len(posted) == 3 and 1 <= len(hung) <= 3
+    failed_numbers = {int(json.loads(m["Body"])["title"].rsplit("(", 1)[1].rstrip(")")) for m in failed}
+    assert failed_numbers == set(range(10)) - posted
+    not_attempted = failed_numbers - hung
+    assert len(not_attempted) >= 4
+    [warning] = [r for r in logs if r["message"].startswith("out of time")]
+    assert warning["level"] == "WARNING" and warning["not_attempted"] == len(not_attempted)
+    [done] = [r["outcomes"] for r in logs if r["message"] == "batch done"]
+    assert done["out-of-time"] == len(not_attempted) and done["slack-timeouts"] == len(hung)
+    assert done["slack-posts"] == 3
+    assert again == []
+    texts = [p.text for p in slack.posts]
+    assert {n: sum(f"({n})" in t for t in texts) for n in range(10)} == {n: 2 if n in hung else 1 for n in range(10)}
+
+
+def test_a_sweep_out_of_time_leaves_due_posts_to_the_next_sweep(aws: str, tmp_path: Path) -> None:
+    """Two posts time out against a hanging Slack, so both incidents are due again. A sweep with no time
+    left past the reserve posts nothing and says so; the next sweep, with time, posts both."""
+    sweep = {"gpufleet": "sweep"}
+    with hanging_slack(answers=0) as (slack, base):
+        h = harness(tmp_path, IMMEDIATE, "{base}/services/" + WEBHOOK_SECRET_PART, SlackReceiver(), base)
+        h.send(notification(1), notification(2))
+        failed, _ = h.deliver()
+        with json_logs(h.app) as logs:
+            spent = h.app.lambda_handler(sweep, LocalLambdaContext("notifier", timeout_s=int(TIME_RESERVE_S)))
+        slack.answers = 100
+        swept = h.app.lambda_handler(sweep, LocalLambdaContext("notifier"))
+    assert len(failed) == 2 and len(slack.hung()) == 2
+    assert spent == {"sweep": {"out-of-time": 2}}
+    assert [r["not_attempted"] for r in logs if r["message"].startswith("out of time")] == [2]
+    assert swept == {"sweep": {"posted-new": 2}} and numbers(slack.answered()) == {1, 2}
+
+
+def test_an_incident_the_state_table_refuses_is_parked_in_the_dlq_and_the_batch_goes_on(notify: Harness) -> None:
+    """Isolation (issue 22): a notification whose incident DynamoDB refuses for good (ValidationException)
+    is parked in the DLQ with the reason, once; it is not retried until the DLQ and blocks no other."""
+    table = notify.app.notifier.store.dynamodb
+
+    def refuse_poisoned(params: dict[str, Any], **_: Any) -> None:
+        if "poisoned" in params["Item"]["sk"]["S"]:
+            error = {"Code": "ValidationException", "Message": "Item size has exceeded the maximum allowed size"}
+            raise ClientError({"Error": error}, "PutItem")
+
+    table.meta.events.register("provide-client-params.dynamodb.PutItem", refuse_poisoned)
+    notify.send(notification(1, incident_key="asg:train|poisoned"), notification(2))
+    failed, _ = notify.deliver()
+    assert failed == []  # neither is redelivered
+    assert len(notify.receiver.received) == 1  # the other one posted
+    [parked] = notify.dlq()
+    assert (
+        "the state table refused its incident: Item size"
+        in parked["MessageAttributes"]["rejected_reason"]["StringValue"]
+    )

@@ -2,13 +2,21 @@
 
 The webhook URL / token come from Secrets Manager and are never logged: failures are reported with
 the HTTP status and Slack's error code only.
+
+A post is given the time it may take, retries and their pauses included (the notifier passes what is left
+of its invocation): each attempt's timeout is trimmed to it, and a retry that would not fit is not made.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import random
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.error import URLError
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackObjectFormationError
@@ -18,6 +26,9 @@ from slack_sdk.http_retry.builtin_handlers import (
     ServerErrorRetryHandler,
 )
 from slack_sdk.http_retry.handler import RetryHandler
+from slack_sdk.http_retry.request import HttpRequest
+from slack_sdk.http_retry.response import HttpResponse
+from slack_sdk.http_retry.state import RetryState
 from slack_sdk.models.blocks import Block
 from slack_sdk.webhook import WebhookClient
 
@@ -33,6 +44,10 @@ from gpufleet.notify.render import (
 
 class SlackFailed(RuntimeError):
     """Slack did not confirm the post (after slack-sdk's own retries); redelivery may succeed."""
+
+
+class SlackTimedOut(SlackFailed):
+    """Slack did not answer in time. The post may have landed: the redelivery repeats it at most once."""
 
 
 class SlackRejected(SlackFailed):
@@ -95,6 +110,67 @@ def retry_handlers() -> list[RetryHandler]:
     ]
 
 
+MIN_ATTEMPT_S = 1  # slack-sdk's timeout is in whole seconds; an attempt with less is not started
+
+
+class WithinDeadline(RetryHandler):
+    """One of slack-sdk's handlers, bounded by the post's deadline: a retry is made only when its pause
+    and an attempt of at least MIN_ATTEMPT_S fit in what is left (`fits` says so and trims the next
+    attempt's timeout). A Retry-After of a minute is not waited out with 20 s left."""
+
+    def __init__(self, inner: RetryHandler, fits: Callable[[float], bool]) -> None:
+        super().__init__(inner.max_retry_count, inner.interval_calculator)
+        self._inner = inner
+        self._fits = fits
+        self._pause_s = 0.0
+
+    def _can_retry(
+        self,
+        *,
+        state: RetryState,
+        request: HttpRequest,
+        response: HttpResponse | None = None,
+        error: Exception | None = None,
+    ) -> bool:
+        if not self._inner.can_retry(state=state, request=request, response=response, error=error):
+            return False
+        if response is not None and response.status_code == 429:
+            self._pause_s = _retry_after_s(response) + random.random()  # slack-sdk's own jitter
+        else:
+            self._pause_s = self.interval_calculator.calculate_sleep_duration(state.current_attempt)
+        return self._fits(self._pause_s)
+
+    def prepare_for_next_attempt(
+        self,
+        *,
+        state: RetryState,
+        request: HttpRequest,
+        response: HttpResponse | None = None,
+        error: Exception | None = None,
+    ) -> None:
+        """The pause `_can_retry` checked against the deadline, not a new random one."""
+        state.next_attempt_requested = True
+        time.sleep(self._pause_s)
+        state.increment_current_attempt()
+
+
+def _retry_after_s(response: HttpResponse) -> float:
+    """Slack sends whole seconds; a header missing or unreadable waits 1 s, as slack-sdk does."""
+    for name, value in response.headers.items():
+        if name.lower() == "retry-after":
+            text = value[0] if isinstance(value, list) and value else value
+            try:
+                return max(0.0, float(str(text)))
+            except ValueError:
+                return 1.0
+    return 1.0
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """urllib raises a read timeout as TimeoutError, and a connect timeout wrapped in a URLError."""
+    return isinstance(exc, TimeoutError) or (isinstance(exc, URLError) and isinstance(exc.reason, TimeoutError))
+
+
 @dataclass(frozen=True)
 class SlackConfig:
     webhook_url: str | None = None
@@ -122,12 +198,17 @@ class SlackConfig:
 
 
 class SlackPoster:
+    """`timeout_s` bounds one attempt; `post(within_s=...)` bounds the whole post, retries included."""
+
     def __init__(
         self, config: SlackConfig, api_url: str | None = None, timeout_s: int = defaults.SLACK_TIMEOUT_S
     ) -> None:
         self._config = config
+        self._timeout_s = timeout_s
+        self._until = math.inf  # the current post's deadline, on the monotonic clock
+        handlers: list[RetryHandler] = [WithinDeadline(h, self._retry_fits) for h in retry_handlers()]
         self._webhook = (
-            WebhookClient(config.webhook_url, timeout=timeout_s, retry_handlers=retry_handlers())
+            WebhookClient(config.webhook_url, timeout=timeout_s, retry_handlers=handlers)
             if config.webhook_url and not config.bot_token
             else None
         )
@@ -135,7 +216,7 @@ class SlackPoster:
             WebClient(
                 token=config.bot_token,
                 timeout=timeout_s,
-                retry_handlers=retry_handlers(),
+                retry_handlers=handlers,
                 base_url=api_url or WebClient.BASE_URL,
             )
             if config.bot_token
@@ -146,30 +227,56 @@ class SlackPoster:
     def threads(self) -> bool:
         return self._web is not None
 
-    def post(self, payload: dict[str, Any], channel: str | None = None, thread_ts: str | None = None) -> str | None:
+    def _retry_fits(self, pause_s: float) -> bool:
+        """Whether an attempt of at least MIN_ATTEMPT_S still fits after `pause_s`; if so, that attempt's
+        timeout is what is left then (at most `timeout_s`), so the post ends by its deadline."""
+        attempt_s = int(min(self._timeout_s, self._until - time.monotonic() - pause_s))
+        if attempt_s < MIN_ATTEMPT_S:
+            return False
+        client = self._web if self._web is not None else self._webhook
+        assert client is not None
+        client.timeout = attempt_s
+        return True
+
+    def post(
+        self,
+        payload: dict[str, Any],
+        channel: str | None = None,
+        thread_ts: str | None = None,
+        within_s: float = math.inf,
+    ) -> str | None:
         """Returns the message ts in bot mode (the incident's thread), None for webhooks. A payload Slack
-        would reject is refused here, before it is sent."""
+        would reject is refused here, before it is sent. `within_s`: how long the post may take in all;
+        with less than MIN_ATTEMPT_S it is not sent."""
         problems = payload_problems(payload)
         if problems:
             raise SlackRejected("payload not sent, Slack would reject it: " + "; ".join(problems[:5]))
+        self._until = time.monotonic() + within_s
+        if not self._retry_fits(0.0):
+            raise SlackFailed(f"not sent: {max(within_s, 0.0):.1f} s left for Slack in this invocation")
         try:
-            if self._web is not None:
-                resp = self._web.chat_postMessage(
-                    channel=channel or self._config.channel or "",
-                    text=payload["text"],
-                    blocks=payload["blocks"],
-                    thread_ts=thread_ts,
-                    unfurl_links=False,
-                )
-                return str(resp["ts"])
-            assert self._webhook is not None
-            answer = self._webhook.send(text=payload["text"], blocks=payload["blocks"], unfurl_links=False)
+            return self._send(payload, channel, thread_ts)
         except SlackApiError as exc:
             status, error = exc.response.status_code, exc.response.get("error")
             kind = SlackRejected if _refused(status) or error in REFUSALS else SlackFailed
             raise kind(f"Slack API error {error!r} (HTTP {status})") from None
         except (OSError, ValueError) as exc:  # URLError, timeouts, connection resets
+            if _timed_out(exc):
+                raise SlackTimedOut(f"Slack did not answer in time ({type(exc).__name__})") from None
             raise SlackFailed(f"Slack unreachable: {type(exc).__name__}") from None
+
+    def _send(self, payload: dict[str, Any], channel: str | None, thread_ts: str | None) -> str | None:
+        if self._web is not None:
+            resp = self._web.chat_postMessage(
+                channel=channel or self._config.channel or "",
+                text=payload["text"],
+                blocks=payload["blocks"],
+                thread_ts=thread_ts,
+                unfurl_links=False,
+            )
+            return str(resp["ts"])
+        assert self._webhook is not None
+        answer = self._webhook.send(text=payload["text"], blocks=payload["blocks"], unfurl_links=False)
         if answer.status_code != 200:
             kind = SlackRejected if _refused(answer.status_code) else SlackFailed
             raise kind(f"Slack webhook answered HTTP {answer.status_code}: {answer.body[:200]!r}")
