@@ -32,6 +32,13 @@ BAD = [
     ('{"sample_interval": 1}', ["unknown key 'sample_interval'"]),
     ("[1, 2]", ["expected a JSON object"]),
     ("{not json", ["unreadable"]),
+    # found by the fuzzer (tests/unit/test_fuzz_inputs.py): an integer past a float's range, lone surrogates
+    ('{"sample_interval_s": 1%s}' % ("0" * 400), ["sample_interval_s", "between 0.1 and 60", "1000000"]),
+    ('{"detail_memory_on_percent": -1%s}' % ("0" * 400), ["detail_memory_on_percent", "between 1 and 100"]),
+    ('{"proc_root": "/proc\\udc00"}', ["proc_root", "UTF-8", "'/proc\\udc00'"]),
+    ('{"identity_cache": "/var/lib/\\ud800x.json"}', ["identity_cache", "UTF-8", "\\ud800"]),
+    ('{"endpoint_url": "https://logs\\udfff.example"}', ["endpoint_url", "UTF-8", "\\udfff"]),
+    ('{"imds_url": "http://169.254.169.254/\\udbff"}', ["imds_url", "UTF-8", "\\udbff"]),
 ]
 
 

@@ -65,3 +65,82 @@ def test_the_last_good_policy_holds_when_the_new_one_is_nested_500_deep() -> Non
     good = loader.parse("defaults: {scale_out_cooldown_s: 90}\n", "ssm:/gpufleet/policy")
     assert good.defaults.scale_out_cooldown_s == 90 and store.saved
     assert loader.parse(NESTED, "ssm:/gpufleet/policy").defaults.scale_out_cooldown_s == 90
+
+
+# Found by the fuzzer (tests/unit/test_fuzz_inputs.py): a scalar YAML cannot construct escaped as ValueError,
+# KeyError or AttributeError, past LastGoodPolicy (it catches PolicyError only), so every function failed.
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("a: 2026-02-30", "'2026-02-30' is not a valid timestamp"),  # implicit: looks like a date, is none
+        ("a: 2026-11-23 25:00:00", "'2026-11-23 25:00:00' is not a valid timestamp"),
+        ("a: !!int x", "'x' is not a valid int"),
+        ("a: !!int 0b2", "'0b2' is not a valid int"),
+        ("a: " + "9" * 5000, "is not a valid int"),  # past Python's 4,300-digit limit on int()
+        ("a: !!float x", "'x' is not a valid float"),
+        ("a: !!bool x", "'x' is not a valid bool"),
+        ("a: !!timestamp x", "'x' is not a valid timestamp"),
+        ("a: !!timestamp 2001-13-01", "'2001-13-01' is not a valid timestamp"),
+    ],
+)
+def test_a_scalar_yaml_cannot_construct_is_one_policy_error(text: str, says: str) -> None:
+    with pytest.raises(PolicyError) as raised:
+        parse_policy(text, "ssm:/gpufleet/policy")
+    [problem] = raised.value.problems
+    assert problem.startswith("ssm:/gpufleet/policy: not valid YAML: line 1, column 4: ") and says in problem
+    assert "\n" not in problem and len(problem) < 300, problem
+
+
+def test_every_yaml_error_is_one_line() -> None:
+    with pytest.raises(PolicyError) as raised:
+        parse_policy("a: !!omap [1]", "p.yaml")
+    assert raised.value.problems == [
+        "p.yaml: not valid YAML: line 1, column 12: while constructing an ordered map; "
+        "expected a mapping of length 1, but found scalar"
+    ]
+
+
+LONE = '"x\\uD800"'  # a YAML escape that decodes to a lone surrogate (raw ones are refused by PyYAML's reader)
+SCHEDULE = "{name: N, cron: '0 8 * * *', duration_minutes: 60, desired: 1}"
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        (f"groups: [{{name: {LONE}}}]", "groups[0].name"),
+        (f"groups: [{{name: g, cluster: {LONE}, kind: eks-nodegroup}}]", "groups[0].cluster"),
+        (f"groups: [{{tags: {{team: {LONE}}}}}]", "groups[0].tags.team"),
+        (f"groups: [{{tags: {{{LONE}: v}}}}]", "groups[0].tags: key 'x\\ud800'"),
+        (f"{LONE}: 1", "(document): key 'x\\ud800'"),
+        (f"alarm_prefix: {LONE}", "alarm_prefix"),
+        (f"discovery: {{tag_key: {LONE}}}", "discovery.tag_key"),
+        (f"discovery: {{tag_value: {LONE}}}", "discovery.tag_value"),
+        (f"alarms: [{{alarm: {LONE}, direction: out}}]", "alarms[0].alarm"),
+        (f"defaults: {{schedules: [{SCHEDULE.replace('N', LONE)}]}}", "defaults.schedules[0].name"),
+        (f"groups: [{{name: q, demand: {{sqs: {{queue_url: {LONE[:1]}https://q/{LONE[1:]}}}}}}}]", "queue_url"),
+        (f"defaults: {{demand: {{metric: {{namespace: {LONE}, metric_name: m}}}}}}", "metric.namespace"),
+        (f"defaults: {{demand: {{kubernetes: {{gpu_resources: {{{LONE}: 1}}}}}}}}", "gpu_resources: key"),
+        (f"notifications: {{routes: [{{match: {{groups: [{LONE}]}}}}]}}", "notifications.routes[0].match.groups[0]"),
+        (f"notifications: {{default_route: {{slack_channel: {LONE}}}}}", "default_route.slack_channel"),
+        (f"spot: {{groups: [{{group: {LONE}}}]}}", "spot.groups[0].group"),
+        (f"spot: {{prices: {{spot: {{{LONE}: 1.5}}}}}}", "spot.prices.spot: key"),
+    ],
+)
+def test_a_lone_surrogate_anywhere_is_a_policy_error_naming_where(text: str, where: str) -> None:
+    with pytest.raises(PolicyError) as raised:
+        parse_policy(text, "p.yaml")
+    [problem] = raised.value.problems
+    assert where in problem and problem.endswith("text is not valid Unicode (lone surrogate)"), problem
+    problem.encode("utf-8")  # the error itself can be logged, stored and posted
+
+
+def test_text_outside_the_basic_plane_is_still_fine() -> None:
+    policy = parse_policy('groups: [{name: "gpu-\\U0001F525", tags: {"t\\u00e9am": "\\uD83D\\uDD25"}}]')
+    assert policy.groups[0].name == "gpu-\U0001f525" and policy.groups[0].tags == {"t\u00e9am": "\U0001f525"}
+
+
+def test_the_last_good_policy_holds_when_the_new_one_has_an_impossible_date() -> None:
+    store = KeptPolicy()
+    loader = LastGoodPolicy(store, Logger(service="test"), "scaler", writes=True)  # type: ignore[arg-type]
+    loader.parse("defaults: {scale_out_cooldown_s: 90}\n", "ssm:/gpufleet/policy")
+    assert loader.parse("a: 2026-02-30\n", "ssm:/gpufleet/policy").defaults.scale_out_cooldown_s == 90

@@ -187,3 +187,46 @@ def test_any_value_in_any_field_parses_or_is_skipped(field: str, value: Any) -> 
 @given(text=st.text(max_size=200))
 def test_any_text_parses_or_is_skipped(text: str) -> None:
     assert isinstance(parse(text), UsageRecord | Skipped)
+
+
+# ---- hostile input the fuzzer found (tests/unit/test_fuzz_inputs.py): skipped, never raised ----
+
+
+def test_a_number_too_big_for_a_float_is_skipped_not_raised() -> None:
+    skipped = parse(message(rows=[[0, None, 10**400, 0, 0, 0]]))
+    assert isinstance(skipped, Skipped)
+    assert skipped.reason is SkipReason.MALFORMED and "held seconds" in skipped.detail
+
+
+def test_json_nested_deeper_than_the_parser_can_go_is_skipped_not_raised() -> None:
+    skipped = parse("[" * 100_000)
+    assert isinstance(skipped, Skipped)
+    assert skipped.reason is SkipReason.NOT_JSON and "nested" in skipped.detail
+
+
+LONE = "i-0\udc00abc"  # json.dumps writes it as the escape \udc00, which json.loads takes back
+
+
+@pytest.mark.parametrize(
+    ("changes", "detail"),
+    [
+        ({"node": LONE}, "node"),
+        ({"instance_type": LONE}, "type"),
+        ({"group": LONE}, "group"),
+        ({"gone": {LONE: "kubelet unreachable"}}, "gone"),
+        ({"gone": {"pods": LONE}}, "gone"),
+        ({"workloads": {"0": {**TRAINER, "namespace": LONE}}, "rows": [[0, "0", 300, 0, 300, 0]]}, "namespace"),
+        ({"workloads": {"0": {**ALICE_JOB, "user": LONE}}, "rows": [[0, "0", 300, 0, 300, 0]]}, "user"),
+    ],
+    ids=["node", "type", "group", "gone-what", "gone-why", "namespace", "user"],
+)
+def test_a_lone_surrogate_in_text_the_report_keeps_skips_the_record(changes: dict[str, Any], detail: str) -> None:
+    """The report writes these out as UTF-8, which a lone surrogate is not."""
+    skipped = parse(message(**changes))
+    assert isinstance(skipped, Skipped)
+    assert skipped.reason is SkipReason.MALFORMED and detail in skipped.detail and "surrogate" in skipped.detail
+
+
+def test_a_pair_of_surrogate_escapes_is_one_character_and_parses() -> None:
+    record = parse(message(node="i-\U0001f525"))  # json.dumps writes \ud83d\udd25: a valid pair
+    assert isinstance(record, UsageRecord) and record.node == "i-\U0001f525"

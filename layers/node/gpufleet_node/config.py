@@ -7,7 +7,6 @@ a number too big for a timedelta, JSON nested deeper than the parser's recursion
 
 import ipaddress
 import json
-import math
 import re
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -62,7 +61,7 @@ def _number(low: float, high: float) -> Callable[[Any], Optional[str]]:
     def check(value: Any) -> Optional[str]:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return "a number"
-        if not (math.isfinite(value) and low <= value <= high):
+        if not low <= value <= high:  # False for NaN; exact for an int past a float's range (no OverflowError)
             return "between %g and %g" % (low, high)
         return None
 
@@ -151,6 +150,16 @@ _CHECKS: Dict[str, Callable[[Any], Optional[str]]] = {
 }
 
 
+def _utf8(value: Any) -> Optional[str]:
+    """JSON's \\ud800 escapes give lone surrogates, which no path, URL or log line can hold."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "UTF-8 text (without a lone \\udXXX surrogate escape)"
+    return None
+
+
 def _shown(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -187,7 +196,7 @@ def load(path: Optional[str]) -> Dict[str, Any]:
     for key, value in doc.items():
         if key not in DEFAULTS:
             raise ConfigError("%s: unknown key %r (known: %s)" % (path, key, ", ".join(sorted(DEFAULTS))))
-        wanted = _CHECKS[key](value)
+        wanted = _utf8(value) or _CHECKS[key](value)
         if wanted is not None:
             raise ConfigError("%s: %s must be %s (got %s)" % (path, key, wanted, _shown(value)))
         config[key] = value

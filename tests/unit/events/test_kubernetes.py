@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
-from gpufleet.events.kubernetes import gpu_request, nodes_running_gpu_pods, waiting_pod, waiting_pods
+from gpufleet.events.kubernetes import WaitingPod, gpu_request, nodes_running_gpu_pods, waiting_pod, waiting_pods
 
 PODS: list[dict[str, Any]] = json.loads(
     (Path(__file__).parents[2] / "fixtures" / "kubernetes" / "pods-pending-gpu.json").read_text()
@@ -73,3 +74,44 @@ def test_any_document_is_demand_or_nothing(doc: Any) -> None:
         found = waiting_pod(pod)
         assert found is None or found.gpus > 0
         assert isinstance(nodes_running_gpu_pods([pod]), set)
+
+
+def _waiting_since(at: str) -> dict[str, Any]:
+    """The fixture's first waiting pod with its PodScheduled=False turned at `at`."""
+    pod = json.loads(json.dumps(PODS[0]))
+    pod["status"]["conditions"][0]["lastTransitionTime"] = at
+    return pod
+
+
+@pytest.mark.parametrize(
+    "at",
+    [
+        "9999-12-31T23:59:59Z",  # the fuzzer's find
+        "2100-01-01T00:00:00Z",  # the first instant past the range
+        "1969-12-31T23:59:59Z",
+        "0001-01-01T00:00:00+01:00",  # out of range, and would overflow if moved to UTC
+        "9999-12-31T23:59:59-01:00",
+    ],
+)
+def test_a_transition_time_out_of_range_is_unknown_and_the_pod_still_waits(at: str) -> None:
+    """Out of 1970-2100 (the rule every timestamp follows, gpufleet.domain.values) the time is unknown, as an
+    unparsable one is: the pod's GPU demand stands, and the rest of the cluster is read."""
+    found = waiting_pods([_waiting_since(at), PODS[1]])
+    assert [(p.key, p.gpus, p.since) for p in found][:1] == [("team-a/train-llm-0", 8.0, None)]
+    assert [p.key for p in found] == ["team-a/train-llm-0", "team-b/serve-7d9f-abcde"]
+
+
+def test_a_transition_time_with_an_offset_is_read_in_utc() -> None:
+    found = waiting_pod(_waiting_since("2026-11-23T10:00:01+01:00"))
+    assert found is not None
+    assert (found.since, found.since.utcoffset() if found.since else None) == (
+        datetime(2026, 11, 23, 9, 0, 1, tzinfo=UTC),
+        timedelta(0),
+    )
+
+
+def test_a_waiting_pod_holds_only_sane_times() -> None:
+    with pytest.raises(ValidationError, match="timestamp outside 1970-2100"):
+        WaitingPod(namespace="a", name="p", gpus=1, since=datetime(9999, 12, 31, tzinfo=UTC))
+    with pytest.raises(ValidationError, match="timezone"):
+        WaitingPod(namespace="a", name="p", gpus=1, since=datetime(2026, 11, 23))  # naive on purpose

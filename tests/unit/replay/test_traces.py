@@ -78,3 +78,97 @@ def test_the_training_cluster_workload_is_seeded_and_shaped_as_documented() -> N
     assert weekend < weekday / 2
     sweeps = {p.name.split("-")[1] for p in a.pods if p.name.startswith("sweep-")}
     assert sweeps == {"0", "1", "2", "3", "4"}
+
+
+# ---- hostile input the fuzzer found (tests/unit/test_fuzz_inputs.py): TraceError in one line ----
+
+V2023_ROW = "p,1,1,{num_gpu},{gpu_milli},,BE,Running,{created},{deleted},{scheduled}\n"
+V2023_GOOD = {"num_gpu": "1", "gpu_milli": "1000", "created": "0", "deleted": "", "scheduled": "0"}
+
+
+def _v2023(v2023_csv: str, **cells: str) -> str:
+    return v2023_csv + V2023_ROW.format(**{**V2023_GOOD, **cells})
+
+
+def _refused(text: str, source: str = "pods.csv") -> str:
+    with pytest.raises(TraceError) as raised:
+        parse_trace(io.StringIO(text), source)
+    message = str(raised.value)
+    assert "\n" not in message and len(message) < 300
+    return message
+
+
+HOSTILE = ["inf", "-inf", "1e400", "9" * 5000]  # float() reads each as an infinity
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+@pytest.mark.parametrize(
+    ("cell", "column"),
+    [
+        ("num_gpu", "num_gpu"),
+        ("gpu_milli", "gpu_milli"),
+        ("created", "creation_time"),
+        ("scheduled", "scheduled_time"),
+        ("deleted", "deletion_time"),
+    ],
+)
+def test_a_number_no_float_can_hold_is_refused_naming_line_and_column(
+    v2023_csv: str, cell: str, column: str, value: str
+) -> None:
+    message = _refused(_v2023(v2023_csv, **{cell: value}))
+    assert message.startswith(f"pods.csv:7: {column} ")
+
+
+@pytest.mark.parametrize("column", ["num_gpu", "gpu_milli"])
+def test_a_nan_gpu_count_is_refused_naming_its_column(v2023_csv: str, column: str) -> None:
+    """NaN means 'before/after the trace' only in a time column."""
+    assert _refused(_v2023(v2023_csv, **{column: "nan"})).startswith(f"pods.csv:7: {column} ")
+
+
+@pytest.mark.parametrize("value", [*HOSTILE, "nan"])
+def test_a_dlrm_gpu_request_no_float_can_hold_is_refused(dlrm_csv: str, value: str) -> None:
+    row = f"instance_9,HN,app_0,12,12,{value},1,25,25,120.0,120.0,640.0,800.0,8,0,0,60\n"
+    assert _refused(dlrm_csv + row, "dlrm.csv").startswith("dlrm.csv:7: gpu_request ")
+
+
+def test_the_fuzzer_s_row_is_refused(v2023_csv: str) -> None:
+    assert _refused(v2023_csv + "p,1,1,inf,1000,,BE,Running,0,,0\n").startswith("pods.csv:7: num_gpu ")
+
+
+@pytest.mark.parametrize("column", ["created", "scheduled", "deleted"])
+def test_a_time_past_any_trace_is_refused_as_not_seconds_from_the_trace_start(v2023_csv: str, column: str) -> None:
+    """Epoch or millisecond times would make a replay of decades, minute by minute; 1.7e308 apart, two
+    times would overflow the run time's arithmetic."""
+    for value in ("1700000000", "1.7e308"):
+        message = _refused(_v2023(v2023_csv, **{column: value}))
+        assert "_time " in message and "seconds from the trace start" in message
+
+
+def test_a_negative_creation_time_is_refused_in_one_line(v2023_csv: str) -> None:
+    assert "creation_time" in _refused(_v2023(v2023_csv, created="-1"))
+
+
+def test_a_dlrm_request_below_a_thousandth_is_the_smallest_share(dlrm_csv: str) -> None:
+    row = "instance_9,HN,app_0,12,12,0.0001,1,25,25,120.0,120.0,640.0,800.0,8,0,0,60\n"
+    pods = {p.name: p for p in parse_trace(io.StringIO(dlrm_csv + row), "dlrm.csv").pods}
+    assert pods["instance_9"].milli == 1
+
+
+def test_a_trace_that_is_not_utf8_is_refused_naming_the_file(v2023_csv: str) -> None:
+    raw = (v2023_csv + "p\xe9,1,1,1,1000,,BE,Running,0,,0\n").encode("latin-1")
+    lines = io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8", newline="")  # as `gpufleet replay` opens it
+    with pytest.raises(TraceError) as raised:
+        parse_trace(lines, "pods.csv")
+    assert str(raised.value).startswith("pods.csv: ") and "UTF-8" in str(raised.value)
+    assert "\n" not in str(raised.value)
+
+
+def test_a_header_that_is_not_utf8_is_refused_naming_the_file() -> None:
+    lines = io.TextIOWrapper(io.BytesIO(b"na\xffme,num_gpu\n"), encoding="utf-8", newline="")
+    with pytest.raises(TraceError, match=r"^pods.csv: .*UTF-8"):
+        parse_trace(lines, "pods.csv")
+
+
+def test_a_field_beyond_the_csv_limit_is_refused(v2023_csv: str) -> None:
+    message = _refused(v2023_csv + '"' + "x" * 200_000 + '",1,1,1,1000,,BE,Running,0,,0\n')
+    assert message.startswith("pods.csv:")

@@ -12,7 +12,8 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Protocol
 
 from gpufleet_tools.replay.model import MILLI_PER_GPU, Pod, Trace, TraceFormat
@@ -50,15 +51,46 @@ class Rng(Protocol):
     def randint(self, a: int, b: int) -> int: ...
 
 
-def _seconds(raw: str | None) -> float | None:
-    """A trace time: None when empty or NaN (docs/replay.md: 'before/after the trace')."""
+TIME_COLUMNS = ("creation_time", "scheduled_time", "deletion_time")
+MAX_TRACE_S = 10 * 366 * 86400  # past this a time is epoch seconds or milliseconds, not from the trace start
+Times = tuple[float | None, float | None, float | None]
+
+
+def _float(row: dict[str, str | None], column: str) -> float | None:
+    """A cell as a float, None when empty. float() reads 'inf', '1e400' and 5,000 nines as infinities,
+    which no count or time can be: refused here, not by an OverflowError in int() or math.ceil()."""
+    raw = row[column]
     if raw is None or not raw.strip():
         return None
-    value = float(raw)
-    return None if math.isnan(value) else value
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{column} {raw!r:.40} is not a number") from None
+    if math.isinf(value):
+        raise ValueError(f"{column} {raw!r:.40} is not a finite number")
+    return value
 
 
-def _pod(name: str, times: tuple[float | None, float | None, float | None], gpus: int, milli: int) -> Pod:
+def _amount(row: dict[str, str | None], column: str) -> float:
+    """A GPU count or share: empty is none; NaN means 'before/after the trace' only in a time column."""
+    value = _float(row, column)
+    if value is not None and math.isnan(value):
+        raise ValueError(f"{column} {row[column]!r:.40} is not a number")
+    return value or 0.0
+
+
+def _time(row: dict[str, str | None], column: str) -> float | None:
+    """Seconds from the trace start; None when empty or NaN (docs/replay.md: 'before/after the trace').
+    Bounded, so no time makes a replay of decades and no difference of two overflows."""
+    value = _float(row, column)
+    if value is None or math.isnan(value):
+        return None
+    if not 0 <= value <= MAX_TRACE_S:
+        raise ValueError(f"{column} {row[column]!r:.40} is not seconds from the trace start (0 to {MAX_TRACE_S})")
+    return value
+
+
+def _pod(name: str, times: Times, gpus: int, milli: int) -> Pod:
     created, scheduled, deleted = times
     arrival_s = created or 0.0
     started_s = scheduled if scheduled is not None else arrival_s
@@ -79,44 +111,60 @@ def detect_format(header: Iterable[str]) -> TraceFormat:
     )
 
 
-def _row_pod(fmt: TraceFormat, row: dict[str, str]) -> Pod | None:
+def _row_pod(fmt: TraceFormat, row: dict[str, str | None], times: Times) -> Pod | None:
     """The pod a row describes, or None when it asks for no GPU."""
-    times = (_seconds(row["creation_time"]), _seconds(row["scheduled_time"]), _seconds(row["deletion_time"]))
     if fmt is TraceFormat.DLRM_V2025:
-        request = float(row["gpu_request"] or 0)
-        name = row["instance_sn"]
+        request = _amount(row, "gpu_request")
+        name = row["instance_sn"] or ""
         if request <= 0:
             return None
-        if request < 1:
-            return _pod(name, times, 1, round(request * MILLI_PER_GPU))
+        if request < 1:  # a share: at least a thousandth of a GPU, however small the request
+            return _pod(name, times, 1, max(1, round(request * MILLI_PER_GPU)))
         return _pod(name, times, math.ceil(request), MILLI_PER_GPU)
-    gpus = int(float(row["num_gpu"] or 0))
-    milli = int(float(row["gpu_milli"] or 0))
+    gpus = int(_amount(row, "num_gpu"))
+    milli = int(_amount(row, "gpu_milli"))
     if gpus <= 0:
         return None
     share = gpus == 1 and 0 < milli < MILLI_PER_GPU
-    return _pod(row["name"], times, gpus, milli if share else MILLI_PER_GPU)
+    return _pod(row["name"] or "", times, gpus, milli if share else MILLI_PER_GPU)
+
+
+@contextmanager
+def _readable(reader: csv.DictReader[str], source: str) -> Iterator[None]:
+    """A file that is not UTF-8 text or not CSV is a TraceError, not the codec's or csv's traceback. The
+    codec decodes ahead of the rows read, so a bad byte's line is only known to be past the last read."""
+    try:
+        yield
+    except UnicodeDecodeError as exc:
+        raise TraceError(
+            f"{source}: not UTF-8 text (byte {exc.object[exc.start]:#04x} after line {reader.line_num}); "
+            "save the trace as UTF-8"
+        ) from None
+    except csv.Error as exc:
+        raise TraceError(f"{source}:{reader.line_num}: unreadable CSV ({exc})") from None
 
 
 def parse_trace(lines: Iterable[str], source: str = "trace") -> Trace:
     """Read either Alibaba format; the header decides which. Rows without a GPU request are counted, not
-    replayed (the DLRM CPU nodes, CPU-only pods)."""
+    replayed (the DLRM CPU nodes, CPU-only pods). A bad row is a TraceError naming its line and column."""
     reader = csv.DictReader(lines)
-    fmt = detect_format(reader.fieldnames or ())
     pods: list[Pod] = []
     skipped = 0
     last_s = 0.0
-    for number, row in enumerate(reader, start=2):
-        try:
-            pod = _row_pod(fmt, row)
-            stamps = [_seconds(row[k]) for k in ("creation_time", "scheduled_time", "deletion_time")]
-        except (KeyError, ValueError, TypeError) as exc:
-            raise TraceError(f"{source}:{number}: unreadable row ({exc})") from None
-        last_s = max([last_s, *(s for s in stamps if s is not None)])
-        if pod is None:
-            skipped += 1
-        else:
-            pods.append(pod)
+    with _readable(reader, source):
+        fmt = detect_format(reader.fieldnames or ())
+        for row in reader:
+            try:
+                times: Times = (_time(row, TIME_COLUMNS[0]), _time(row, TIME_COLUMNS[1]), _time(row, TIME_COLUMNS[2]))
+                pod = _row_pod(fmt, row, times)
+            except (KeyError, ValueError, TypeError) as exc:
+                why = " ".join(str(exc).split())  # one line, whatever raised it
+                raise TraceError(f"{source}:{reader.line_num}: {why}") from None
+            last_s = max([last_s, *(s for s in times if s is not None)])
+            if pod is None:
+                skipped += 1
+            else:
+                pods.append(pod)
     pods.sort(key=lambda p: p.arrival)
     horizon = max(math.ceil(last_s / 60) + 1, max((p.arrival + 1 for p in pods), default=1))
     return Trace(format=fmt, source=source, pods=tuple(pods), horizon=horizon, skipped=skipped)

@@ -92,16 +92,31 @@ _WORKLOAD_FIELDS = ("kind", "namespace", "pod", "container", "pod_uid", "job_id"
 
 
 def _number(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+    """A finite float >= 0; an integer past a float's range (JSON has no bound) is refused here, not by
+    an OverflowError later."""
+    try:
+        number = math.nan if isinstance(value, bool) or not isinstance(value, int | float) else float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number) or number < 0:
         raise _Bad(f"{what} is not a number >= 0 (got {value!r:.40})")
-    return float(value)
+    return number
+
+
+def _utf8(text: str, what: str) -> str:
+    """Text the report keeps and writes out as UTF-8: a lone surrogate (JSON's \\ud800 escape) cannot be."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _Bad(f"{what} holds a lone surrogate (not UTF-8 text)") from None
+    return text
 
 
 def _text(doc: Mapping[str, Any], key: str) -> str:
     value = doc.get(key)
     if not isinstance(value, str) or not value:
         raise _Bad(f"{key} is missing or not a string")
-    return value
+    return _utf8(value, key)
 
 
 def _start(text: str) -> int:
@@ -125,6 +140,8 @@ class RecordParser:
             doc = json.loads(message)
         except (ValueError, TypeError):
             return Skipped(SkipReason.NOT_JSON, message[:60])
+        except RecursionError:
+            return Skipped(SkipReason.NOT_JSON, "JSON nested deeper than the parser goes")
         if not isinstance(doc, dict):
             return Skipped(SkipReason.NOT_JSON, f"a JSON {type(doc).__name__}, not an object")
         if doc.get("v") != USAGE_RECORD_VERSION:
@@ -151,10 +168,10 @@ class RecordParser:
             seconds=seconds,
             node=_text(doc, "node"),
             instance_type=_text(doc, "type"),
-            group=group or None,
+            group=_utf8(group, "group") if group else None,
             gpus=gpus,
             rows=tuple(self._row(raw, workloads) for raw in rows),
-            gone=tuple(sorted((str(k), str(v)) for k, v in gone.items())),
+            gone=tuple(sorted((_utf8(str(k), "gone"), _utf8(str(v), "gone")) for k, v in gone.items())),
             digest=digest,
         )
 
@@ -166,6 +183,9 @@ class RecordParser:
             raise _Bad("a workload field in w is not a string")
         found = self._known.get(fields)
         if found is None:
+            for name, value in zip(_WORKLOAD_FIELDS, fields, strict=True):
+                if value is not None:
+                    _utf8(value, f"workload field {name}")
             found = self._known[fields] = self._identify(doc)
         return found
 

@@ -124,10 +124,14 @@ def _decoded(body: bytes, encoding: str | None) -> bytes:
 
 
 def _json(body: bytes) -> dict[str, Any] | None:
+    """The answer's JSON object, None when it is not one; an answer nested past what the recursive decoder
+    can follow (RecursionError, never raised out of here) is malformed, whatever its status."""
     try:
         document = json.loads(body)
     except ValueError:
         return None
+    except RecursionError:
+        raise HttpProblem("malformed", "the answer nests too deeply to read") from None
     return document if isinstance(document, dict) else None
 
 

@@ -10,6 +10,7 @@ import difflib
 import fnmatch
 import math
 import re
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Annotated, Any, Self, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -20,8 +21,9 @@ from pydantic import BaseModel, BeforeValidator, Field, ValidationError, model_v
 
 from gpufleet.capacity.policy import SpotPolicy
 from gpufleet.domain import defaults
-from gpufleet.domain.errors import PolicyError, describe_validation_error
+from gpufleet.domain.errors import PolicyError, describe_validation_error, one_line
 from gpufleet.domain.models import Direction, Frozen, GroupKind, GroupRef
+from gpufleet.domain.values import LONE_SURROGATE, is_storable
 from gpufleet.guard.policy import GuardPolicy
 from gpufleet.notify.policy import NotificationPolicy
 
@@ -359,6 +361,48 @@ class _BoundedLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
+    def construct_scalar(self, node: yaml.ScalarNode | yaml.MappingNode) -> str:
+        """Text as written, except that escaped UTF-16 surrogate pairs ("\\uD83D\\uDD25", which JSON
+        writers emit for characters beyond U+FFFF) become the one character they stand for, as in JSON."""
+        text = super().construct_scalar(node)
+        if not is_storable(text):
+            try:
+                return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+            except UnicodeDecodeError:  # a lone surrogate: refused with its path once the document is loaded
+                pass
+        return text
+
+
+def _checked(tag: str) -> Callable[[yaml.SafeLoader, yaml.Node], Any]:
+    """PyYAML's constructor for a scalar tag, raising ConstructorError (a YAMLError, so a PolicyError) for
+    text it cannot read (`!!int x`, the date 2026-02-30) instead of a bare ValueError or KeyError."""
+    construct = yaml.SafeLoader.yaml_constructors[tag]
+    kind = tag.rsplit(":", 1)[-1]
+
+    def checked(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+        try:
+            return construct(loader, node)
+        except (ValueError, KeyError, AttributeError, TypeError, OverflowError):
+            problem = f"{node.value!r:.60} is not a valid {kind}"
+            raise yaml.constructor.ConstructorError(None, None, problem, node.start_mark) from None
+
+    return checked
+
+
+for _tag in ("int", "float", "bool", "timestamp"):
+    _BoundedLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _checked(f"tag:yaml.org,2002:{_tag}"))
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's error on one line: where (line, column) and what, without its multi-line source excerpt."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        what = "; ".join(part for part in (exc.context, exc.problem, exc.note) if part)
+        if mark is not None:
+            return one_line(f"line {mark.line + 1}, column {mark.column + 1}: {what}")
+        return one_line(what)
+    return one_line(str(exc))
+
 
 def _load_yaml(text: str, source: str) -> object:
     size = len(text.encode("utf-8", "surrogatepass"))
@@ -369,9 +413,50 @@ def _load_yaml(text: str, source: str) -> object:
     except _TooComplex as exc:
         raise PolicyError([f"{source}: not a policy document: {exc}"]) from None
     except yaml.YAMLError as exc:
-        raise PolicyError([f"{source}: not valid YAML: {exc}"]) from None
+        raise PolicyError([f"{source}: not valid YAML: {_yaml_problem(exc)}"]) from None
     except RecursionError:  # a bound above should catch it first; never let it escape as a crash
         raise PolicyError([f"{source}: not a policy document: nested too deeply"]) from None
+    except (ValueError, KeyError, AttributeError, TypeError, OverflowError) as exc:  # as above, for constructors
+        raise PolicyError([f"{source}: not valid YAML: {one_line(str(exc), limit=200)}"]) from None
+
+
+def _path(loc: tuple[str | int, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            name = one_line(str(part), limit=40)  # a key is input: it may be huge or hold line breaks
+            out += f".{name}" if out else name
+    return out or "(document)"
+
+
+def _lone_surrogates(doc: object) -> list[str]:
+    """Where the loaded document holds a lone surrogate (a YAML escape like "\\uD800" makes one), key or
+    value: text DynamoDB, JSON and Slack cannot carry, refused here by path rather than failing a write
+    or a post later. Walked with a stack and each container once, as aliases may share or nest them."""
+    problems: list[str] = []
+    seen: set[int] = set()
+    stack: list[tuple[object, tuple[str | int, ...]]] = [(doc, ())]
+    while stack:
+        value, loc = stack.pop()
+        if isinstance(value, str):
+            if not is_storable(value):
+                problems.append(f"{_path(loc)}: {LONE_SURROGATE}")
+            continue
+        if not isinstance(value, dict | list | set) or id(value) in seen:
+            continue
+        seen.add(id(value))
+        pairs = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else []
+        keys = value if isinstance(value, dict | set) else ()
+        problems += [f"{_path(loc)}: key {k!r:.40}: {LONE_SURROGATE}" for k in keys if _unstorable(k)]
+        children = [(v, (*loc, k)) for k, v in pairs if not _unstorable(k)]
+        stack.extend(reversed(children))
+    return problems
+
+
+def _unstorable(key: object) -> bool:
+    return isinstance(key, str) and not is_storable(key)
 
 
 def parse_policy(text: str, source: str = "policy") -> FleetPolicy:
@@ -381,6 +466,9 @@ def parse_policy(text: str, source: str = "policy") -> FleetPolicy:
         doc = {}
     if not isinstance(doc, dict):
         raise PolicyError([f"(document): expected a mapping at the top level (got {doc!r:.80})"])
+    unstorable = _lone_surrogates(doc)
+    if unstorable:
+        raise PolicyError(unstorable)
     try:
         return FleetPolicy.model_validate(doc)
     except ValidationError as err:

@@ -14,6 +14,7 @@ from pydantic import AfterValidator, AwareDatetime
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)  # sam local generate-event and SDK fixtures use the epoch
 LATEST = datetime(2100, 1, 1, tzinfo=UTC)
 MAX_TEXT = 2048  # alarm names are <= 255; status messages and reasons are clipped, not rejected
+LONE_SURROGATE = "text is not valid Unicode (lone surrogate)"
 
 
 def _sane_time(value: datetime) -> datetime:
@@ -22,11 +23,19 @@ def _sane_time(value: datetime) -> datetime:
     return value.astimezone(UTC)
 
 
-def _storable(value: str) -> str:
+def is_storable(value: str) -> bool:
+    """Whether UTF-8 can carry the text: a Python str may hold a lone surrogate (a JSON or YAML escape
+    such as \\uD800 makes one), which DynamoDB, JSON and Slack refuse."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        raise ValueError("text is not valid Unicode (lone surrogate)") from None
+        return False
+    return True
+
+
+def _storable(value: str) -> str:
+    if not is_storable(value):
+        raise ValueError(LONE_SURROGATE)
     return value
 
 

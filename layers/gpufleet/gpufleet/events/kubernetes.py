@@ -17,6 +17,7 @@ from pydantic import Field
 
 from gpufleet.domain.errors import one_line
 from gpufleet.domain.models import Frozen
+from gpufleet.domain.values import EARLIEST, LATEST, Timestamp
 
 NVIDIA_GPU = "nvidia.com/gpu"
 # Extended resources that stand for (shares of) GPUs, and how many of each make one GPU. The default is
@@ -45,7 +46,7 @@ class WaitingPod(Frozen):
     namespace: str
     name: str
     gpus: float = Field(gt=0)  # in GPUs (shares converted by the cluster's resource table)
-    since: datetime | None = None  # when PodScheduled turned False
+    since: Timestamp | None = None  # when PodScheduled turned False; None: not said, or not a sane time
     node_selector: tuple[tuple[str, str], ...] = ()
     affinity: tuple[SelectorTerm, ...] = ()  # required node affinity; empty: any node
     tolerations: tuple[Toleration, ...] = ()
@@ -116,11 +117,14 @@ def _toleration(t: Mapping[str, Any]) -> Toleration:
 
 
 def _time(text: Any) -> datetime | None:
+    """An RFC 3339 time in UTC; unparsable or outside the range every timestamp keeps (1970-2100) it is
+    unknown, like any malformed field: the pod still waits, only for how long is not said."""
     try:
         at = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
     except ValueError:
         return None
-    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)  # the API writes UTC (RFC 3339)
+    at = at if at.tzinfo is not None else at.replace(tzinfo=UTC)  # the API writes UTC (RFC 3339)
+    return at.astimezone(UTC) if EARLIEST <= at < LATEST else None  # compared first: 0001+01:00 cannot move
 
 
 def _affinity(spec: Mapping[str, Any]) -> tuple[SelectorTerm, ...]:
