@@ -318,3 +318,33 @@ def test_reconcile_batches_its_reads(aws: str, tmp_path: Path, groups: int) -> N
     assert calls["autoscaling:DescribeAutoScalingGroups"] == math.ceil(groups / 100)
     assert calls["autoscaling:SetDesiredCapacity"] == 0
     assert calls["dynamodb:BatchGetItem"] == math.ceil(groups / 100)
+
+
+def test_an_alarm_whose_group_does_not_exist_warns_on_call_once_and_closes_when_ok(gpu_fleet: Fleet) -> None:
+    """Issue 23: `hold not-needed ... group asg:ghost-gpu not found` used to exit 0 and tell nobody."""
+    stack = fleet.create_notification_stack(slack_secret=None)
+    scaler = gpu_fleet.scaler(notify_queue=stack.queue_url)
+
+    def ghost(event_id: str, at: datetime, state: str = "ALARM") -> dict[str, Any]:
+        body = state_change("eventbridge-alarm-asg-high.json", event_id, at)
+        body["detail"]["state"]["value"] = state
+        body["detail"]["previousState"]["value"] = "ALARM" if state == "OK" else "OK"
+        body["detail"]["configuration"]["metrics"][0]["metricStat"]["metric"]["dimensions"] = {
+            "AutoScalingGroupName": "ghost-gpu"
+        }
+        return body
+
+    (d,) = decisions(scaler.handle(ghost("g-1", NOW), NOW))
+    assert d["action"] == "hold" and "group asg:ghost-gpu not found" in d["reason"]
+    scaler.handle(ghost("g-2", NOW + timedelta(minutes=5)), NOW + timedelta(minutes=5))  # delivered again
+    scaler.handle(ghost("g-3", NOW + timedelta(minutes=9), "OK"), NOW + timedelta(minutes=9))
+    sent = [Notification.model_validate_json(m["Body"]) for m in fleet.drain(boto3.client("sqs"), stack.queue_url)]
+    warnings = [n for n in sent if n.state is IncidentState.FIRING]
+    assert {n.notification_id for n in warnings} == {warnings[0].notification_id}  # folds into one post
+    assert (
+        warnings[0].severity == "warning" and warnings[0].title == "alarm gpufleet-train-gpu-high cannot scale anything"
+    )
+    assert "Fix the alarm's dimensions" in warnings[0].reason
+    [closed] = [n for n in sent if n.state is IncidentState.RESOLVED]
+    assert closed.incident_key == warnings[0].incident_key
+    assert gpu_fleet.desired() == 2

@@ -72,6 +72,41 @@ def alarm_resolved_notes(alarm: AlarmEvent, decisions: Sequence[Decision], regio
     ]
 
 
+CANNOT_ACT = "cannot act: the alarm's group is missing, unmanaged or unknown"
+
+
+def broken_alarm_notes(alarm: AlarmEvent | None, decisions: Sequence[Decision], region: str) -> list[Notification]:
+    """A gpufleet alarm in ALARM whose group does not exist, is not managed or cannot be told: a WARNING,
+    one incident per alarm (its notification id is the alarm's and the group's, so every later delivery
+    folds into it), closed when the alarm is OK again. A broken alarm never fails silently."""
+    if alarm is None or alarm.state is AlarmState.INSUFFICIENT_DATA:
+        return []
+    out = []
+    for d in decisions:
+        if d.detail != CANNOT_ACT or (alarm.state is AlarmState.OK and alarm.previous_state is not AlarmState.ALARM):
+            continue
+        back = alarm.state is AlarmState.OK
+        out.append(
+            note(
+                NotificationKind.CONTROL,
+                Severity.INFO if back else Severity.WARNING,
+                d.group,
+                f"alarm {alarm.alarm_name} is OK again" if back else f"alarm {alarm.alarm_name} cannot scale anything",
+                at=d.at,
+                source="scaler",
+                id_parts=("broken-alarm", alarm.alarm_name, d.group, str(alarm.state)),
+                reason=d.reason
+                if back
+                else f"{d.reason}. Fix the alarm's dimensions or its gpufleet:target tag, "
+                "tag the group gpufleet:managed=true, or delete the alarm (gpufleet doctor lists alarms like it).",
+                incident_key=f"alarm:{alarm.alarm_name}|cannot-act",
+                links=console_links(d.group, region, alarm.alarm_name),
+                resolved=back,
+            )
+        )
+    return out
+
+
 def fight_note(
     obs: GroupObservation, state: GroupState, why: str, activities: Sequence[str], now: datetime, region: str
 ) -> Notification:

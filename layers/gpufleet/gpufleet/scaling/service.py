@@ -35,10 +35,11 @@ from gpufleet.domain.policy import FleetPolicy, GroupSettings
 from gpufleet.events import EventKind, parse_for
 from gpufleet.events.alarms import as_cloudwatch_says, from_described_alarm
 from gpufleet.events.model import AlarmEvent, AlarmSource, ScheduleTick
+from gpufleet.notify.model import Notification
 from gpufleet.scaling.core import decide_alarm, decide_reconcile, decide_request
 from gpufleet.scaling.demand_source import DemandReader
 from gpufleet.scaling.execution import ControlContext
-from gpufleet.scaling.notes import alarm_resolved_notes
+from gpufleet.scaling.notes import CANNOT_ACT, alarm_resolved_notes, broken_alarm_notes
 from gpufleet.scaling.ownership import watch_owners
 from gpufleet.scaling.targets import not_gpufleets, resolve_alarm_target
 
@@ -76,11 +77,13 @@ class Scaler:
         return {"results": results}
 
     def process(self, *, trigger: AlarmEvent | ScheduleTick, policy: FleetPolicy, now: datetime) -> dict[str, Any]:
+        broken: list[Notification] = []
         if isinstance(trigger, ScheduleTick):
             decisions = self.reconcile(trigger, policy, now)
         else:
             decisions = [self.on_alarm(trigger, policy, now)]
-        self.finish(decisions, policy, trigger)
+            broken = broken_alarm_notes(trigger, decisions, self.ctx.region)
+        self.finish(decisions, policy, trigger, broken)
         failed = [d for d in decisions if d.outcome is Outcome.FAILED]
         if failed and isinstance(trigger, AlarmEvent):
             raise ActionFailed("; ".join(f"{d.group}: {d.detail}" for d in failed))
@@ -93,14 +96,19 @@ class Scaler:
         }
 
     def finish(
-        self, decisions: Sequence[Decision], policy: FleetPolicy, trigger: AlarmEvent | ScheduleTick | None = None
+        self,
+        decisions: Sequence[Decision],
+        policy: FleetPolicy,
+        trigger: AlarmEvent | ScheduleTick | None = None,
+        extra: Sequence[Notification] = (),
     ) -> None:
-        """Audit, log, count and tell on-call (changes, would-be changes, failures, an alarm back to OK)."""
-        extra = []
+        """Audit, log, count and tell on-call (changes, would-be changes, failures, an alarm back to OK,
+        an alarm that cannot act)."""
+        notes = list(extra)
         if isinstance(trigger, AlarmEvent):
             told = [d for d in decisions if d.group != UNRESOLVED_GROUP and d.bounds]
-            extra = alarm_resolved_notes(trigger, told, self.ctx.region)
-        self.ctx.executor.record(decisions, policy, extra)
+            notes += alarm_resolved_notes(trigger, told, self.ctx.region)
+        self.ctx.executor.record(decisions, policy, notes)
 
     # ---- alarm path ----
 
@@ -128,10 +136,11 @@ class Scaler:
         if target.group is None or target.direction is None:
             group = target.group.key if target.group else UNRESOLVED_GROUP
             why = f"alarm {alarm.alarm_name} ({alarm.state}): no action, {target.found_by}"
-            return _no_action(group, trigger, alarm.event_id, now, why)
+            return _no_action(group, trigger, alarm.event_id, now, why, cannot_act=True)
         found = self._managed_one(target.group, policy)
         if isinstance(found, str):
-            return _no_action(target.group.key, trigger, alarm.event_id, now, f"alarm {alarm.alarm_name}: {found}")
+            why = f"alarm {alarm.alarm_name}: {found}"
+            return _no_action(target.group.key, trigger, alarm.event_id, now, why, cannot_act=True)
         obs, settings = found
         state = self.ctx.states([obs], policy)[obs.ref.key]
         resumed = self.ctx.executor.resume(obs, state, alarm.event_id, now)
@@ -257,7 +266,11 @@ def as_cloudwatch_says_now(alarms: AlarmReader, alarm: AlarmEvent) -> AlarmEvent
     return said
 
 
-def _no_action(group: str, trigger: Trigger, event_id: str, now: datetime, reason: str) -> Decision:
+def _no_action(
+    group: str, trigger: Trigger, event_id: str, now: datetime, reason: str, cannot_act: bool = False
+) -> Decision:
+    """A hold with its reason; `cannot_act`: the alarm is gpufleet's but its target is missing or unknown
+    (a broken alarm, told to on-call instead of failing silently)."""
     return Decision(
         group=group,
         action=Action.HOLD,
@@ -268,6 +281,7 @@ def _no_action(group: str, trigger: Trigger, event_id: str, now: datetime, reaso
         event_id=event_id,
         at=now,
         outcome=Outcome.NOT_NEEDED,
+        detail=CANNOT_ACT if cannot_act else "",
     )
 
 
