@@ -172,3 +172,10 @@ def test_a_function_rejects_kinds_it_does_not_handle_in_one_line() -> None:
             load("eventbridge-alarm-asg-high.json"), "spot_watch", [EventKind.LAUNCH_UNSUCCESSFUL, EventKind.SCHEDULE]
         )
     assert str(err.value) == "spot_watch does not handle alarm events (it takes: launch-unsuccessful, schedule)"
+
+
+def test_an_empty_execution_id_is_refused_it_is_the_ticks_idempotency_key() -> None:
+    """Found by the adversarial property: an empty id turned Powertools idempotency off, so one tick
+    delivered twice acted twice."""
+    with pytest.raises(InvalidEvent, match="execution_id"):
+        parse_event({"gpufleet": "reconcile", "execution_id": "", "scheduled_time": "2026-11-23T08:12:30Z"})

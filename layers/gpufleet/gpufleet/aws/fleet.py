@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -25,6 +26,10 @@ if TYPE_CHECKING:
     from mypy_boto3_eks import EKSClient
 
 T = TypeVar("T")
+# Names the APIs accept (their documented patterns): anything else is a group that cannot exist.
+EKS_CLUSTER_NAME = re.compile(r"[0-9A-Za-z][A-Za-z0-9\-_]{0,99}")
+EKS_NODEGROUP_NAME = re.compile(r"[0-9A-Za-z][A-Za-z0-9\-_]{0,62}")
+ASG_NAME = re.compile("[\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff\r\n\t]{1,255}")
 
 
 def chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
@@ -146,10 +151,14 @@ class FleetReader:
         return found
 
     def _nodegroup(self, cluster: str, name: str) -> dict[str, Any] | None:
+        """The node group, or None when it does not exist, including names EKS cannot hold (an alarm's
+        dimensions are anyone's text: they must not reach the API as a path it cannot route)."""
+        if not (EKS_CLUSTER_NAME.fullmatch(cluster) and EKS_NODEGROUP_NAME.fullmatch(name)):
+            return None
         try:
             return dict(self.eks.describe_nodegroup(clusterName=cluster, nodegroupName=name)["nodegroup"])
         except ClientError as exc:
-            if exc.response["Error"]["Code"] == "ResourceNotFoundException":
+            if exc.response["Error"]["Code"] in ("ResourceNotFoundException", "404"):
                 return None
             raise
 
@@ -219,6 +228,8 @@ class FleetReader:
 
     def observe_one(self, ref: GroupRef) -> GroupObservation | None:
         if ref.kind is GroupKind.ASG:
+            if not ASG_NAME.fullmatch(ref.name):  # a name Auto Scaling refuses (ValidationError) exists nowhere
+                return None
             asg = self.describe_asgs_by_name([ref.name]).get(ref.name)
             return _asg_observation(asg) if asg else None
         ng = self._nodegroup(ref.cluster or "", ref.name)

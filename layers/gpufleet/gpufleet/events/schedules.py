@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import Field
+
 from gpufleet.domain.errors import InvalidEvent
 from gpufleet.events.common import Lenient, Name, Timestamp, validate
 from gpufleet.events.model import ScheduleSource, ScheduleTick, SweepTick
@@ -15,7 +17,7 @@ SWEEP = "sweep"
 
 
 class _ScheduleInput(Lenient):
-    execution_id: Name
+    execution_id: Name = Field(min_length=1)  # the idempotency key: an empty one would turn it off
     scheduled_time: Timestamp
 
 
