@@ -1,13 +1,18 @@
 """`gpufleet doctor` on moto server: the demo's fleet passes; a fleet with the first-hour mistakes (an
 untagged group a rule selects, an alarm named without the prefix, one with no direction, a native scaling
-policy beside gpufleet, a Slack-only route without a secret) is named mistake by mistake, exit code 2."""
+policy beside gpufleet, a Slack-only route without a secret) is named mistake by mistake, exit code 2; so
+are issue 23's alarms that cannot work (inverted, doubled, orphaned) and a misspelt group, and `gpufleet
+alarms --apply` puts nothing for a group the account does not have."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import boto3
 import pytest
 
+from gpufleet.domain.models import GroupRef
+from gpufleet_tools.alarm_specs import put_metric_alarm_args, scaling_alarms
 from gpufleet_tools.cli import main
 from rehearsal import fleet
 from rehearsal.scenario import Rehearsal
@@ -94,3 +99,94 @@ def test_each_mistake_on_a_real_shaped_account_is_named(
     ]
     for needle in expected:
         assert any(line.startswith(needle) for line in lines), (needle, lines)
+
+
+TYPO_POLICY = """
+alarm_prefix: gpufleet-
+notifications: {default_route: {sns: false, slack: false}}
+groups:
+  - {name: train-spto, kind: asg, max: 6}
+"""
+
+
+def _put_pair(clients: fleet.Clients, group: str, high: float, low: float, stem: str | None = None) -> None:
+    """The pair `gpufleet alarms` would put, thresholds unchecked: what an account may already hold."""
+    ref = GroupRef.parse_key(group)
+    for spec in scaling_alarms(ref, "gpufleet-", high=high, low=low, stem=stem):
+        clients.cloudwatch.put_metric_alarm(**put_metric_alarm_args(spec))
+
+
+def test_issue_23_alarms_that_cannot_work_and_a_misspelt_group_are_named(
+    aws: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before issue 23 doctor called all of these alarms ok: an inverted pair, a second pair on the same
+    group, and a pair on a group that does not exist; and it did not say which group a typo meant."""
+    clients = fleet.Clients.create()
+    fleet.create_asg(clients, "train-spot", min_size=0, max_size=8, desired=2, tags=fleet.MANAGED_TAG)
+    _put_pair(clients, "asg:train-spot", 85, 20, stem="train")  # `local up --example`'s pair
+    _put_pair(clients, "asg:train-spot", 20, 80)  # inverted: `alarms --high 20 --low 80 --apply` before the fix
+    _put_pair(clients, "asg:nope", 85, 20)  # `alarms asg:nope --apply` before the fix
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(TYPO_POLICY)
+    code, lines = doctor(capsys, "--policy", str(policy), "--endpoint", aws)
+    assert code == 2, lines
+    expected = [
+        "error   asg:train-spto: a rule names asg:train-spto, which this account and region do not have: did you "
+        "mean asg:train-spot?",
+        "error   asg:train-spot: inverted alarm pair on its GPUUtilization: gpufleet-train-spot-gpu-high scales out "
+        "above 20 but gpufleet-train-spot-gpu-low scales in below 80: from 20 to 80 both fire",
+        "warning asg:train-spot: several alarm pairs read its GPUUtilization",
+        "warning gpufleet-nope-gpu-high: points at asg:nope, which this account and region do not have",
+        "warning gpufleet-nope-gpu-low: points at asg:nope, which this account and region do not have",
+    ]
+    for needle in expected:
+        assert any(line.startswith(needle) for line in lines), (needle, lines)
+    doubled = next(line for line in lines if "several alarm pairs" in line)
+    assert doubled.endswith("delete-alarms --alarm-names gpufleet-train-gpu-high gpufleet-train-gpu-low")
+
+
+@pytest.mark.parametrize(
+    ("groups", "line"),
+    [
+        (
+            ["asg:train-spto"],
+            "error: asg:train-spto does not exist in this account and region: no alarm was put; "
+            "did you mean asg:train-spot?",
+        ),
+        (
+            ["asg:nope"],
+            "error: asg:nope does not exist in this account and region: no alarm was put; the managed "
+            "groups here: asg:train-spot",
+        ),
+        (["asg:train-spot", "asg:nope"], "error: asg:nope does not exist"),  # all or nothing
+        (["asg:train-dev"], ""),  # exists, untagged: its alarms are put (doctor says it is not managed)
+        (["asg:train-spot"], ""),
+    ],
+)
+def test_alarms_apply_puts_alarms_only_for_groups_that_exist(
+    aws: str, groups: list[str], line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    clients = fleet.Clients.create()
+    fleet.create_asg(clients, "train-spot", min_size=0, max_size=8, desired=2, tags=fleet.MANAGED_TAG)
+    fleet.create_asg(clients, "train-dev", min_size=0, max_size=2, desired=0)
+    code = main(["alarms", *groups, "--apply", "--endpoint", aws])
+    err = capsys.readouterr().err.splitlines()
+    names = [a["AlarmName"] for a in clients.cloudwatch.describe_alarms()["MetricAlarms"]]
+    if line:
+        assert code == 2 and len(err) == 1 and err[0].startswith(line), err
+        assert names == []
+    else:
+        assert code == 0 and sorted(names) == sorted(
+            f"gpufleet-{g[4:]}-gpu-{s}" for g in groups for s in ("high", "low")
+        )
+
+
+def test_alarms_put_by_the_cli_pass_doctor(aws: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    clients = fleet.Clients.create()
+    fleet.create_asg(clients, "train-spot", min_size=0, max_size=8, desired=2, tags=fleet.MANAGED_TAG)
+    assert main(["alarms", "asg:train-spot", "--high", "80", "--low", "25", "--apply", "--endpoint", aws]) == 0
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(TYPO_POLICY.replace("train-spto", "train-spot").replace("sns: false", "sns: true"))
+    topic = boto3.client("sns").create_topic(Name="gpufleet-notify")["TopicArn"]
+    code, lines = doctor(capsys, "--policy", str(policy), "--endpoint", aws, "--topic", topic)
+    assert code == 0, lines

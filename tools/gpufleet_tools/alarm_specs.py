@@ -25,6 +25,9 @@ class AlarmSpec(Frozen):
     group: str
 
 
+DEFAULT_HIGH, DEFAULT_LOW = 85.0, 20.0  # percent GPU utilization: scale out above, in below
+
+
 def _slug(ref: GroupRef) -> str:
     return ref.name if ref.kind is GroupKind.ASG else f"{ref.cluster}-{ref.name}"
 
@@ -32,8 +35,8 @@ def _slug(ref: GroupRef) -> str:
 def scaling_alarms(
     ref: GroupRef,
     prefix: str,
-    high: float = 85,
-    low: float = 20,
+    high: float = DEFAULT_HIGH,
+    low: float = DEFAULT_LOW,
     memory_high: float | None = None,
     stem: str | None = None,
 ) -> list[AlarmSpec]:
@@ -58,6 +61,26 @@ def scaling_alarms(
     if memory_high is not None:
         specs.append(spec("gpu-memory-high", schema.GPU_MEMORY_USED_PERCENT.name, memory_high, Direction.OUT, 2))
     return specs
+
+
+def band_problem(high: float, low: float, memory_high: float | None = None) -> str | None:
+    """Why thresholds cannot work, or None. A scale-out threshold at or below the scale-in one leaves no
+    band between them: utilization there fires both, and the group scales out and in by turns."""
+    for flag, value in (("--high", high), ("--low", low), ("--memory-high", memory_high)):
+        if value is not None and not 0 <= value <= 100:
+            return f"{flag} {value:g} is not a percentage: pass a value from 0 to 100"
+    if high > low:
+        return None
+    defaults_ = f"(defaults: --high {DEFAULT_HIGH:g} --low {DEFAULT_LOW:g})"
+    if high == low:
+        return (
+            f"--high {high:g} equals --low {low:g}: with no band between them the group scales out and in by "
+            f"turns; pass --high above --low {defaults_}"
+        )
+    return (
+        f"--high {high:g} is below --low {low:g}: from {high:g} % to {low:g} % both alarms fire, scaling out "
+        f"and in at once; pass --high above --low {defaults_}"
+    )
 
 
 def put_metric_alarm_args(spec: AlarmSpec) -> dict[str, Any]:

@@ -33,7 +33,8 @@ def group(ref: GroupRef, lo: int, hi: int, tags: dict[str, str] | None = None, *
     return GroupObservation(ref=ref, min_size=lo, max_size=hi, desired=lo, tags=tags, asg_tags=asg_tags, **kw)  # type: ignore[arg-type]
 
 
-def alarm(name: str, ref: GroupRef, direction: str | None = "out") -> AlarmView:
+def alarm(name: str, ref: GroupRef, direction: str | None = "out", threshold: float | None = None) -> AlarmView:
+    """A GPU utilization alarm on `ref`; with a threshold, a plain one (above it for out, below for in)."""
     dims = (
         {schema.DIM_ASG_NAME: ref.name}
         if ref.kind is GroupKind.ASG
@@ -41,7 +42,22 @@ def alarm(name: str, ref: GroupRef, direction: str | None = "out") -> AlarmView:
     )
     tags = {defaults.TAG_ALARM_DIRECTION: direction} if direction else {}
     metric = MetricRef(namespace=schema.NAMESPACE, name=schema.GPU_UTILIZATION.name, dimensions=dims)
-    return AlarmView(name=name, tags=tags, metrics=(metric,))
+    if threshold is None:
+        return AlarmView(name=name, tags=tags, metrics=(metric,))
+    comparison = "GreaterThanThreshold" if direction == "out" else "LessThanThreshold"
+    return AlarmView(name=name, tags=tags, metrics=(metric,), threshold=threshold, comparison=comparison)
+
+
+WEB = GroupRef(kind=GroupKind.ASG, name="web")
+WEB_ASG = group(WEB, 0, 4, tags={})
+
+
+def pair(high: float, low: float) -> tuple[AlarmView, AlarmView]:
+    """train-p4d's pair as `gpufleet alarms` names it."""
+    return (
+        alarm("gpufleet-train-p4d-gpu-high", TRAIN, "out", high),
+        alarm("gpufleet-train-p4d-gpu-low", TRAIN, "in", low),
+    )
 
 
 def healthy_view(**changes: object) -> AccountView:
@@ -56,6 +72,9 @@ def healthy_view(**changes: object) -> AccountView:
         topic=Presence.PRESENT,
     )
     return view.model_copy(update=changes)
+
+
+PAIR = (*pair(85, 20), *healthy_view().alarms[1:])
 
 
 def problems(findings: list[Finding]) -> list[Finding]:
@@ -120,7 +139,14 @@ def _with_group(ref: GroupRef, replacement: GroupObservation) -> dict[str, objec
             {},
             Level.ERROR,
             "asg:train-p4dd",
-            "which this account and region do not have",
+            "which this account and region do not have: did you mean asg:train-p4d?",
+        ),
+        (  # a spot group misspelt
+            ("spot: {groups: [{group: asg:train-p4d,", "spot: {groups: [{group: asg:train-p4,"),
+            {},
+            Level.ERROR,
+            "asg:train-p4",
+            "the spot group does not exist in this account: did you mean asg:train-p4d?",
         ),
         (None, _with_group(TRAIN, group(TRAIN, 0, 12, tags={})), Level.ERROR, "asg:train-p4d", "not tagged"),
         (None, _with_group(FALLBACK, group(FALLBACK, 0, 4, tags={})), Level.ERROR, "asg:train-od", "fallback group"),
@@ -155,10 +181,78 @@ def _with_group(ref: GroupRef, replacement: GroupObservation) -> dict[str, objec
         ),
         (  # an alarm pointing at a group gpufleet does not manage
             None,
-            {"alarms": (*healthy_view().alarms, alarm("gpufleet-other", GroupRef(kind=GroupKind.ASG, name="web")))},
+            {
+                "alarms": (*healthy_view().alarms, alarm("gpufleet-web", WEB)),
+                "groups": (*healthy_view().groups, WEB_ASG),
+            },
             Level.WARNING,
-            "gpufleet-other",
-            "no rule selects",
+            "gpufleet-web",
+            "no rule selects and discovery does not find: tag the group gpufleet:managed=true or name it in a rule",
+        ),
+        (  # an orphan: an alarm on a group the account does not have
+            None,
+            {"alarms": (*healthy_view().alarms, alarm("gpufleet-web", WEB))},
+            Level.WARNING,
+            "gpufleet-web",
+            "points at asg:web, which this account and region do not have, so it never scales anything: delete it "
+            "(aws cloudwatch delete-alarms --alarm-names gpufleet-web)",
+        ),
+        (  # ... whose name is a typo of one it has (issue 23)
+            None,
+            {
+                "alarms": (
+                    *healthy_view().alarms,
+                    alarm("gpufleet-typo", GroupRef(kind=GroupKind.ASG, name="trian-p4d")),
+                )
+            },
+            Level.WARNING,
+            "gpufleet-typo",
+            "did you mean asg:train-p4d? (`gpufleet alarms asg:train-p4d --apply` makes its pair)",
+        ),
+        (  # scale-out below scale-in: both fire at once
+            None,
+            {"alarms": (*PAIR[1:], *pair(20, 80))},
+            Level.ERROR,
+            "asg:train-p4d",
+            "inverted alarm pair on its GPUUtilization: gpufleet-train-p4d-gpu-high scales out above 20 but "
+            "gpufleet-train-p4d-gpu-low scales in below 80: from 20 to 80 both fire",
+        ),
+        (  # equal: no band between them
+            None,
+            {"alarms": (*PAIR[1:], *pair(50, 50))},
+            Level.ERROR,
+            "asg:train-p4d",
+            "with no band between them it scales out and in by turns; `gpufleet alarms asg:train-p4d --apply` re-makes",
+        ),
+        (  # inverted across differently named alarms: the fix is the threshold, not a re-make
+            None,
+            {"alarms": (*PAIR[1:], alarm("gpufleet-old-high", TRAIN, "out", 20), pair(85, 30)[1])},
+            Level.ERROR,
+            "asg:train-p4d",
+            "put gpufleet-old-high's threshold above 30",
+        ),
+        (  # two pairs on one group: the one `gpufleet alarms` names is kept
+            None,
+            {
+                "alarms": (
+                    *PAIR,
+                    alarm("gpufleet-train-high", TRAIN, "out", 90),
+                    alarm("gpufleet-train-low", TRAIN, "in", 10),
+                )
+            },
+            Level.WARNING,
+            "asg:train-p4d",
+            "several alarm pairs read its GPUUtilization (scale out: gpufleet-train-high > 90, gpufleet-train-p4d-gpu-"
+            "high > 85; scale in: gpufleet-train-low < 10, gpufleet-train-p4d-gpu-low < 20): each one scales it, so it "
+            "steps more than once and the loosest threshold decides; keep one pair: aws cloudwatch delete-alarms "
+            "--alarm-names gpufleet-train-high gpufleet-train-low",
+        ),
+        (  # a tracked group with only the scale-in half of a pair
+            None,
+            {"alarms": (*healthy_view().alarms[1:], pair(85, 20)[1])},
+            Level.WARNING,
+            "asg:train-p4d",
+            "only scale-in alarms (gpufleet-train-p4d-gpu-low) point at it",
         ),
         (None, {"alarms": healthy_view().alarms[1:]}, Level.WARNING, "asg:train-p4d", "no alarm named"),
         (  # a Slack-only route with no Slack secret: notifications go nowhere
@@ -180,6 +274,23 @@ def test_each_mistake_is_named_with_what_to_do(
     hits = [f for f in findings if f.level is level and f.subject.startswith(subject) and needle in f.text]
     assert hits, findings
     assert worst(findings) is (Level.ERROR if any(f.level is Level.ERROR for f in findings) else Level.WARNING)
+
+
+def test_a_healthy_pair_and_a_memory_alarm_beside_it_pass() -> None:
+    """High above low passes; a scale-out on GPU memory is another metric, not a second pair."""
+    memory = MetricRef(
+        namespace=schema.NAMESPACE,
+        name=schema.GPU_MEMORY_USED_PERCENT.name,
+        dimensions={schema.DIM_ASG_NAME: "train-p4d"},
+    )
+    mem = AlarmView(
+        name="gpufleet-train-p4d-gpu-memory-high",
+        tags={defaults.TAG_ALARM_DIRECTION: "out"},
+        metrics=(memory,),
+        threshold=90,
+        comparison="GreaterThanThreshold",
+    )
+    assert problems(diagnose(parse_policy(POLICY), healthy_view(alarms=(*PAIR, mem)))) == []
 
 
 def test_owner_external_silences_the_other_autoscaler_warnings() -> None:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from gpufleet_tools.cli.options import add_account_options, state_table
+from gpufleet_tools.cli.options import add_account_options, positive_int, state_table
 
 
 def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
     p.add_argument("group", help="asg:NAME, eks:CLUSTER/NODEGROUP, a bare ASG name, or 'unresolved'")
     add_account_options(p, table=True)
-    p.add_argument("--limit", type=int, default=20)
+    p.add_argument(
+        "--limit", type=positive_int, default=20, help="how many recent decisions, newest first (default 20)"
+    )
     p.set_defaults(func=run)
 
 

@@ -69,6 +69,13 @@ def find_template(given: str | None) -> Path:
     return found
 
 
+def positive_int(text: str) -> int:
+    """An argument that counts something: a whole number from 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1 (got {text!r})")
+    return int(text)
+
+
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 

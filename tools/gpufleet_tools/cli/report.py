@@ -44,7 +44,12 @@ def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
         action="store_true",
         help="spread the unallocated GPUs' cost over the teams by their allocated GPU-hours",
     )
-    p.add_argument("--format", choices=[f.value for f in Format], default=Format.TABLE.value)
+    p.add_argument(
+        "--format",
+        choices=[f.value for f in Format],
+        default=Format.TABLE.value,
+        help=f"output format (default {Format.TABLE.value})",
+    )
     p.add_argument("--out", help="write the table/csv/json/markdown here instead of stdout")
     p.add_argument("--png", help="also draw GPU-hours per team per day (per hour under 2 days) into this PNG")
     p.add_argument("--top", type=int, default=DEFAULT_TOP, help=f"workloads and findings shown ({DEFAULT_TOP})")

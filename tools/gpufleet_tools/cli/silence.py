@@ -12,6 +12,10 @@ from typing import Any
 from gpufleet.notify.model import NotificationKind, Severity
 from gpufleet_tools.cli.options import add_account_options, parse_duration, real_aws_refused, state_table
 
+DEFAULT_FOR = timedelta(hours=2)
+DEFAULT_REASON = "silenced from the CLI"
+UNKNOWN_BY = "unknown (set --by or $USER)"
+
 
 def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
     if name == "silences":
@@ -22,10 +26,17 @@ def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
     p.add_argument(
         "--kind", action="append", choices=[str(k) for k in NotificationKind], help="notification kind (repeatable)"
     )
-    p.add_argument("--severity", action="append", choices=[str(s) for s in Severity])
-    p.add_argument("--for", dest="duration", type=parse_duration, default=timedelta(hours=2), help="e.g. 30m, 2h")
-    p.add_argument("--reason", default="silenced from the CLI")
-    p.add_argument("--by", help="who (default $USER)")
+    p.add_argument(
+        "--severity", action="append", choices=[str(s) for s in Severity], help="notification severity (repeatable)"
+    )
+    p.add_argument(
+        "--for",
+        dest="duration",
+        type=parse_duration,
+        help=f"how long, e.g. 30m, 2h, 1d (default {_span(DEFAULT_FOR)})",
+    )
+    p.add_argument("--reason", default=DEFAULT_REASON, help=f"why, shown with it (default '{DEFAULT_REASON}')")
+    p.add_argument("--by", help="who silenced it (default $USER, else your login name)")
     p.add_argument("--expire", metavar="ID", help="end the silence with this id now")
     add_account_options(p, table=True, changes="write the silence")
     p.set_defaults(func=silence)
@@ -58,13 +69,35 @@ def silence(args: argparse.Namespace) -> int:
         kinds=tuple(args.kind or ()),
         severities=tuple(Severity(s) for s in args.severity or ()),
         reason=args.reason,
-        created_by=args.by or os.environ.get("USER", ""),
+        created_by=args.by or who(),
         starts_at=now,
-        expires_at=now + args.duration,
+        expires_at=now + (args.duration or DEFAULT_FOR),
     )
     store.put_silence(s)
-    print(f"silence {s.silence_id} until {s.expires_at:%Y-%m-%d %H:%M}Z: {describe(s)}")
+    span = f"{_span(args.duration)}" if args.duration else f"{_span(DEFAULT_FOR)} (default; --for to change)"
+    print(f"silence {s.silence_id} by {s.created_by}: {describe(s)}")
+    print(f"silenced for {span}, until {s.expires_at:%Y-%m-%d %H:%M}Z (--expire {s.silence_id} ends it sooner)")
     return 0
+
+
+def who() -> str:
+    """Who is silencing, for whoever reads `silences` later: $USER, else the OS login, else a note that
+    says how to name them."""
+    import getpass
+
+    try:
+        return os.environ.get("USER") or getpass.getuser() or UNKNOWN_BY
+    except (OSError, KeyError, ImportError):  # no login name anywhere (a bare container)
+        return UNKNOWN_BY
+
+
+def _span(duration: timedelta) -> str:
+    """2h, 90m, 1d: in the largest whole unit, as --for takes it."""
+    seconds = int(duration.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
 
 
 def describe(s: Any) -> str:
@@ -81,5 +114,5 @@ def list_silences(args: argparse.Namespace) -> int:
     if not silences:
         print("no active silences")
     for s in sorted(silences, key=lambda s: s.expires_at):
-        print(f"{s.silence_id}  until {s.expires_at:%Y-%m-%d %H:%M}Z  by {s.created_by or '?'}  {describe(s)}")
+        print(f"{s.silence_id}  until {s.expires_at:%Y-%m-%d %H:%M}Z  by {s.created_by or 'unknown'}  {describe(s)}")
     return 0

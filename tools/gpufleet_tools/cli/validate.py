@@ -11,7 +11,7 @@ from gpufleet.domain.policy_checks import policy_problems
 
 
 def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
-    p.add_argument("file")
+    p.add_argument("file", help="the fleet policy, YAML or JSON (as put in the SSM parameter)")
     p.set_defaults(func=run)
 
 

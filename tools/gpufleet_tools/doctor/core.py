@@ -5,26 +5,29 @@ Checks: the policy's static mistakes (`domain.policy_checks`); named groups that
 rule selects that lack the managed tag (gpufleet would not change them, and IAM would deny it); policy or
 schedule bounds outside the group's own; spot and fallback groups missing or untagged; another
 autoscaler on a group gpufleet owns (native scaling policies, Cluster Autoscaler tags on a plain ASG);
-scaling alarms that resolve to no group or direction, that point at a group gpufleet does not manage, or
-that read a managed group's metrics without the policy's alarm prefix (the EventBridge rule never sees
-them); managed groups no alarm points at; notification routes that lead nowhere; each group's demand
-source - the cluster (exists, reachable, an access entry with AmazonEKSViewPolicy), the queue, the backlog
-metric (a datum lately).
+scaling alarms that resolve to no group or direction, that point at a group the account does not have or
+gpufleet does not manage, or that read a managed group's metrics without the policy's alarm prefix (the
+EventBridge rule never sees them); a group's alarm pairs inverted (scale-out at or below scale-in) or
+doubled; managed groups no scale-out alarm points at; notification routes that lead nowhere; each group's
+demand source - the cluster (exists, reachable, an access entry with AmazonEKSViewPolicy), the queue, the
+backlog metric (a datum lately). A group name not found comes with the closest the account has.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import difflib
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from enum import StrEnum
 
 from gpufleet.domain import defaults
-from gpufleet.domain.models import AlarmState, Frozen, GroupKind, GroupObservation, GroupRef, MetricRef
+from gpufleet.domain.models import AlarmState, Direction, Frozen, GroupKind, GroupObservation, GroupRef, MetricRef
 from gpufleet.domain.policy import FleetPolicy, GroupSettings, Owner
 from gpufleet.domain.policy_checks import policy_problems
 from gpufleet.events.model import AlarmEvent, AlarmSource
-from gpufleet.scaling.targets import resolve_alarm_target
+from gpufleet.scaling.targets import AlarmTarget, resolve_alarm_target
 from gpufleet_node import schema
+from gpufleet_tools.alarm_specs import DEFAULT_HIGH, DEFAULT_LOW, scaling_alarms
 
 
 class Level(StrEnum):
@@ -40,10 +43,15 @@ class Finding(Frozen):
 
 
 class AlarmView(Frozen):
+    """An alarm as doctor read it; `threshold` and `comparison` only for a plain one-metric alarm (not
+    math, not composite), where the threshold is on the metric itself and pairs can be compared."""
+
     name: str
     tags: dict[str, str] = {}
     metrics: tuple[MetricRef, ...] = ()
     composite: bool = False
+    threshold: float | None = None
+    comparison: str | None = None  # CloudWatch's ComparisonOperator
 
 
 class Presence(StrEnum):
@@ -114,13 +122,29 @@ def _tagged(g: GroupObservation, policy: FleetPolicy) -> bool:
     return g.tags.get(policy.discovery.tag_key) == policy.discovery.tag_value
 
 
+def closest(key: str, keys: Iterable[str]) -> list[str]:
+    """The group keys most like `key` (a typo's likely meaning), best first: difflib's ratio, at least 0.6 and
+    within 0.05 of the best, so a shared `asg:train-` does not drag in every sibling."""
+    scored = sorted((-difflib.SequenceMatcher(None, key, k).ratio(), k) for k in set(keys) - {key})
+    best = -scored[0][0] if scored else 0.0
+    return [k for r, k in scored[:3] if -r >= max(0.6, best - 0.05)]  # the best, and any as good
+
+
+def did_you_mean(key: str, keys: Iterable[str]) -> str:
+    """'did you mean asg:train-spot?' for a group key not found, or '' when none is close."""
+    close = closest(key, keys)
+    return f"did you mean {' or '.join(close)}?" if close else ""
+
+
 def _named_groups(policy: FleetPolicy, by_ref: dict[GroupRef, GroupObservation]) -> Iterator[Finding]:
+    keys = [r.key for r in by_ref]
     for ref in policy.explicit_groups():
         if ref not in by_ref:
+            hint = did_you_mean(ref.key, keys) or "a typo, or another region?"
             yield Finding(
                 level=Level.ERROR,
                 subject=ref.key,
-                text=f"a rule names {ref.key}, which this account and region do not have (a typo, or another region)",
+                text=f"a rule names {ref.key}, which this account and region do not have: {hint}",
             )
 
 
@@ -192,7 +216,9 @@ def _spot_groups(policy: FleetPolicy, by_ref: dict[GroupRef, GroupObservation]) 
                 continue  # a static problem, already reported
             obs = by_ref.get(ref)
             if obs is None:
-                yield Finding(level=Level.ERROR, subject=ref.key, text=f"the {role} does not exist in this account")
+                hint = did_you_mean(ref.key, [r.key for r in by_ref])
+                text = f"the {role} does not exist in this account" + (f": {hint}" if hint else "")
+                yield Finding(level=Level.ERROR, subject=ref.key, text=text)
             elif not _tagged(obs, policy):
                 yield Finding(
                     level=Level.ERROR,
@@ -218,43 +244,148 @@ def reads_gpufleet_metrics(metrics: tuple[MetricRef, ...]) -> bool:
     return any(m.namespace == schema.NAMESPACE for m in metrics)
 
 
+class _Acting(Frozen):
+    """An alarm the scaler would act on: prefixed, resolved, on a managed group."""
+
+    alarm: AlarmView
+    group: GroupRef
+    direction: Direction
+
+
 def _alarms(
     policy: FleetPolicy, view: AccountView, managed: set[GroupRef], tracked: set[GroupRef]
 ) -> Iterator[Finding]:
-    pointed: set[GroupRef] = set()
+    existing = {g.ref for g in view.groups}
+    keys = [g.ref.key for g in view.groups if not _is_backing_asg(g)]
+    acting: list[_Acting] = []
     for alarm in view.alarms:
-        prefixed = alarm.name.startswith(policy.alarm_prefix)
         target = resolve_alarm_target(_alarm_event(alarm), alarm.tags, policy)
-        if not prefixed:
-            if target.group in managed and reads_gpufleet_metrics(alarm.metrics):
-                yield Finding(
-                    level=Level.WARNING,
-                    subject=alarm.name,
-                    text=f"reads {target.group.key if target.group else '?'}'s GPU metrics but its name lacks "
-                    f"the prefix '{policy.alarm_prefix}': the stack's EventBridge rule never delivers it",
-                )
-            continue
-        if target.group is None or target.direction is None:
+        if not alarm.name.startswith(policy.alarm_prefix):
+            yield from _unprefixed(alarm, target, managed, policy)
+        elif target.group is None or target.direction is None:
             yield Finding(level=Level.ERROR, subject=alarm.name, text=f"cannot act on it: {target.found_by}")
         elif target.group not in managed:
-            yield Finding(
-                level=Level.WARNING,
-                subject=alarm.name,
-                text=f"points at {target.group.key}, which no rule selects and discovery does not find",
-            )
+            yield _not_managed(alarm.name, target.group, target.group in existing, keys, policy)
         else:
-            pointed.add(target.group)
-            yield Finding(
-                level=Level.OK,
-                subject=alarm.name,
-                text=f"acts on {target.found_by}",
-            )
-    for ref in sorted(tracked - pointed, key=lambda r: r.key):  # a fallback (target off) needs none
+            acting.append(_Acting(alarm=alarm, group=target.group, direction=target.direction))
+            yield Finding(level=Level.OK, subject=alarm.name, text=f"acts on {target.found_by}")
+    yield from _pairs(acting, policy.alarm_prefix)
+    yield from _unpointed(policy.alarm_prefix, tracked, acting)
+
+
+def _unprefixed(
+    alarm: AlarmView, target: AlarmTarget, managed: set[GroupRef], policy: FleetPolicy
+) -> Iterator[Finding]:
+    if target.group in managed and reads_gpufleet_metrics(alarm.metrics):
+        yield Finding(
+            level=Level.WARNING,
+            subject=alarm.name,
+            text=f"reads {target.group.key if target.group else '?'}'s GPU metrics but its name lacks "
+            f"the prefix '{policy.alarm_prefix}': the stack's EventBridge rule never delivers it",
+        )
+
+
+def _not_managed(name: str, group: GroupRef, exists: bool, keys: list[str], policy: FleetPolicy) -> Finding:
+    delete = f"aws cloudwatch delete-alarms --alarm-names {name}"
+    if exists:
+        tag = f"{policy.discovery.tag_key}={policy.discovery.tag_value}"
+        text = (
+            f"points at {group.key}, which no rule selects and discovery does not find: tag the group {tag} "
+            f"or name it in a rule, or delete the alarm ({delete})"
+        )
+        return Finding(level=Level.WARNING, subject=name, text=text)
+    close = closest(group.key, keys)
+    meant = f"; did you mean {close[0]}? (`gpufleet alarms {close[0]} --apply` makes its pair)" if close else ""
+    text = (
+        f"points at {group.key}, which this account and region do not have, so it never scales anything: "
+        f"delete it ({delete}){meant}"
+    )
+    return Finding(level=Level.WARNING, subject=name, text=text)
+
+
+def _unpointed(prefix: str, tracked: set[GroupRef], acting: list[_Acting]) -> Iterator[Finding]:
+    """Tracked groups no scale-out alarm points at (a fallback, target off, needs none)."""
+    out = {a.group for a in acting if a.direction is Direction.OUT}
+    for ref in sorted(tracked - out, key=lambda r: r.key):
+        ins = [a.alarm.name for a in acting if a.group == ref]
+        which = f"only scale-in alarms ({', '.join(ins)}) point" if ins else f"no alarm named '{prefix}*' points"
         yield Finding(
             level=Level.WARNING,
             subject=ref.key,
-            text=f"no alarm named '{policy.alarm_prefix}*' points at it: only the reconcile tick's band scales it, "
-            f"and nothing lifts it from 0 nodes (`gpufleet alarms {ref.key}` makes them)",
+            text=f"{which} at it: only the reconcile tick's band scales it out, and nothing lifts it from 0 nodes "
+            f"(`gpufleet alarms {ref.key}` makes the pair)",
+        )
+
+
+_ABOVE = {
+    "GreaterThanThreshold": True,
+    "GreaterThanOrEqualToThreshold": True,
+    "LessThanThreshold": False,
+    "LessThanOrEqualToThreshold": False,
+}
+
+
+def _pairs(acting: list[_Acting], prefix: str) -> Iterator[Finding]:
+    """Per group and metric, the plain alarms' pairs: doubled (several on one side), inverted (a scale-out
+    threshold at or below a scale-in one)."""
+    sides: dict[tuple[GroupRef, str], list[_Acting]] = {}
+    for a in acting:
+        if a.alarm.threshold is not None and len(a.alarm.metrics) == 1 and a.alarm.metrics[0].name:
+            sides.setdefault((a.group, a.alarm.metrics[0].name), []).append(a)
+    for (group, metric), alarms in sorted(sides.items(), key=lambda kv: (kv[0][0].key, kv[0][1])):
+        outs = sorted((a for a in alarms if a.direction is Direction.OUT), key=lambda a: a.alarm.name)
+        ins = sorted((a for a in alarms if a.direction is Direction.IN), key=lambda a: a.alarm.name)
+        if len(outs) > 1 or len(ins) > 1:
+            yield _doubled(group, metric, outs, ins, prefix)
+        yield from _inverted(group, metric, outs, ins, prefix)
+
+
+def _band(a: _Acting) -> str:
+    above = _ABOVE.get(a.alarm.comparison or "")
+    sign = "?" if above is None else ">" if above else "<"
+    return f"{a.alarm.name} {sign} {a.alarm.threshold:g}"
+
+
+def _doubled(group: GroupRef, metric: str, outs: list[_Acting], ins: list[_Acting], prefix: str) -> Finding:
+    """Each alarm's state change scales the group: several on one side step it more than once, and the
+    loosest threshold decides. Keep `gpufleet alarms`' own pair where it is there, else the first."""
+    canonical = {s.name for s in scaling_alarms(group, prefix)}
+    extra: list[str] = []
+    for side in (outs, ins):
+        others = [a.alarm.name for a in side if a.alarm.name not in canonical]
+        extra += others[1:] if len(others) == len(side) else others
+    listed = "; ".join(
+        f"scale {d}: {', '.join(_band(a) for a in side)}" for d, side in (("out", outs), ("in", ins)) if side
+    )
+    return Finding(
+        level=Level.WARNING,
+        subject=group.key,
+        text=f"several alarm pairs read its {metric} ({listed}): each one scales it, so it steps more than once "
+        f"and the loosest threshold decides; keep one pair: "
+        f"aws cloudwatch delete-alarms --alarm-names {' '.join(extra)}",
+    )
+
+
+def _inverted(group: GroupRef, metric: str, outs: list[_Acting], ins: list[_Acting], prefix: str) -> Iterator[Finding]:
+    canonical = {s.name for s in scaling_alarms(group, prefix)}
+    for o, i in ((o, i) for o in outs for i in ins):
+        if _ABOVE.get(o.alarm.comparison or "") is not True or _ABOVE.get(i.alarm.comparison or "") is not False:
+            continue  # not an above/below pair: nothing to compare
+        high, low = o.alarm.threshold or 0.0, i.alarm.threshold or 0.0
+        if high > low:
+            continue
+        why = (
+            f"from {high:g} to {low:g} both fire, scaling out and in at once"
+            if high < low
+            else "with no band between them it scales out and in by turns"
+        )
+        remake = f"`gpufleet alarms {group.key} --apply` re-makes the pair at {DEFAULT_HIGH:g}/{DEFAULT_LOW:g}"
+        fix = remake if {o.alarm.name, i.alarm.name} <= canonical else f"put {o.alarm.name}'s threshold above {low:g}"
+        yield Finding(
+            level=Level.ERROR,
+            subject=group.key,
+            text=f"inverted alarm pair on its {metric}: {o.alarm.name} scales out above {high:g} but "
+            f"{i.alarm.name} scales in below {low:g}: {why}; {fix}",
         )
 
 

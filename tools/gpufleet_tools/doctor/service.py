@@ -57,7 +57,17 @@ class AccountReader:
             if not ours and not reads_gpufleet_metrics(metrics):
                 continue  # neither named for gpufleet nor reading its metrics: not doctor's business
             tags = self.alarms.tags(alarm.get("AlarmArn"))
-            out.append(AlarmView(name=alarm["AlarmName"], tags=tags, metrics=metrics, composite=composite))
+            plain = bool(alarm.get("MetricName")) and not composite  # its threshold is on the metric itself
+            out.append(
+                AlarmView(
+                    name=alarm["AlarmName"],
+                    tags=tags,
+                    metrics=metrics,
+                    composite=composite,
+                    threshold=alarm.get("Threshold") if plain else None,
+                    comparison=alarm.get("ComparisonOperator") if plain else None,
+                )
+            )
         return out
 
     @staticmethod

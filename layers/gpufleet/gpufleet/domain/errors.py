@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -55,21 +56,54 @@ def _format_loc(loc: tuple[int | str, ...]) -> str:
     return out or "(document)"
 
 
+# What a wrong-typed value should have been, in the words of YAML and JSON rather than Python's.
+_EXPECTED = {
+    "list_type": "a list",
+    "tuple_type": "a list",
+    "set_type": "a list",
+    "frozen_set_type": "a list",
+    "dict_type": "a mapping",
+    "model_type": "a mapping",
+    "model_attributes_type": "a mapping",
+    "dataclass_type": "a mapping",
+    "int_type": "an integer",
+    "float_type": "a number",
+    "bool_type": "true or false",
+    "string_type": "a string",
+}
+
+
 def _shown(value: object) -> str:
-    """A bad value, short: scalars as they are (clipped), containers by their type only, so an error
-    never echoes a whole event body."""
+    """A bad value, short: scalars as they are (clipped), a mapping by its first keys, a list by its
+    length, so an error never echoes a whole event body."""
     if isinstance(value, str | int | float | bool) or value is None:
         text = repr(value)
         return text if len(text) <= 60 else text[:57] + "..."
+    if isinstance(value, dict):
+        keys = [f"{one_line(str(k), limit=20)}: ..." for k in list(value)[:3]]
+        return "a mapping {" + ", ".join(keys + (["..."] if len(value) > 3 else [])) + "}"
+    if isinstance(value, list | tuple | set | frozenset):
+        return f"a list of {len(value)} item{'' if len(value) == 1 else 's'}"
     return f"a {type(value).__name__}"
 
 
+def _problem(error: Any) -> str:
+    """'where: expected what, got what' for a wrong type; else 'where: message (got value)', the value left
+    out where it is a container the message is about (a rule, a missing key's parent): the location names it."""
+    where, value = _format_loc(error["loc"]), error.get("input")
+    expected = _EXPECTED.get(error["type"])
+    if expected is not None:
+        return f"{where}: expected {expected}, got {_shown(value)}"
+    message = error["msg"].removeprefix("Value error, ")
+    wrong_type = str(error["type"]).endswith("_type")
+    if error["type"] == "missing" or (not wrong_type and isinstance(value, dict | list | tuple | set | frozenset)):
+        return f"{where}: {message}"
+    return f"{where}: {message} (got {_shown(value)})"
+
+
 def describe_validation_error(err: ValidationError, limit: int | None = None) -> list[str]:
-    """'where: message (got value)' per problem; `limit` keeps the first few and counts the rest."""
-    problems = [
-        f"{_format_loc(e['loc'])}: {e['msg'].removeprefix('Value error, ')} (got {_shown(e.get('input'))})"
-        for e in err.errors()
-    ]
+    """One line per problem (`_problem`); `limit` keeps the first few and counts the rest."""
+    problems = [_problem(e) for e in err.errors()]
     if limit is not None and len(problems) > limit:
         problems = [*problems[:limit], f"and {len(problems) - limit} more"]
     return problems
