@@ -15,7 +15,7 @@ from rehearsal.demand_scene import TOKEN
 from rehearsal.kube_api import KubeApi, kube_api
 from rehearsal.moto import moto_server
 from rehearsal.moto_ext import ENV_LOGS_NOW
-from rehearsal.scenario import START, Rehearsal, write_outputs
+from rehearsal.scenario import SLACK_CHANNEL, START, Rehearsal, write_outputs
 from rehearsal.slack import slack_receiver
 
 
@@ -37,7 +37,7 @@ def main() -> int:
     print("(moto doesn't evaluate alarms or run EKS: lines marked [emulated] are the harness standing in)\n")
     with moto_server(out / "moto.log") as server, slack_receiver() as slack, kube_api(KubeApi(tokens={TOKEN})) as kube:
         print(
-            f"moto server: {server.url}; Slack-compatible receiver [emulated Slack]: {slack[1]}; "
+            f"moto server: {server.url}; Slack Web API receiver, local [emulated Slack]: {slack[1]}/api/; "
             f"cluster ml's Kubernetes API [emulated]: {kube[1]}\n"
         )
         result = Rehearsal(out, slack, minutes=args.minutes, kube=kube).run()
@@ -47,6 +47,9 @@ def main() -> int:
     if result.report:
         print("\n$ gpufleet report --start 2026-11-23T08:00 --end ... (the nodes' usage records, 100 minutes)")
         print(result.report.rstrip())
+    if result.thread:
+        print(f"\n{SLACK_CHANNEL} as on-call reads it: one incident's thread [emulated Slack, bot-token mode]")
+        print("\n".join(result.thread))
     print("\nexpected outcomes:")
     for check in result.checks:
         print(f"  ok    {check}")

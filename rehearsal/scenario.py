@@ -6,7 +6,8 @@ GPU metrics to CloudWatch on the simulated clock; the alarm
 evaluator [emulated CloudWatch] turns them into EventBridge alarm events; every minute a reconcile
 tick runs. The scaler is the production code (gpufleet.runtime.build_scaler) with `now` injected.
 Its notifications go through the real SQS queue (moto) to the notifier (gpufleet.runtime.build_notifier),
-which posts to a local Slack-compatible receiver [emulated Slack] and the SNS topic. The SQS event source
+which posts in bot-token mode (chat.postMessage, one thread per incident) to a local Slack-compatible
+receiver [emulated Slack] and publishes to the SNS topic. The SQS event source
 is emulated: every simulated minute the harness drains the queue into the notifier and runs its sweep.
 With a Kubernetes API for cluster ml [emulated] (`kube`), the demand scenes of rehearsal.demand_scene play
 too: pods waiting in the cluster and a Slurm backlog size two more groups from 0 and back.
@@ -47,6 +48,9 @@ from rehearsal.usage_scene import RESEARCH_LOAD, RESEARCH_NODE, UsageScene
 
 START = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)  # a Monday
 TABLE = "gpufleet-state"
+SLACK_CHANNEL = "#gpu-oncall"
+# Bot-token mode against the local receiver [emulated Slack]: the token is a placeholder it accepts.
+SLACK_SECRET = json.dumps({"bot_token": "xoxb-demo-local-receiver-not-a-token", "channel": SLACK_CHANNEL})
 TRAIN = GroupRef(kind=GroupKind.ASG, name="train-spot")
 FALLBACK = GroupRef(kind=GroupKind.ASG, name="train-ondemand")  # on-demand, raised only when spot fails
 SPOT_OUTAGE = range(15, 33)  # minutes during which EC2 has no g5.12xlarge spot capacity [emulated]
@@ -92,7 +96,7 @@ defaults:
   idle: {{gpu_utilization: {IDLE_UTIL:g}, memory_percent: {IDLE_MEM:g}}}
 groups:
 {DEMAND_RULES}
-  - name: train-ondemand  # moved only by spot_watch (fallback) and bounds, not by target tracking
+  - name: train-ondemand  # moved only by spot_watch (fallback) and bounds, not by the utilization band
     kind: asg
     target: {{enabled: false}}
   - name: train-block  # a Capacity Block's fixed size: told about, never resized
@@ -169,6 +173,7 @@ class RehearsalResult:
     failures: list[str] = field(default_factory=list)
     checks: list[str] = field(default_factory=list)
     slack: list[dict[str, Any]] = field(default_factory=list)
+    thread: list[str] = field(default_factory=list)  # one incident's Slack thread, as the channel shows it
     report: str = ""  # `gpufleet report` over the nodes' usage records
 
     @property
@@ -190,6 +195,7 @@ class Rehearsal:
         self.out = out_dir
         self.receiver, self.slack_url = slack
         self.receiver.on_message = self._on_slack
+        self.slack_numbers: dict[str, int] = {}  # a message's ts -> its [slack #N]
         self.minute = 0
         self.notifications_queued = 0
         self.echo = echo
@@ -278,8 +284,9 @@ class Rehearsal:
         node_log.handlers[:] = [logging.FileHandler(self.out / "publisher.log", mode="w")]
         node_log.propagate = False
         self.emf = Metrics(namespace="GPUFleet/Controller", service="scaler")
-        self.stack = fleet.create_notification_stack(slack_secret=f"{self.slack_url}/services/T0DEMO/B0DEMO/demo")
+        self.stack = fleet.create_notification_stack(slack_secret=SLACK_SECRET)
         env = {**self.stack.env(TABLE, str(policy_path)), **(self.scenes.env() if self.scenes else {})}
+        env[defaults.ENV_SLACK_API_URL] = f"{self.slack_url}/api/"  # the Web API [emulated Slack], not slack.com
         scaler, idempotency = build_scaler(self._logger("scaler"), self.emf, env=env)
         self.notifier = build_notifier(self._logger("notifier"), Metrics(service="notifier"), env=env)
         self.guard = build_guard(self._logger("oom_guard"), Metrics(service="oom_guard"), env=env)
@@ -301,20 +308,36 @@ class Rehearsal:
                 f"[emulated] at {self.scenes.url}), {demand_scene.SLURM.key} (0 nodes, min 0: Slurm/PendingGPUs)",
             )
         self.say(0, f"policy: {policy_path}; alarms: gpufleet-{{train,infer}}-gpu-{{high,low}} (tagged with direction)")
+        self.say(
+            0,
+            f"notifier: Slack bot-token mode, chat.postMessage to {SLACK_CHANNEL} at {self.slack_url}/api/ "
+            "[emulated Slack]: an incident's first post opens its thread, later posts reply in it (thread_ts)",
+        )
         return scaler
 
     def _logger(self, service: str) -> Logger:
         return Logger(service=service, logger_handler=logging.FileHandler(self.out / f"{service}.log", mode="w"))
 
     def _on_slack(self, message: Received) -> None:
+        """A message the receiver [emulated Slack] got: shown as the channel shows it, a reply indented
+        under a mark naming the post that opened its thread."""
         number = len(self.result.slack) + 1
-        self.result.slack.append({"minute": self.minute, "answered": message.answered, **message.payload})
+        self.slack_numbers[message.ts] = number
+        entry = {"minute": self.minute, "answered": message.answered, "ts": message.ts, **message.payload}
+        self.result.slack.append(entry)
         (self.out / "slack").mkdir(exist_ok=True)
         (self.out / "slack" / f"{number:03d}.json").write_text(json.dumps(message.payload, indent=2))
         lines = describe(message.payload)
-        self.say(self.minute, f"[slack #{number}] {lines[0]}")
+        thread = message.payload.get("thread_ts")
+        if thread:
+            opened = self.slack_numbers.get(thread, "?")
+            self.say(self.minute, f"[slack #{number}]   ↳ thread reply to #{opened}: {lines[0]}")
+            indent = " " * 15
+        else:
+            self.say(self.minute, f"[slack #{number}] {lines[0]}")
+            indent = " " * 11
         for line in lines[1:]:
-            self.say(self.minute, f"           {line}")
+            self.say(self.minute, f"{indent}{line}")
 
     def notify(self, minute: int) -> None:
         """[emulated SQS event source] hand the queue to the notifier, then its per-minute sweep."""
@@ -885,14 +908,14 @@ class Rehearsal:
             r.failures.append("grouping did not reduce the number of posts")
         by_incident: dict[str, list[int]] = {}
         for p in posts:
-            context = next(b for b in p["blocks"] if b["type"] == "context")["elements"][0]["text"]
-            by_incident.setdefault(context.split("`")[1], []).append(p["minute"])
+            by_incident.setdefault(_incident_of(p)[0], []).append(p["minute"])
         interval_min = POLICY_NOTIFY_INTERVAL_S // 60
         if any(b - a < interval_min for minutes in by_incident.values() for a, b in itertools.pairwise(minutes)):
             r.failures.append(f"an incident was posted more often than every {interval_min} min: {by_incident}")
         else:
             r.checks.append(f"{len(by_incident)} incidents (one thread each), updates at most every {interval_min} min")
-        if any(p["answered"] is False for p in posts) or len(set(map(json.dumps, posts))) != len(posts):
+        sent = [json.dumps({k: v for k, v in p.items() if k != "ts"}) for p in posts]  # a repeat gets a new ts
+        if any(p["answered"] is False for p in posts) or len(set(sent)) != len(posts):
             r.failures.append("a Slack post was repeated")
         sns = fleet.drain(self.clients_sqs, self.stack.sns_inbox_url)
         if len(sns) != len(posts):
@@ -903,6 +926,37 @@ class Rehearsal:
             r.failures.append("the Slack rate limit was never exercised")
         else:
             r.checks.append("a Slack 429 (Retry-After: 1) was retried by slack-sdk; nothing lost")
+        self.verify_threads()
+
+    def verify_threads(self) -> None:
+        """Bot-token mode [emulated Slack]: each incident's first post opens a thread in the channel, and
+        every later post about it is a reply in that thread (chat.postMessage's thread_ts), none elsewhere.
+        The incident with the most posts is kept, as the channel shows it, for the console."""
+        r = self.result
+        stories: dict[tuple[str, str], list[tuple[int, dict[str, Any]]]] = {}
+        for number, p in enumerate(r.slack, start=1):
+            stories.setdefault(_incident_of(p), []).append((number, p))
+        wrong = [
+            key
+            for key, told in stories.items()
+            if told[0][1].get("thread_ts")
+            or any(p.get("thread_ts") != told[0][1]["ts"] for _, p in told[1:])
+            or any(p.get("channel") != SLACK_CHANNEL for _, p in told)
+        ]
+        replies = sum(len(told) - 1 for told in stories.values())
+        if wrong or not replies:
+            r.failures.append(f"Slack threads: {replies} replies; posted outside their incident's thread: {wrong}")
+            return
+        r.checks.append(
+            f"Slack bot mode [emulated Slack]: {len(stories)} incidents opened {len(stories)} threads in "
+            f"{SLACK_CHANNEL}; all {replies} later posts replied in their incident's thread (thread_ts)"
+        )
+        (key, since), told = max(stories.items(), key=lambda item: len(item[1]))
+        r.thread = [f"incident {key} (open since {since}), {len(told)} posts in one thread:"]
+        for number, p in told:
+            stamp = (START + timedelta(minutes=p["minute"])).strftime("%H:%M")
+            mark = "  ↳ thread reply " if p.get("thread_ts") else ""
+            r.thread.append(f"  {stamp}  {mark}[slack #{number}] {describe(p)[0]}")
 
     # ---- expected outcomes ----
 
@@ -936,6 +990,12 @@ class Rehearsal:
             r.checks.append("the morning-peak window (10:15 Europe/Berlin) raised the inference group")
         else:
             r.failures.append("the morning-peak schedule window was never applied")
+
+
+def _incident_of(post: dict[str, Any]) -> tuple[str, str]:
+    """(incident key, open since) from a post's context line: one incident's story, one thread."""
+    context = next(b for b in post["blocks"] if b["type"] == "context")["elements"][0]["text"]
+    return context.split("`")[1], context.rsplit("open since ", 1)[-1]
 
 
 def write_outputs(result: RehearsalResult, out_dir: Path) -> None:

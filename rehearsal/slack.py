@@ -1,7 +1,8 @@
 """A local Slack-compatible receiver on 127.0.0.1 (EMULATED: not Slack).
 
 Accepts incoming-webhook posts (`POST /services/...`) and the Web API's `chat.postMessage`
-(`POST /api/chat.postMessage`), records every message it received, and can misbehave on purpose:
+(`POST /api/chat.postMessage`, bot-token mode: each message gets a `ts`, and a post with `thread_ts`
+is a reply in that thread, as in Slack), records every message it received, and can misbehave on purpose:
 answer 429 with Retry-After, 500, be down (connection refused-like 503s) for a while, or accept a
 message and then stall past the client's timeout (an answer lost after the post landed).
 """
@@ -31,6 +32,7 @@ class Received:
     path: str
     payload: dict[str, Any]
     answered: bool  # False: the post landed but the client never saw the answer
+    ts: str = ""  # the message's id, as chat.postMessage answers it; a reply names its thread's in thread_ts
 
 
 @dataclass
@@ -58,11 +60,11 @@ class SlackReceiver:
     def record(self, path: str, payload: dict[str, Any], answered: bool) -> str:
         with self._lock:
             self._ts += 1
-            item = Received(path, payload, answered)
+            item = Received(path, payload, answered, ts=f"1700000000.{self._ts:06d}")
             self.received.append(item)
         if self.on_message:
             self.on_message(item)
-        return f"1700000000.{self._ts:06d}"
+        return item.ts
 
     def delivered(self) -> list[Received]:
         return list(self.received)

@@ -41,6 +41,11 @@ def test_rehearsal_meets_its_expected_outcomes(tmp_path: Path) -> None:
         "updates at most every 5 min",
         "a malformed queue message went to the DLQ",
         "a Slack 429 (Retry-After: 1) was retried",
+        # bot-token mode against the local receiver [emulated Slack]: one thread per incident
+        "Slack bot mode [emulated Slack]: ",
+        "later posts replied in their incident's thread (thread_ts)",
+        "#gpu-oncall as on-call reads it: one incident's thread [emulated Slack, bot-token mode]",
+        "    ↳ thread reply [slack #2] [INFO update] asg:train-spot: scaled 4 -> 6",
         "(one call per node-minute)",
         # attribution (rehearsal/usage_scene.py): two teams' pods, one pod requested 2 GPUs and uses 1
         "`gpufleet report` read the nodes' usage records",
@@ -62,6 +67,12 @@ def test_rehearsal_meets_its_expected_outcomes(tmp_path: Path) -> None:
     assert "scale-in   applied" in timeline
     assert (tmp_path / "decisions.jsonl").read_text().count("\n") > 100
     assert "[slack #1] [INFO] asg:train-spot: scaled 2 -> 4" in timeline
+    assert "[slack #2]   ↳ thread reply to #1: [INFO update] asg:train-spot: scaled 4 -> 6" in timeline
+    # issue 23: the reconcile band's own label, a bounds fix that says why its target, no "resolved" on info
+    assert "trigger: utilization-band" in timeline and "target-tracking" not in timeline
+    assert "desired 1 is below min 2 (schedule 'morning-peak'): raised to the window's desired 3" in timeline
+    assert "Severity: info | State:" not in timeline
+    assert "owed back to spot: 0 | fallback group: asg:train-ondemand at 0 (was 1)" in timeline
     assert "[emulated kube-scheduler] bound team-a/train-a-0 -> ip-" in timeline  # a node's name: its private DNS
     assert "no pods waiting (cluster ml): 1 idle node(s) not needed: scale in 1 -> 0" in timeline
     posted = sorted((tmp_path / "slack").glob("*.json"))

@@ -121,7 +121,7 @@ def test_a_cluster_that_refuses_the_scaler_falls_back_to_utilization(train: Flee
     kube.add(pod("train-a-0", "team-a", gpus=4, node_selector=ON_TRAIN))
     d, logs = tick(train, url, token="not-an-access-entry")
     assert (d["action"], d["desired"]) == ("hold", 0)
-    assert d["trigger"].startswith("target-tracking")  # the utilization rules, as without a source
+    assert d["trigger"].startswith("utilization-band")  # the utilization rules, as without a source
     warnings = [line for line in logs.splitlines() if "demand source unreadable" in line]
     assert len(warnings) == 1 and "cluster ml" in warnings[0] and "not-an-access-entry" not in logs
     assert nodegroup_desired(train) == 0

@@ -234,6 +234,17 @@ def test_a_resolution_closes_only_what_its_own_kind_opened() -> None:
     )
 
 
+def test_a_partial_resolution_shows_its_own_facts_not_the_last_notes() -> None:
+    """Issue 23: the scaler's 'alarm OK' landing in a capacity thread whose spot warning is still open
+    showed the previous hand-back's facts ('owed back to spot: 1') under its own title."""
+    spot = note(1).model_copy(update={"kind": "spot", "facts": {"owed back to spot": "1"}})
+    inc, _ = post(fold(None, spot, T0), at(30))
+    alarm_ok = note(2, state=IncidentState.RESOLVED, severity=Severity.INFO).model_copy(update={"facts": {"a": "b"}})
+    inc = fold(inc, alarm_ok, at(400))
+    assert inc.state is IncidentState.FIRING and inc.title == alarm_ok.title
+    assert inc.facts == {"a": "b"} and inc.kind == "scaling"
+
+
 def _activity_after_resolution(resolution_posted: bool) -> Incident:
     """A warning resolved (posted or not), then 25 scaling steps (info) before the next post."""
     inc, _ = post(fold(None, note(1), T0), at(30))

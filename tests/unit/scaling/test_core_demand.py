@@ -144,7 +144,7 @@ def test_an_unreadable_source_falls_back_to_utilization_rules() -> None:
         update={"demand": Demand(source="cluster ml", gpus_per_node=8, unreadable="403 Forbidden")}
     )
     d = tick(obs)
-    assert d.action is Action.HOLD and d.trigger.kind is TriggerKind.TARGET_TRACKING
+    assert d.action is Action.HOLD and d.trigger.kind is TriggerKind.UTILIZATION_BAND
 
 
 @pytest.mark.parametrize("util", [0.0, 3.0])

@@ -70,11 +70,13 @@ def failure_notes(tell: _Teller, before: SpotState, after: SpotState, new: list[
 def fallback_note(
     tell: _Teller, acted: Decision, owed: int, reason: str, instance_type: str | None, prices: PriceTable
 ) -> Notification:
+    """The fallback group's move, with the ledger as it stands after it (`owed`). A hand-back tells the
+    decision's own reason: it removes idle nodes only, so it may give back fewer than the plan asked."""
     delta = acted.desired - acted.current
     facts = {
         "fallback group": acted.group,
         "capacity": f"{acted.current} -> {acted.desired}",
-        "owed back to spot": str(owed),
+        "owed back to spot": f"{owed} (all handed back)" if delta < 0 and owed == 0 else str(owed),
         "outcome": str(acted.outcome),
     }
     cost = hourly_cost_difference(instance_type, abs(delta), prices)
@@ -82,11 +84,15 @@ def fallback_note(
         facts["cost"] = f"{'+' if delta > 0 else '-'}${cost:.2f}/h vs spot ({instance_type})"
     verb = "fell back to on-demand" if delta > 0 else "handing capacity back to spot"
     title = f"{verb}: {acted.group} {acted.current} -> {acted.desired}"
-    return tell(title, facts, reason, Severity.WARNING, f"fallback-{acted.desired}")
+    return tell(title, facts, reason if delta > 0 else acted.reason, Severity.WARNING, f"fallback-{acted.desired}")
 
 
-def recovered_note(tell: _Teller) -> Notification:
-    facts = {"in service": f"{tell.obs.in_service} of {tell.obs.desired} desired"}
+def recovered_note(tell: _Teller, handed_back: Decision | None = None) -> Notification:
+    """The streak is over: the resolving message states the ledger now (nothing owed), and the fallback
+    group's size after a hand-back in the same pass, so no earlier note's facts stand for the present."""
+    facts = {"in service": f"{tell.obs.in_service} of {tell.obs.desired} desired", "owed back to spot": "0"}
+    if handed_back is not None:
+        facts["fallback group"] = f"{handed_back.group} at {handed_back.desired} (was {handed_back.current})"
     reason = "spot launches succeed again and nothing is owed to the fallback group"
     return tell("launches recovered, capacity back on spot", facts, reason, Severity.INFO, "recovered", resolved=True)
 
@@ -107,11 +113,12 @@ def spot_notes(
     """Everything one spot_watch pass tells about one group, in the order it happened."""
     tell = _Teller(obs, now, event_id, region)
     out = failure_notes(tell, before, after, new)
-    if fallback is not None and fallback[0].outcome.acted:
+    moved = fallback[0] if fallback is not None and fallback[0].outcome.acted else None
+    if fallback is not None and moved is not None:
         itype = next((f.instance_type for f in new if f.instance_type), None) or (obs.instance_types or (None,))[0]
-        out.append(fallback_note(tell, fallback[0], after.fallback_added, fallback[1], itype, prices))
+        out.append(fallback_note(tell, moved, after.fallback_added, fallback[1], itype, prices))
     if streak_over and after.fallback_added == 0 and before.streak_started_at is not None:
-        out.append(recovered_note(tell))
+        out.append(recovered_note(tell, moved if moved is not None and moved.desired < moved.current else None))
     return out
 
 

@@ -97,7 +97,9 @@ class MetricRef(Frozen):
 
 class TriggerKind(StrEnum):
     ALARM = "alarm"
-    TARGET_TRACKING = "target-tracking"
+    # The reconcile rule keeping average GPU utilization inside the policy's `target: {low, high}` band.
+    # Not "target tracking": that is EC2 Auto Scaling's own policy type, which gpufleet is not.
+    UTILIZATION_BAND = "utilization-band"
     SCHEDULE = "schedule"
     BOUNDS = "bounds"
     OOM_GUARD = "oom-guard"
@@ -107,9 +109,14 @@ class TriggerKind(StrEnum):
     INTERRUPTION = "interruption"  # a spot interruption warning or rebalance recommendation
     DEMAND = "demand"  # work waiting for GPUs: unschedulable pods, a queue's backlog, a scheduler's metric
 
+    @classmethod
+    def _missing_(cls, value: object) -> TriggerKind | None:
+        """Audit records written before the rename say 'target-tracking': still readable."""
+        return cls.UTILIZATION_BAND if value == "target-tracking" else None
+
 
 class Trigger(Frozen):
-    """What a decision answered: an alarm (by name), a schedule window, target tracking, another
+    """What a decision answered: an alarm (by name), a schedule window, the utilization band, another
     controller's request... Rendered `kind:name` for people and the audit trail."""
 
     kind: TriggerKind

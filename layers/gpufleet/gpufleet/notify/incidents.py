@@ -210,7 +210,7 @@ def _quiet_merge(incident: Incident, n: Notification, kinds: dict[NotificationKi
     if n.state is resolved and kinds and incident.state is firing:
         # Another kind's warning is still open: the resolution is just an update.
         update = {**_with_update(incident, n), "severity": worst(*kinds.values()), "open_kinds": kinds}
-        return incident.model_copy(update={**update, "title": n.title, "reason": n.reason or incident.reason})
+        return incident.model_copy(update={**update, **_headline(n, incident)})  # its facts, not the last note's
     if n.state is firing and n.severity is Severity.INFO and incident.state is resolved and not kinds:
         if incident.last_sent_state is not resolved:
             return incident.model_copy(update=_with_update(incident, n))  # joins the resolving post

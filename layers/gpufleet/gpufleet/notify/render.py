@@ -54,6 +54,12 @@ def plain(text: str, limit: int) -> dict[str, str]:
     return {"type": "plain_text", "text": clip(text.strip() or "-", limit)}
 
 
+def shown_state(d: Delivery) -> IncidentState | None:
+    """The state people are shown, None for info: info activity (scaling steps) is a running log that
+    never fires or resolves, so its alarm clearing must not read "resolved". Slack and SNS both use it."""
+    return None if d.severity is Severity.INFO else d.state
+
+
 def headline(d: Delivery) -> str:
     label = _OCCASION_LABEL[d.occasion]
     prefix = f"[{d.severity.upper()}{' ' + label if label else ''}]"
@@ -70,9 +76,10 @@ def _summary(d: Delivery) -> str:
 
 
 def _fields(d: Delivery) -> list[dict[str, str]]:
+    state = shown_state(d)
     fields = [
         {"type": "mrkdwn", "text": f"*Severity*\n{d.severity}"},
-        {"type": "mrkdwn", "text": f"*State*\n{d.state}"},
+        *([{"type": "mrkdwn", "text": f"*State*\n{state}"}] if state else []),
         {"type": "mrkdwn", "text": f"*Group*\n`{escape(d.group)[: SLACK_FIELD_MAX - 20]}`"},
         {"type": "mrkdwn", "text": f"*Kind*\n{d.kind}"},
     ]
@@ -96,7 +103,7 @@ def _updates(d: Delivery) -> dict[str, Any] | None:
 
 def render_slack(d: Delivery) -> dict[str, Any]:
     """Block Kit payload (text is the notification/fallback line)."""
-    icon = ":white_check_mark:" if d.state is IncidentState.RESOLVED else _ICON[d.severity]
+    icon = ":white_check_mark:" if shown_state(d) is IncidentState.RESOLVED else _ICON[d.severity]
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": plain(headline(d), SLACK_HEADER_MAX)},
         {"type": "section", "fields": _fields(d)},
@@ -139,7 +146,9 @@ def _clip_bytes(text: str, limit: int) -> str:
 
 def render_sns(d: Delivery) -> tuple[str, str, dict[str, dict[str, str]]]:
     """(subject, message, message attributes); attributes let subscriptions filter by severity/group/kind."""
-    lines = [headline(d), "", f"Group: {d.group}", f"Kind: {d.kind}", f"Severity: {d.severity}", f"State: {d.state}"]
+    state = shown_state(d)
+    lines = [headline(d), "", f"Group: {d.group}", f"Kind: {d.kind}", f"Severity: {d.severity}"]
+    lines += [f"State: {state}"] if state else []
     lines += [f"{name}: {value}" for name, value in d.facts.items()]
     summary = _summary(d)
     if summary:
@@ -149,14 +158,8 @@ def render_sns(d: Delivery) -> tuple[str, str, dict[str, dict[str, str]]]:
     if d.links:
         lines += [""] + [f"{link.title}: {link.url}" for link in d.links]
     lines += ["", f"Incident {d.incident_key}, open since {d.opened_at:%Y-%m-%d %H:%M} UTC"]
-    attributes = {
-        name: {"DataType": "String", "StringValue": clip(value, 256) or "-"}
-        for name, value in (
-            ("severity", str(d.severity)),
-            ("group", d.group),
-            ("kind", str(d.kind)),
-            ("state", str(d.state)),
-            ("occasion", str(d.occasion)),
-        )
-    }
+    pairs = [("severity", str(d.severity)), ("group", d.group), ("kind", str(d.kind))]
+    pairs += [("state", str(state))] if state else []  # as in the text: info activity has no state
+    pairs.append(("occasion", str(d.occasion)))
+    attributes = {name: {"DataType": "String", "StringValue": clip(value, 256) or "-"} for name, value in pairs}
     return sns_subject(d), _clip_bytes("\n".join(lines), SNS_MESSAGE_MAX_BYTES), attributes

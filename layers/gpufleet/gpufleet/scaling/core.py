@@ -354,24 +354,28 @@ class _Ctx(_Group):
 
     def bounds_fix(self) -> Decision | None:
         """Desired outside [min, max] or below an open window's desired: put it back inside."""
-        b, current = self.bounds, self.obs.desired
-        where = f"schedule '{b.window}'" if b.window else "policy bounds"
-        trigger = Trigger(kind=TriggerKind.BOUNDS, name=where)
-        if current < b.min:
-            target = max(b.min, b.floor or 0)
-            return self.decision(
-                Action.SET_DESIRED, trigger, f"desired {current} is below min {b.min} ({where})", target
-            )
-        if current > b.max:
-            return self.decision(
-                Action.SET_DESIRED, trigger, f"desired {current} is above max {b.max} ({where})", b.max
-            )
-        if b.floor is not None and current < b.floor:
-            reason = f"schedule '{b.window}' wants at least {b.floor} (now {current})"
-            return self.decision(
-                Action.SET_DESIRED, Trigger(kind=TriggerKind.SCHEDULE, name=b.window or ""), reason, b.floor
-            )
-        return None
+        fix = out_of_bounds(self.bounds, self.obs.desired)
+        if fix is None:
+            return None
+        target, trigger, reason = fix
+        return self.decision(Action.SET_DESIRED, trigger, reason, target)
+
+
+def out_of_bounds(b: Bounds, current: int) -> tuple[int, Trigger, str] | None:
+    """(target, trigger, reason) when `current` is outside the effective bounds, else None. The reason
+    names the bound crossed and what picked the target: an open window's desired can lift it above min."""
+    where = f"schedule '{b.window}'" if b.window else "policy bounds"
+    trigger = Trigger(kind=TriggerKind.BOUNDS, name=where)
+    if current < b.min:
+        target = max(b.min, b.floor or 0)
+        to = f"the window's desired {target}" if target > b.min else f"min {b.min}"
+        return target, trigger, f"desired {current} is below min {b.min} ({where}): raised to {to}"
+    if current > b.max:
+        return b.max, trigger, f"desired {current} is above max {b.max} ({where}): lowered to max {b.max}"
+    if b.floor is not None and current < b.floor:
+        reason = f"schedule '{b.window}' wants at least {b.floor} (now {current}): raised to {b.floor}"
+        return b.floor, Trigger(kind=TriggerKind.SCHEDULE, name=b.window or ""), reason
+    return None
 
 
 # ---- ownership: who sizes the group ----
@@ -550,7 +554,7 @@ def decide_reconcile(
     global_dry_run: bool = False,
 ) -> Decision:
     """One group at a reconcile tick: bounds and windows, then work waiting for it (its demand source),
-    then alarms still firing, then (nothing waiting) idle nodes released, then the GPU target band. A
+    then alarms still firing, then (nothing waiting) idle nodes released, then the GPU utilization band. A
     scale-out signal wins over any scale-in signal in the same tick."""
     ctx = group.on(event_id, global_dry_run)
     fix = ctx.bounds_fix() or ctx.demand_out()
@@ -560,27 +564,27 @@ def decide_reconcile(
     outs = [name for name, d in alarms if d is Direction.OUT]
     ins = [name for name, d in alarms if d is Direction.IN]
     band, util = ctx.settings.target, ctx.obs.gpu_utilization
-    tracking = Trigger(kind=TriggerKind.TARGET_TRACKING)
+    band_rule = Trigger(kind=TriggerKind.UTILIZATION_BAND)
     if outs:
         return ctx.step(Direction.OUT, Trigger(kind=TriggerKind.ALARM, name=outs[0]), f"alarm {outs[0]} still in ALARM")
     demand = ctx.obs.demand
     if band.enabled and util is not None and util > band.high:
         why = f"GPU utilization {util:.1f}% is above the band's high {band.high:g}%"
         if demand is None or not demand.known:
-            return ctx.step(Direction.OUT, tracking, why)
+            return ctx.step(Direction.OUT, band_rule, why)
         # A demand source says what waits, and nothing does: busy nodes alone are no reason for more.
-        return ctx.decision(Action.HOLD, tracking, f"{why}, but no {demand.noun}s wait ({demand.source})")
+        return ctx.decision(Action.HOLD, band_rule, f"{why}, but no {demand.noun}s wait ({demand.source})")
     if ins:
         return ctx.step(Direction.IN, Trigger(kind=TriggerKind.ALARM, name=ins[0]), f"alarm {ins[0]} still in ALARM")
     release = ctx.demand_release()
     if release is not None:
         return release
     if band.enabled and util is not None and util < band.low:
-        return ctx.step(Direction.IN, tracking, f"GPU utilization {util:.1f}% is below the band's low {band.low:g}%")
+        return ctx.step(Direction.IN, band_rule, f"GPU utilization {util:.1f}% is below the band's low {band.low:g}%")
     if not band.enabled:
-        why = "target tracking is off and no alarm is firing"
+        why = "the utilization band is off (target.enabled: false) and no alarm is firing"
     elif util is None:
         why = "no GPU utilization data in the lookback window"
     else:
         why = f"GPU utilization {util:.0f}% is inside the band {band.low:g}-{band.high:g}%"
-    return ctx.decision(Action.HOLD, tracking, why)
+    return ctx.decision(Action.HOLD, band_rule, why)
