@@ -44,6 +44,7 @@ def test_an_alarm_without_the_prefix_is_not_delivered_one_with_it_is(gpu_fleet: 
     code, out, err = send(gpu_fleet, named, "--param", "AlarmNamePrefix=gpufleet-")
     assert code == 0, err
     assert "delivered to scaler (rule AlarmStateChange)" in err
-    result = json.loads(out[out.index('{\n  "results"') :])  # after the function's one-line JSON logs
-    [decision] = [d for r in result["results"] for d in r["decisions"]]
+    [delivery] = json.loads(out)["delivered_to"]  # stdout is one JSON document; the logs are on stderr
+    assert (delivery["function"], delivery["rule"], delivery["already_handled"]) == ("scaler", "AlarmStateChange", [])
+    [decision] = [d for r in delivery["result"]["results"] for d in r["decisions"]]
     assert decision["group"] == "asg:train-spot" and gpu_fleet.desired() == before + 1, decision

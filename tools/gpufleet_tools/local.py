@@ -8,6 +8,7 @@ Lambda layer).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +82,81 @@ def sqs_event(messages: list[dict[str, Any]], queue_arn: str, region: str = "us-
             for m in messages
         ]
     }
+
+
+@dataclass(frozen=True)
+class DirectRoute:
+    """A way the stack hands events to a function without EventBridge (a Lambda permission, an SQS event
+    source, a schedule's input): `local send` cannot route those, so it names the `invoke` that runs one."""
+
+    function: str
+    via: str  # the template's name for it, e.g. "ScalerAlarmActionPermission"
+    shape: str  # a key of DIRECT_SHAPES
+    key: str = ""  # a schedule's input "gpufleet" value; an event with another one is not its
+
+
+DIRECT_SHAPES = {  # shape -> what it is and who delivers it, for the 'not delivered' line
+    "alarm-action": "a CloudWatch alarm action's payload: CloudWatch invokes the function directly",
+    "sns": "an SNS notification: the topic invokes the function directly",
+    "sqs": "an SQS batch: Lambda's event source hands the queue's messages to the function",
+    "termination": "an Auto Scaling termination request: Auto Scaling invokes the function directly",
+    "schedule": "an EventBridge Scheduler payload: each schedule invokes its function directly",
+}
+_PRINCIPALS = {"lambda.alarms.cloudwatch.amazonaws.com": "alarm-action", "sns.amazonaws.com": "sns"}
+
+
+def direct_shape(event: Any) -> tuple[str, str] | None:
+    """(shape, key) of an event that reaches a function without EventBridge, by the fields its sender
+    always sets; None for anything else."""
+    if not isinstance(event, dict):
+        return None
+    records = event.get("Records")
+    first = records[0] if isinstance(records, list) and records and isinstance(records[0], dict) else {}
+    if first.get("EventSource") == "aws:sns":
+        return "sns", ""
+    if first.get("eventSource") == "aws:sqs":
+        return "sqs", ""
+    if "alarmData" in event and "alarmArn" in event:
+        return "alarm-action", ""
+    if "CapacityToTerminate" in event and "AutoScalingGroupARN" in event:
+        return "termination", ""
+    if isinstance(event.get("gpufleet"), str):
+        return "schedule", event["gpufleet"]
+    return None
+
+
+def direct_routes(template: Path, overrides: Mapping[str, str] | None = None) -> list[DirectRoute]:
+    """Every non-EventBridge way in, from the template: Lambda permissions by principal, SQS event
+    sources, schedules with an input."""
+    resources: dict[str, Any] = load_template(template, overrides)[0].get("Resources", {})
+
+    def code(logical: str) -> str:
+        return Path(str(resources.get(logical, {}).get("Properties", {}).get("CodeUri", logical))).name
+
+    routes = []
+    for name, r in resources.items():
+        props = r.get("Properties", {})
+        if r.get("Type") == "AWS::Lambda::Permission":
+            principal, target = str(props.get("Principal")), props.get("FunctionName")
+            shape = _PRINCIPALS.get(principal, "termination" if "AWSServiceRoleForAutoScaling" in principal else "")
+            logical = (target.get("Ref") or target.get("Fn::GetAtt", [""])[0]) if isinstance(target, dict) else ""
+            if shape and logical:
+                routes.append(DirectRoute(code(logical), name, shape))
+        if r.get("Type") != "AWS::Serverless::Function":
+            continue
+        for event_name, source in props.get("Events", {}).items():
+            given = source.get("Properties", {})
+            if source.get("Type") == "SQS":
+                routes.append(DirectRoute(code(name), f"{name}.{event_name}", "sqs"))
+            elif source.get("Type") == "ScheduleV2" and "Input" in given:
+                key = str(json.loads(given["Input"]).get("gpufleet", ""))
+                routes.append(DirectRoute(code(name), f"{name}.{event_name}", "schedule", key))
+    return routes
+
+
+def routes_for(event: Any, routes: list[DirectRoute]) -> list[DirectRoute]:
+    found = direct_shape(event)
+    return [r for r in routes if found and (r.shape, r.key) == found]
 
 
 def rules_matching(event: Any, rules: list[EventRule]) -> list[EventRule]:

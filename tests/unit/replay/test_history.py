@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from gpufleet.domain.models import GroupRef
 from gpufleet.domain.policy import parse_policy
 from gpufleet_tools.replay.core import group_settings
-from gpufleet_tools.replay.history import History, InstanceSeries, history_md, replay_history
+from gpufleet_tools.replay.history import History, InstanceSeries, history_md, replay_history, unreplayable
 
 SETTINGS = group_settings(
     parse_policy("defaults: {target: {low: 50, high: 80}, scale_in_step: 1, scale_in_cooldown_s: 600}")
@@ -62,3 +62,22 @@ def test_every_node_busy_and_low_utilization_is_a_refusal() -> None:
     )
     r = replay_history(h, SETTINGS, lookback=5, gpus_per_node=8, boot=5)
     assert r.busy_refusals == minutes and r.busy_nodes_removed_by_group == 0 and r.idle_node_hours == 0
+
+
+def test_a_history_without_the_work_or_the_size_is_unreplayable() -> None:
+    """Every number would be 0: the service refuses it instead of printing a table of zeros."""
+    empty = History(group=GroupRef.parse_key("asg:x"), start=START, gpu_utilization=(None,) * 5, in_service=(None,) * 5)
+    assert unreplayable(empty) == ["GPU utilization", "size"]
+    sized = empty.model_copy(update={"in_service": (2,) * 5})
+    assert unreplayable(sized) == ["GPU utilization"]
+    assert unreplayable(_history()) == []
+
+
+def test_what_the_window_lacked_is_in_the_report() -> None:
+    missing = ("no per-instance GPUFleet GPUUtilization or GPUMemoryUsedPercent datapoints: idle node-hours ...",)
+    h = _history().model_copy(update={"missing": missing})
+    r = replay_history(h, SETTINGS, lookback=5, gpus_per_node=8, boot=5)
+    assert r.missing == missing
+    md = history_md(r)
+    assert md.endswith(f"Missing in the window (the numbers that need it are 0 for want of data):\n\n- {missing[0]}\n")
+    assert "Missing in the window" not in history_md(replay_history(_history(), SETTINGS, 5, 8, 5))

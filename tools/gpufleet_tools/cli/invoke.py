@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpufleet_tools.cli.options import add_invoke_options, read_event, real_aws_refused
+
+if TYPE_CHECKING:
+    from gpufleet_tools.invoke import Invocation
 
 
 def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
@@ -18,27 +21,38 @@ def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_function(args.function, read_event(args.event), args)
-
-
-def run_function(function: str, event: Any, args: argparse.Namespace) -> int:
     """The handler's result alone on stdout (JSON); a failure is one line on stderr and exit 1."""
-    from gpufleet_tools.invoke import invoke
+    from gpufleet_tools.invoke import NotReady
 
     if real_aws_refused(args):
         return 2
+    event = read_event(args.event)
     try:
-        result = invoke(
-            function,
-            event,
-            endpoint=args.endpoint,
-            policy=args.policy,
-            table=args.table,
-            dry_run=args.dry_run,
-            functions_dir=args.functions_dir,
-        )
-    except Exception as exc:
-        print(f"error: {function} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        done = call_function(args.function, event, args)
+    except NotReady as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps(result, indent=2, default=str))
+    except Exception as exc:
+        print(f"error: {args.function} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(done.result, indent=2, default=str))
     return 0
+
+
+def call_function(function: str, event: Any, args: argparse.Namespace) -> Invocation:
+    """One handler call with the command's options; a result the idempotency store gave back instead of
+    running is said so on stderr (it would otherwise read as a fresh decision)."""
+    from gpufleet_tools.invoke import invoke
+
+    done = invoke(
+        function,
+        event,
+        endpoint=args.endpoint,
+        policy=args.policy,
+        table=args.table,
+        dry_run=args.dry_run,
+        functions_dir=args.functions_dir,
+    )
+    for stored in done.already_handled:
+        print(stored.notice(), file=sys.stderr)
+    return done

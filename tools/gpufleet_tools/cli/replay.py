@@ -17,18 +17,23 @@ def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
     p.add_argument("--days", type=int, default=7, help="history days (CloudWatch) or synthetic trace days")
     p.add_argument("--policy", help="fleet policy file (default: the recommended one for the workload, docs/replay.md)")
     p.add_argument("--workload", choices=["serving", "batch"], help="which recommended policy (default: by trace)")
-    p.add_argument("--gpus-per-node", type=int, default=8)
+    p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs on each node (default 8)")
     p.add_argument("--boot-minutes", type=int, default=5, help="launch to schedulable")
     p.add_argument("--node-price", type=float, default=DEFAULT_NODE_PRICE, help="$/node-hour (g5.48xlarge)")
-    p.add_argument("--placement", choices=["spread", "pack"], default="spread")
-    p.add_argument("--min-nodes", type=int, default=1)
+    p.add_argument(
+        "--placement",
+        choices=["spread", "pack"],
+        default="spread",
+        help="how pods land on nodes: kube-scheduler's LeastAllocated (spread, default) or MostAllocated (pack)",
+    )
+    p.add_argument("--min-nodes", type=int, default=1, help="the group's min (default 1)")
     p.add_argument("--max-nodes", type=int, help="the group's max (default 1.5x the peak)")
     p.add_argument("--tt-target", type=float, default=70.0, help="asg-target-tracking's target GPU %%")
-    p.add_argument("--seed", type=int, default=13)
+    p.add_argument("--seed", type=int, default=13, help="seed of the synthetic traces and tie-breaks (default 13)")
     p.add_argument("--experiments", action="store_true", help="also run the labelled gpufleet experiments")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--endpoint", help="AWS endpoint URL (moto server) for --from-cloudwatch")
-    p.add_argument("--out", default="replay-out")
+    p.add_argument("--out", default="replay-out", help="where the report files go (default replay-out)")
     p.set_defaults(func=run)
 
 

@@ -55,6 +55,9 @@ class History(Frozen):
     instances: tuple[InstanceSeries, ...] = ()
     min_size: int = 0
     max_size: int = 1000
+    # What CloudWatch (or Auto Scaling) had nothing for in the window, each with what that leaves empty:
+    # said in the report, so a 0 there reads as "no data", not as "nothing happened".
+    missing: tuple[str, ...] = ()
 
     @property
     def minutes(self) -> int:
@@ -74,6 +77,7 @@ class HistoryReport(Frozen):
     idle_node_hours_reclaimed: float
     busy_refusals: int
     busy_nodes_removed_by_group: int
+    missing: tuple[str, ...] = ()
 
 
 def _window_max(values: tuple[float | None, ...], t: int, lookback: int) -> float | None:
@@ -228,6 +232,17 @@ def _estimated(ready: int, busy: int) -> tuple[InstanceObservation, ...]:
     )
 
 
+def unreplayable(h: History) -> list[str]:
+    """What the replay cannot go without and the history lacks for every minute: the work (the group's
+    GPU utilization) and the group's size. Without either, every number it printed would be 0."""
+    lacking = []
+    if all(v is None for v in h.gpu_utilization):
+        lacking.append("GPU utilization")
+    if all(v is None for v in h.in_service):
+        lacking.append("size")
+    return lacking
+
+
 def replay_history(h: History, settings: GroupSettings, lookback: int, gpus_per_node: int, boot: int) -> HistoryReport:
     counts = _filled(h.in_service)
     seen = open_loop(h, settings, lookback)
@@ -245,6 +260,7 @@ def replay_history(h: History, settings: GroupSettings, lookback: int, gpus_per_
         idle_node_hours_reclaimed=round(seen["reclaimed_minutes"] / 60, 2),
         busy_refusals=int(seen["refusals"]),
         busy_nodes_removed_by_group=busy_removed(h, settings, lookback),
+        missing=h.missing,
     )
 
 
@@ -268,4 +284,7 @@ def history_md(r: HistoryReport) -> str:
         "|---|---:|---:|",
     ]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    if r.missing:
+        lines += ["", "Missing in the window (the numbers that need it are 0 for want of data):", ""]
+        lines += [f"- {m}" for m in r.missing]
     return "\n".join(lines) + "\n"

@@ -22,7 +22,14 @@ from gpufleet.domain.models import GroupKind, GroupRef
 from gpufleet.domain.policy import FleetPolicy, parse_policy
 from gpufleet_node import schema
 from gpufleet_tools.replay.core import Experiment, group_settings
-from gpufleet_tools.replay.history import History, HistoryReport, InstanceSeries, history_md, replay_history
+from gpufleet_tools.replay.history import (
+    History,
+    HistoryReport,
+    InstanceSeries,
+    history_md,
+    replay_history,
+    unreplayable,
+)
 from gpufleet_tools.replay.model import ReplayOptions, ReplayRequest, Trace
 from gpufleet_tools.replay.policy import Workload, recommended_policy, workload_of
 from gpufleet_tools.replay.report import Comparison, compare, report_json, report_md
@@ -199,7 +206,10 @@ def group_asg(ref: GroupRef, autoscaling: Any, eks: Any) -> dict[str, Any] | Non
     """The ASG holding the group's instances (an EKS node group's own ASG), or None."""
     name = ref.name
     if ref.kind is GroupKind.EKS_NODEGROUP:
-        ng = eks.describe_nodegroup(clusterName=ref.cluster, nodegroupName=ref.name)["nodegroup"]
+        try:
+            ng = eks.describe_nodegroup(clusterName=ref.cluster, nodegroupName=ref.name)["nodegroup"]
+        except eks.exceptions.ResourceNotFoundException:
+            return None
         asgs = ng.get("resources", {}).get("autoScalingGroups", [])
         if not asgs:
             return None
@@ -265,7 +275,36 @@ def read_history(ref: GroupRef, days: int, end: datetime, clients: dict[str, Any
         instances=instances,
         min_size=int(asg["MinSize"]) if asg else 0,
         max_size=int(asg["MaxSize"]) if asg else 1000,
+        missing=_missing(ref, asg, got, ids),
     )
+
+
+def _missing(
+    ref: GroupRef, asg: dict[str, Any] | None, got: dict[str, dict[int, float]], ids: list[str]
+) -> tuple[str, ...]:
+    """What had nothing in the window, each with what it leaves empty in the report."""
+    dims = ", ".join(f"{k}={v}" for k, v in _group_dims(ref).items())
+    util, mem = schema.GPU_UTILIZATION.name, schema.GPU_MEMORY_USED_PERCENT.name
+    out = []
+    if asg is None:
+        out.append(f"no Auto Scaling group for {ref.key} in this account and region (bounds 0..1000 assumed)")
+    if not got["util"]:
+        out.append(f"no {schema.NAMESPACE} {util} {{{dims}}} datapoints (the group's GPU utilization)")
+    if asg and not got.get("count"):
+        out.append(
+            "no AWS/AutoScaling GroupInServiceInstances datapoints (the group's metrics collection is off?): "
+            "its size is counted from the instances reporting"
+        )
+    if not any(got[f"{iid}/util"] or got[f"{iid}/mem"] for iid in ids):
+        out.append(
+            f"no per-instance {schema.NAMESPACE} {util} or {mem} datapoints: idle node-hours, reclaimed "
+            "node-hours and busy nodes removed are 0"
+        )
+    return tuple(out)
+
+
+class NoHistory(ValueError):
+    """The window holds nothing the replay can use: refused, rather than a table of zeros."""
 
 
 def _group_dims(ref: GroupRef) -> dict[str, str]:
@@ -279,6 +318,13 @@ def history_report(
 ) -> tuple[HistoryReport, str]:
     """Read the history and replay it under the policy given (default: the batch recommendation)."""
     history = read_history(ref, request.days, end, clients)
+    if lacking := unreplayable(history):
+        raise NoHistory(
+            f"nothing to replay for {ref.key} in the last {request.days} day(s): {'; '.join(history.missing)}; "
+            f"without the group's {' and '.join(lacking)} every number would be 0. Check that the node publisher "
+            "runs on its nodes and publishes to this account and region (docs/node-publisher.md), or try a "
+            "longer --days"
+        )
     policy, label = load_policy(request.policy, Workload(request.workload or Workload.BATCH))
     lookback = max(1, policy.metric_lookback_s // 60)
     o = request.options
@@ -287,11 +333,27 @@ def history_report(
 
 
 def replay_cloudwatch(request: ReplayRequest, group: str) -> int:
-    from gpufleet_tools.session import clients
+    """The group's history replayed; what stops the reading (credentials, region, an endpoint that does not
+    answer, a refusal) is one line saying what to do, and what the window lacked is said, not left as 0s."""
+    from gpufleet_tools.invoke import aws_trouble
+    from gpufleet_tools.session import clients, use_endpoint
 
     ref = GroupRef.parse_key(group)
-    api = clients(("cloudwatch", "autoscaling", "eks"), request.endpoint)
-    report, label = history_report(ref, datetime.now(UTC), api, request)
+    if request.endpoint:
+        use_endpoint(request.endpoint)  # moto: a region and its fake credentials, as `gpufleet invoke` gets them
+    try:
+        api = clients(("cloudwatch", "autoscaling", "eks"), request.endpoint)
+        report, label = history_report(ref, datetime.now(UTC), api, request)
+    except NoHistory:
+        raise
+    except Exception as exc:
+        why = aws_trouble(exc, request.endpoint) or _refused(exc)
+        if why is None:
+            raise
+        print(f"error: {why}", file=sys.stderr)
+        return 2
+    for missing in report.missing:
+        print(f"warning: {missing}", file=sys.stderr)
     md = history_md(report).replace("\n\n", f"\n\nPolicy: {label}.\n\n", 1)
     out = Path(request.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -299,6 +361,15 @@ def replay_cloudwatch(request: ReplayRequest, group: str) -> int:
     (out / "history.md").write_text(md)
     print(md, end="")
     return 0
+
+
+def _refused(exc: BaseException) -> str | None:
+    """An AWS error answer (access denied, throttled past the retries, ...) as one line; None otherwise."""
+    error = getattr(exc, "response", None)
+    if not isinstance(error, dict) or "Error" not in error:
+        return None
+    code, message = error["Error"].get("Code", "?"), error["Error"].get("Message", "")
+    return f"AWS refused {getattr(exc, 'operation_name', 'a call')}: {code}: {message}"
 
 
 def main(request: ReplayRequest) -> int:
