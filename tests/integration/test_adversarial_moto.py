@@ -21,6 +21,7 @@ it again: the state table is emptied, capacities restored, what the example crea
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import json
 from collections.abc import Callable, Iterator
@@ -271,6 +272,7 @@ class Change:
     state: str
     dims: dict[str, str]
     event_id: str
+    stamp: datetime = STAMP  # when CloudWatch changed its state: what every path carries
 
     @property
     def group_key(self) -> str | None:
@@ -285,7 +287,7 @@ def eventbridge_alarm(c: Change) -> dict[str, Any]:
     body = copy.deepcopy(sample("scaler/eventbridge-alarm-asg-high.json"))
     body.update(id=c.event_id, resources=[ALARM_ARN + c.alarm])
     body["detail"]["alarmName"] = c.alarm
-    body["detail"]["state"].update(value=c.state, timestamp=STAMP.isoformat())
+    body["detail"]["state"].update(value=c.state, timestamp=c.stamp.isoformat())
     body["detail"]["configuration"]["metrics"][0]["metricStat"]["metric"]["dimensions"] = dict(c.dims)
     return body
 
@@ -294,7 +296,7 @@ def alarm_action(c: Change) -> dict[str, Any]:
     body = copy.deepcopy(sample("scaler/alarm-action-asg-low.json"))
     body["alarmArn"] = ALARM_ARN + c.alarm
     body["alarmData"]["alarmName"] = c.alarm
-    body["alarmData"]["state"].update(value=c.state, timestamp=STAMP.isoformat())
+    body["alarmData"]["state"].update(value=c.state, timestamp=c.stamp.isoformat())
     body["alarmData"]["configuration"]["metrics"][0]["metricStat"]["metric"]["dimensions"] = dict(c.dims)
     return body
 
@@ -307,7 +309,7 @@ def sns_alarm(c: Change) -> dict[str, Any]:
         AlarmName=c.alarm,
         AlarmArn=ALARM_ARN + c.alarm,
         NewStateValue=c.state,
-        StateChangeTime=STAMP.isoformat(),
+        StateChangeTime=c.stamp.isoformat(),
     )
     message["Trigger"]["Dimensions"] = [{"name": k, "value": v} for k, v in c.dims.items()]
     sns.update(MessageId=c.event_id, Subject=f'{c.state}: "{c.alarm}"', Message=json.dumps(message))
@@ -372,6 +374,12 @@ def make_alarm(world: World, c: Change) -> bool:
     return True
 
 
+def changed_at(world: World, alarm: str) -> datetime:
+    [found] = world.fleet.clients.cloudwatch.describe_alarms(AlarmNames=[alarm])["MetricAlarms"]
+    at: datetime = found.get("StateTransitionedTimestamp") or found["StateUpdatedTimestamp"]
+    return at.astimezone(UTC)
+
+
 def capacities(world: World, made: str | None) -> dict[str, int]:
     found = {"asg:train-spot": world.fleet.desired(), "eks:ml/infer-gpu": world.fleet.nodegroup_desired()}
     if made is not None:
@@ -432,7 +440,10 @@ def test_any_alarm_name_and_group_acts_once_and_the_next_tick_succeeds(
 def acts_once_then_ticks(world: World, change: Change, target: Target, order: list[str]) -> None:
     name = target.dims.get("AutoScalingGroupName", "")
     made = name if target.made and make_asg(world, name) else None
-    event(f"alarm in CloudWatch: {make_alarm(world, change)}, group created: {made is not None}")
+    in_cloudwatch = make_alarm(world, change)
+    event(f"alarm in CloudWatch: {in_cloudwatch}, group created: {made is not None}")
+    if in_cloudwatch:  # every path carries CloudWatch's own time of the change, as on AWS
+        change = dataclasses.replace(change, stamp=changed_at(world, change.alarm))
     before = capacities(world, made)
     # The first path's event twice (at-least-once delivery), then the same change by the other two.
     results = [world.scale(PATHS[path](change), NOW + timedelta(seconds=i)) for i, path in enumerate(order[:1] + order)]

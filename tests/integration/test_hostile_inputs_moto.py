@@ -127,19 +127,47 @@ def test_an_alarm_of_another_account_is_refused_even_when_the_policy_maps_its_na
     assert gpu_fleet.desired() == 2
 
 
+def changed_at(gpu_fleet: Fleet, name: str) -> str:
+    """When CloudWatch says the alarm last changed state: what every delivery path carries."""
+    [alarm] = gpu_fleet.clients.cloudwatch.describe_alarms(AlarmNames=[name])["MetricAlarms"]
+    at = alarm.get("StateTransitionedTimestamp") or alarm["StateUpdatedTimestamp"]
+    return str(at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.000+0000"))
+
+
+def both_paths(gpu_fleet: Fleet, stamp: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The node group's high alarm changing state at `stamp`, by EventBridge and by SNS."""
+    via_sns = sample("scaler/sns-alarm-eks-high.json")
+    message = json.loads(via_sns["Records"][0]["Sns"]["Message"])
+    message["StateChangeTime"] = stamp
+    via_sns["Records"][0]["Sns"]["Message"] = json.dumps(message)
+    via_eventbridge = sample("scaler/eventbridge-alarm-eks-math.json")
+    via_eventbridge["detail"]["alarmName"] = message["AlarmName"]
+    via_eventbridge["resources"] = [message["AlarmArn"]]
+    via_eventbridge["detail"]["state"]["timestamp"] = stamp
+    return via_eventbridge, via_sns
+
+
 def test_the_same_alarm_change_delivered_by_eventbridge_and_sns_acts_once(gpu_fleet: Fleet) -> None:
     """#6: with cooldowns at 0 (the schema allows it) each delivery path acted."""
     gpu_fleet.alarm_state("gpufleet-infer-gpu-high", "ALARM")
     scaler = gpu_fleet.scaler(policy=ZERO_COOLDOWNS)
-    via_sns = sample("scaler/sns-alarm-eks-high.json")
-    message = json.loads(via_sns["Records"][0]["Sns"]["Message"])
-    via_eventbridge = sample("scaler/eventbridge-alarm-eks-math.json")
-    via_eventbridge["detail"]["alarmName"] = message["AlarmName"]
-    via_eventbridge["resources"] = [message["AlarmArn"]]
-    via_eventbridge["detail"]["state"]["timestamp"] = message["StateChangeTime"]
+    via_eventbridge, via_sns = both_paths(gpu_fleet, changed_at(gpu_fleet, "gpufleet-infer-gpu-high"))
     first = outcomes(scaler.handle(via_eventbridge, NOW))
     second = outcomes(scaler.handle(via_sns, NOW + timedelta(seconds=2)))
     assert first == ["applied"] and second == ["applied"]  # the second is the first's answer, replayed
+    assert gpu_fleet.nodegroup_desired() == 3
+
+
+def test_a_forged_sns_delivery_cannot_claim_a_real_changes_second(gpu_fleet: Fleet) -> None:
+    """Review of #6: a delivery CloudWatch refused used to store the change's idempotency key for the
+    second the sender chose, so the real change in that second was skipped as a duplicate."""
+    scaler = gpu_fleet.scaler(policy=ZERO_COOLDOWNS)
+    gpu_fleet.alarm_state("gpufleet-infer-gpu-high", "ALARM")  # the real change, at `stamp`...
+    stamp = changed_at(gpu_fleet, "gpufleet-infer-gpu-high")
+    gpu_fleet.alarm_state("gpufleet-infer-gpu-high", "OK")  # ...and back, before its EventBridge event lands
+    real, forged = both_paths(gpu_fleet, stamp)
+    assert outcomes(scaler.handle(forged, NOW)) == ["not-needed"]  # CloudWatch says OK: refused
+    assert outcomes(scaler.handle(real, NOW + timedelta(seconds=5))) == ["applied"]  # not skipped as a duplicate
     assert gpu_fleet.nodegroup_desired() == 3
 
 

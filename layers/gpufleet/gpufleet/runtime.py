@@ -88,11 +88,12 @@ def _control_context(
         else None
     )
     actuator = FleetActuator(clients.autoscaling, clients.eks)
+    wait = defaults.BATCH_WAIT_MAX_S if keeps_policy else defaults.TERMINATION_BATCH_WAIT_MAX_S
     return ControlContext(
         fleet=FleetReader(clients.autoscaling, clients.eks),
         state=state,
         docs=DocStore(clients.dynamodb, table),
-        executor=Executor(actuator, state, AuditLog(clients.dynamodb, table), logger, emf, queue, region),
+        executor=Executor(actuator, state, AuditLog(clients.dynamodb, table, wait), logger, emf, queue, region),
         load_policy=policy_loader(settings, last_good),
         logger=logger,
         emf=emf,

@@ -12,6 +12,7 @@ from botocore.exceptions import ClientError
 
 from gpufleet.aws.fleet import chunks
 from gpufleet.aws.state import group_pk, until_processed
+from gpufleet.domain import defaults
 from gpufleet.domain.keys import joined
 from gpufleet.domain.models import Decision
 
@@ -71,6 +72,7 @@ def decision_sk(d: Decision) -> str:
 class AuditLog:
     dynamodb: DynamoDBClient
     table: str
+    max_wait_s: float = defaults.BATCH_WAIT_MAX_S  # throttled batches: how long to wait in all
 
     def record(self, decisions: Iterable[Decision], audit_ttl_days: int) -> list[Parked]:
         """Holds expire after a day, changes after the policy TTL. The key is the decision's time and
@@ -92,7 +94,9 @@ class AuditLog:
 
     def _write(self, items: list[dict[str, Any]]) -> None:
         requests = [{"PutRequest": {"Item": item}} for item in items]
-        until_processed(self.dynamodb.batch_write_item, {self.table: requests}, "UnprocessedItems")
+        until_processed(
+            self.dynamodb.batch_write_item, {self.table: requests}, "UnprocessedItems", max_wait_s=self.max_wait_s
+        )
 
     def _one(self, d: Decision, item: dict[str, Any]) -> Parked | None:
         try:

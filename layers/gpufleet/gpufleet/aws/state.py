@@ -57,23 +57,32 @@ class BatchNotProcessed(RuntimeError):
 
 
 def until_processed(
-    call: Callable[..., Any], request: dict[str, Any], left_key: str, sleep: Callable[[float], None] | None = None
+    call: Callable[..., Any],
+    request: dict[str, Any],
+    left_key: str,
+    sleep: Callable[[float], None] | None = None,
+    max_wait_s: float = defaults.BATCH_WAIT_MAX_S,
 ) -> list[dict[str, Any]]:
     """Send a batch request again for what DynamoDB left unprocessed, with capped, jittered exponential
-    backoff ("full jitter"), at most BATCH_ATTEMPTS times: a throttled table is waited for, not hammered
-    in a tight loop, and a table that never recovers ends in an error instead of a loop."""
-    responses = []
+    backoff ("full jitter"), at most BATCH_ATTEMPTS times and `max_wait_s` of waiting in all: a throttled
+    table is waited for, not hammered in a tight loop, and one that never recovers ends in an error in
+    time for the caller's own deadline (the termination policy has 2 s in all)."""
+    responses, waited = [], 0.0
     for attempt in range(defaults.BATCH_ATTEMPTS):
         resp = call(RequestItems=request)
         responses.append(resp)
         request = dict(resp.get(left_key) or {})
         if not request:
             return responses
-        (sleep or time.sleep)(
-            random.uniform(0, min(defaults.BATCH_BACKOFF_CAP_S, defaults.BATCH_BACKOFF_BASE_S * 2**attempt))
-        )
+        pause = random.uniform(0, min(defaults.BATCH_BACKOFF_CAP_S, defaults.BATCH_BACKOFF_BASE_S * 2**attempt))
+        if attempt == defaults.BATCH_ATTEMPTS - 1 or waited + pause > max_wait_s:
+            break
+        (sleep or time.sleep)(pause)
+        waited += pause
     left = sum(len(v.get("Keys", v) if isinstance(v, dict) else v) for v in request.values())
-    raise BatchNotProcessed(f"DynamoDB left {left} items unprocessed after {defaults.BATCH_ATTEMPTS} backed-off tries")
+    raise BatchNotProcessed(
+        f"DynamoDB left {left} items unprocessed after {len(responses)} backed-off tries ({waited:.1f} s)"
+    )
 
 
 def batch_get(dynamodb: DynamoDBClient, table: str, keys: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:

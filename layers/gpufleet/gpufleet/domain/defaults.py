@@ -73,4 +73,6 @@ RESERVATION_END_WARNING_S = 3600
 # DynamoDB batch items left unprocessed (throttling): retried with full-jitter backoff, then an error.
 BATCH_ATTEMPTS = 8
 BATCH_BACKOFF_BASE_S = 0.05
-BATCH_BACKOFF_CAP_S = 2.0  # at most ~7 s of waiting in all, well inside every function's timeout
+BATCH_BACKOFF_CAP_S = 2.0
+BATCH_WAIT_MAX_S = 5.0  # waiting in all, inside the controllers' timeouts (60 s and more)
+TERMINATION_BATCH_WAIT_MAX_S = 0.3  # the termination policy answers within 2 s: it barely waits

@@ -13,8 +13,10 @@ ONE_LINE_MAX = 500
 
 def one_line(text: str, limit: int = ONE_LINE_MAX) -> str:
     """Text safe for a one-line error: control characters and line breaks (an event's own keys may hold
-    them) become single spaces, and it is clipped, so a log line or a DLQ reason is never split."""
+    them) become single spaces, lone surrogates are escaped, and it is clipped, so a log line or a DLQ
+    reason is never split or lost."""
     flat = _CONTROL.sub(" ", text).strip()
+    flat = flat.encode("utf-8", "backslashreplace").decode("utf-8")  # a lone surrogate would lose the log line
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 

@@ -6,6 +6,7 @@ All become one `AlarmEvent`, including whether CloudWatch would have suppressed 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import Field
@@ -224,8 +225,12 @@ def suppressed_by(alarm: dict[str, Any]) -> str | None:
 def as_cloudwatch_says(alarm: dict[str, Any], delivered: AlarmEvent) -> AlarmEvent:
     """A delivered alarm event rebuilt from DescribeAlarms: the delivery names the alarm and its state
     change, CloudWatch says everything acted on (ARN, state, metrics and their dimensions, suppression)."""
+    changed = alarm.get("StateTransitionedTimestamp") or alarm.get("StateUpdatedTimestamp")
     return delivered.model_copy(
         update={
+            # CloudWatch's own time of the change, not the sender's: the change's idempotency key is built
+            # from it, so no message can claim (and so block) another second's change of this alarm.
+            "at": changed.astimezone(UTC) if isinstance(changed, datetime) else delivered.at,
             "alarm_arn": alarm.get("AlarmArn"),
             "state": AlarmState(alarm.get("StateValue", "INSUFFICIENT_DATA")),
             "state_reason": str(alarm.get("StateReason", ""))[:2048],

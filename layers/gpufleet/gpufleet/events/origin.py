@@ -15,7 +15,9 @@ from gpufleet.domain.errors import InvalidEvent
 from gpufleet.domain.models import Frozen
 
 _ACCOUNT_KEYS = ("account", "accountId", "AWSAccountId")
-_ARN_KEYS = ("alarmArn", "AlarmArn", "TopicArn", "eventSourceARN")
+# An SNS topic's ARN is not an origin: alarms may notify a topic in a central account or region, and the
+# scaler reads the alarm back from its own account anyway. The alarm's ARN and account are.
+_ARN_KEYS = ("alarmArn", "AlarmArn", "eventSourceARN")
 
 
 class Origin(Frozen):

@@ -9,6 +9,7 @@ import json
 from pydantic import ValidationError
 
 from gpufleet.domain.errors import describe_validation_error, one_line
+from gpufleet.domain.values import is_storable
 from gpufleet.notify.model import Notification
 
 MAX_BODY = 256 * 1024  # SQS's own message limit
@@ -56,9 +57,9 @@ def parse_message(body: str) -> Notification | Flush:
         raise InvalidMessage(f"nested deeper than {MAX_DEPTH} levels: not a notification")
     if set(doc) == {"flush"}:
         key = doc["flush"]
-        if isinstance(key, str) and 0 < len(key) <= 400:
+        if isinstance(key, str) and 0 < len(key) <= 400 and is_storable(key):
             return Flush(key)
-        raise InvalidMessage("flush: expected an incident key")
+        raise InvalidMessage("flush: expected an incident key (1-400 characters of valid Unicode)")
     try:
         return Notification.model_validate(doc)
     except ValidationError as err:

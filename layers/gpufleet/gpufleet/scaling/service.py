@@ -73,8 +73,20 @@ class Scaler:
         results = []
         for e in events:
             self.ctx.logger.set_correlation_id(e.event_id)
+            if isinstance(e, AlarmEvent):
+                said = as_cloudwatch_says_now(self.alarms, e)
+                if isinstance(said, str):  # refused before idempotency: a forged delivery stores no key
+                    results.append(self.refuse(e, said, policy, now))
+                    continue
+                e = said
             results.append(self._process(trigger=e, policy=policy, now=now))
         return {"results": results}
+
+    def refuse(self, alarm: AlarmEvent, why: str, policy: FleetPolicy, now: datetime) -> dict[str, Any]:
+        """A delivery CloudWatch does not confirm: audited and answered, never acted on."""
+        decision = _no_action(UNRESOLVED_GROUP, _by(alarm), alarm.event_id, now, why)
+        self.finish([decision], policy)
+        return {"event_id": alarm.event_id, "kind": str(alarm.kind), "decisions": [_shown(decision)]}
 
     def process(self, *, trigger: AlarmEvent | ScheduleTick, policy: FleetPolicy, now: datetime) -> dict[str, Any]:
         broken: list[Notification] = []
@@ -90,9 +102,7 @@ class Scaler:
         return {
             "event_id": trigger.event_id,
             "kind": str(trigger.kind),
-            "decisions": [
-                d.model_dump(mode="json", exclude={"bounds", "needs_instance_metrics", "skipped"}) for d in decisions
-            ],
+            "decisions": [_shown(d) for d in decisions],
         }
 
     def finish(
@@ -123,11 +133,9 @@ class Scaler:
             return f"group {obs.ref.key} is not managed (not tagged {tag} and no policy rule matches)"
         return obs, settings
 
-    def on_alarm(self, delivered: AlarmEvent, policy: FleetPolicy, now: datetime) -> Decision:
-        trigger = Trigger(kind=TriggerKind.ALARM, name=delivered.alarm_name)
-        alarm = as_cloudwatch_says_now(self.alarms, delivered)
-        if isinstance(alarm, str):
-            return _no_action(UNRESOLVED_GROUP, trigger, delivered.event_id, now, alarm)
+    def on_alarm(self, alarm: AlarmEvent, policy: FleetPolicy, now: datetime) -> Decision:
+        """`alarm` as CloudWatch says it (SNS and alarm-action deliveries were re-read in `handle`)."""
+        trigger = _by(alarm)
         tags = self.alarms.tags(alarm.alarm_arn)
         not_ours = not_gpufleets(alarm, tags, policy)
         if not_ours:
@@ -264,6 +272,14 @@ def as_cloudwatch_says_now(alarms: AlarmReader, alarm: AlarmEvent) -> AlarmEvent
         enabled = described.get("ActionsEnabled")
         return f"{via} is {said.state} in CloudWatch now (actions enabled: {enabled}): no action"
     return said
+
+
+def _by(alarm: AlarmEvent) -> Trigger:
+    return Trigger(kind=TriggerKind.ALARM, name=alarm.alarm_name)
+
+
+def _shown(d: Decision) -> dict[str, Any]:
+    return d.model_dump(mode="json", exclude={"bounds", "needs_instance_metrics", "skipped"})
 
 
 def _no_action(
