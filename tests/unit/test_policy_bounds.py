@@ -144,3 +144,11 @@ def test_the_last_good_policy_holds_when_the_new_one_has_an_impossible_date() ->
     loader = LastGoodPolicy(store, Logger(service="test"), "scaler", writes=True)  # type: ignore[arg-type]
     loader.parse("defaults: {scale_out_cooldown_s: 90}\n", "ssm:/gpufleet/policy")
     assert loader.parse("a: 2026-02-30\n", "ssm:/gpufleet/policy").defaults.scale_out_cooldown_s == 90
+
+
+@pytest.mark.parametrize("price", [".nan", ".inf", "-1"])
+def test_a_spot_price_must_be_a_finite_amount(price: str) -> None:
+    """Found by the policy fuzz: `.nan` was accepted and every cost in a fallback note became nan."""
+    text = f"spot:\n  prices:\n    on_demand:\n      g5.12xlarge: {price}\n"
+    with pytest.raises(PolicyError, match=r"spot\.prices\.on_demand"):
+        parse_policy(text)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated
 
 from pydantic import Field
 
@@ -19,11 +20,15 @@ class SpotSettings(Frozen):
     fallback: Fallback | None = None
 
 
+# A price is a finite amount: YAML's .nan or .inf would make every cost in a notification meaningless.
+Price = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
 class PriceTable(Frozen):
     """$ per instance-hour, for the cost estimate in notifications (your prices; not fetched)."""
 
-    on_demand: dict[str, float] = Field(default_factory=dict)
-    spot: dict[str, float] = Field(default_factory=dict)
+    on_demand: dict[str, Price] = Field(default_factory=dict)
+    spot: dict[str, Price] = Field(default_factory=dict)
 
 
 class WarningAction(StrEnum):
