@@ -20,14 +20,13 @@ it again: the state table is emptied, capacities restored, what the example crea
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import itertools
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 import boto3
@@ -40,7 +39,6 @@ from hypothesis import strategies as st
 
 from gpufleet.aws.audit import AuditLog
 from gpufleet.capacity.service import SpotWatch
-from gpufleet.domain import defaults
 from gpufleet.domain.errors import InvalidEvent
 from gpufleet.domain.models import Outcome
 from gpufleet.events.queue import InvalidMessage, parse_message
@@ -48,20 +46,15 @@ from gpufleet.runtime import build_scaler, build_spot_watch
 from gpufleet.scaling.service import Scaler
 from gpufleet_tools.invoke import LocalLambdaContext
 from rehearsal import fleet
-from tests.integration.conftest import TABLE, Fleet
+from tests.integration.conftest import NOW, TABLE, Fleet, decisions, sample, tick
+from tests.integration.test_spot_watch_moto import SPOT_FULL, spot_outage
 
 pytestmark = pytest.mark.integration
 
-EVENTS = Path(__file__).resolve().parents[2] / "events"
-NOW = datetime(2026, 11, 23, 8, 12, 30, tzinfo=UTC)
 STAMP = NOW - timedelta(seconds=30)  # when the alarm changed state / the launch failed
 ACCOUNT, REGION = "123456789012", "us-east-1"
 ALARM_ARN = f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:"
 FIXTURE_ALARMS = {"gpufleet-train-gpu-high", "gpufleet-train-gpu-low", "gpufleet-infer-gpu-high"}
-SPOT_FULL = (
-    "Could not launch Spot Instances. UnfulfillableCapacity - Unable to fulfill capacity due to your request "
-    "configuration. Please adjust your request and try again. Launching EC2 instance failed."
-)
 # Cooldowns of 0: a second action would not be held by a cooldown, only by the change being the same.
 SCALER_POLICY = """
 defaults: {scale_out_step: 1, scale_in_step: 1, scale_out_cooldown_s: 0, scale_in_cooldown_s: 0}
@@ -149,11 +142,6 @@ def _xml_char(code: int) -> bool:
     return code in (0x9, 0xA, 0xD) or 0x20 <= code <= 0xD7FF or 0xE000 <= code <= 0xFFFD or code >= 0x10000
 
 
-def sample(path: str) -> dict[str, Any]:
-    body: dict[str, Any] = json.loads((EVENTS / path).read_text())
-    return body
-
-
 # ---- invoking the handlers ----
 
 
@@ -166,10 +154,6 @@ def deliver(handle: Callable[[Any, datetime], dict[str, Any]], event: Any, now: 
         rejection = str(exc)
     assert "\n" not in rejection, "a rejection is one line"
     return None
-
-
-def decisions(result: dict[str, Any]) -> list[dict[str, Any]]:
-    return [d for r in result["results"] for d in r.get("decisions", [])]
 
 
 def clear_table(dynamodb: Any) -> None:
@@ -202,7 +186,7 @@ class World:
         gpu_fleet.policy_path.write_text(policy)
         queue = boto3.client("sqs").create_queue(QueueName="gpufleet-notify")["QueueUrl"]
         logger, metrics = Logger(service="test"), Metrics(namespace="GPUFleet/Test")
-        scaler, config = build_scaler(logger, metrics, env=env(gpu_fleet, queue))
+        scaler, config = build_scaler(logger, metrics, env=gpu_fleet.env(notify_queue=queue))
         return cls(gpu_fleet, scaler, config, queue)
 
     def scale(self, event: Any, now: datetime = NOW) -> dict[str, Any] | None:
@@ -212,13 +196,9 @@ class World:
 
     def next_tick_succeeds(self) -> None:
         """A reconcile tick with a fresh execution id returns, and no group's decision failed."""
-        tick = {
-            "gpufleet": "reconcile",
-            "execution_id": f"adversarial-next-{next(self.ticks)}",
-            "scheduled_time": (NOW + timedelta(minutes=1)).isoformat(),
-        }
+        reconcile = tick(f"adversarial-next-{next(self.ticks)}", NOW + timedelta(minutes=1))
         self.idempotency.register_lambda_context(LocalLambdaContext("scaler"))  # type: ignore[arg-type]
-        result = self.scaler.handle(tick, NOW + timedelta(minutes=1))  # no rejection expected either
+        result = self.scaler.handle(reconcile, NOW + timedelta(minutes=1))  # no rejection expected either
         failed = [(d["group"], d["detail"]) for d in decisions(result) if d["outcome"] == Outcome.FAILED]
         assert failed == [], "the next reconcile tick failed"
         self.told_only_notifications()
@@ -242,15 +222,6 @@ class World:
         """Delete what the example created (its alarm, its group)."""
         while self.cleanups:
             self.cleanups.pop()()
-
-
-def env(gpu_fleet: Fleet, queue: str) -> dict[str, str]:
-    return {
-        defaults.ENV_STATE_TABLE: TABLE,
-        defaults.ENV_POLICY_FILE: str(gpu_fleet.policy_path),
-        defaults.ENV_ACCOUNT_ID: ACCOUNT,
-        defaults.ENV_NOTIFY_QUEUE_URL: queue,
-    }
 
 
 def applied_once_at_most(world: World, group_keys: list[str]) -> None:
@@ -284,7 +255,7 @@ class Change:
 
 
 def eventbridge_alarm(c: Change) -> dict[str, Any]:
-    body = copy.deepcopy(sample("scaler/eventbridge-alarm-asg-high.json"))
+    body = sample("scaler/eventbridge-alarm-asg-high.json")
     body.update(id=c.event_id, resources=[ALARM_ARN + c.alarm])
     body["detail"]["alarmName"] = c.alarm
     body["detail"]["state"].update(value=c.state, timestamp=c.stamp.isoformat())
@@ -293,7 +264,7 @@ def eventbridge_alarm(c: Change) -> dict[str, Any]:
 
 
 def alarm_action(c: Change) -> dict[str, Any]:
-    body = copy.deepcopy(sample("scaler/alarm-action-asg-low.json"))
+    body = sample("scaler/alarm-action-asg-low.json")
     body["alarmArn"] = ALARM_ARN + c.alarm
     body["alarmData"]["alarmName"] = c.alarm
     body["alarmData"]["state"].update(value=c.state, timestamp=c.stamp.isoformat())
@@ -302,7 +273,7 @@ def alarm_action(c: Change) -> dict[str, Any]:
 
 
 def sns_alarm(c: Change) -> dict[str, Any]:
-    body = copy.deepcopy(sample("scaler/sns-alarm-eks-high.json"))
+    body = sample("scaler/sns-alarm-eks-high.json")
     sns = body["Records"][0]["Sns"]
     message = json.loads(sns["Message"])
     message.update(
@@ -374,12 +345,6 @@ def make_alarm(world: World, c: Change) -> bool:
     return True
 
 
-def changed_at(world: World, alarm: str) -> datetime:
-    [found] = world.fleet.clients.cloudwatch.describe_alarms(AlarmNames=[alarm])["MetricAlarms"]
-    at: datetime = found.get("StateTransitionedTimestamp") or found["StateUpdatedTimestamp"]
-    return at.astimezone(UTC)
-
-
 def capacities(world: World, made: str | None) -> dict[str, int]:
     found = {"asg:train-spot": world.fleet.desired(), "eks:ml/infer-gpu": world.fleet.nodegroup_desired()}
     if made is not None:
@@ -443,7 +408,7 @@ def acts_once_then_ticks(world: World, change: Change, target: Target, order: li
     in_cloudwatch = make_alarm(world, change)
     event(f"alarm in CloudWatch: {in_cloudwatch}, group created: {made is not None}")
     if in_cloudwatch:  # every path carries CloudWatch's own time of the change, as on AWS
-        change = dataclasses.replace(change, stamp=changed_at(world, change.alarm))
+        change = dataclasses.replace(change, stamp=world.fleet.changed_at(change.alarm))
     before = capacities(world, made)
     # The first path's event twice (at-least-once delivery), then the same change by the other two.
     results = [world.scale(PATHS[path](change), NOW + timedelta(seconds=i)) for i, path in enumerate(order[:1] + order)]
@@ -465,18 +430,14 @@ def acts_once_then_ticks(world: World, change: Change, target: Target, order: li
 # ---- reconcile ticks: execution ids (and the firing alarms a tick names in its decisions' ids) ----
 
 
-def scheduler_tick(execution_id: str) -> dict[str, Any]:
-    return {"gpufleet": "reconcile", "execution_id": execution_id, "scheduled_time": NOW.isoformat()}
-
-
 def scheduled_event(event_id: str) -> dict[str, Any]:
-    body = copy.deepcopy(sample("scaler/eventbridge-scheduled-event.json"))
+    body = sample("scaler/eventbridge-scheduled-event.json")
     body["id"] = event_id
     return body
 
 
 TICKS: dict[str, Callable[[str], dict[str, Any]]] = {
-    "scheduler": scheduler_tick,
+    "scheduler": partial(tick, at=NOW),
     "eventbridge-schedule": scheduled_event,
 }
 
@@ -507,8 +468,8 @@ def test_any_execution_id_ticks_once_and_the_next_tick_succeeds(
         if firing is not None:
             event(f"firing alarm in CloudWatch: {make_alarm(world, Change(firing, 'ALARM', TRAIN_SPOT, ''))}")
         before = capacities(world, None)
-        tick = TICKS[shape](execution_id)
-        results = [world.scale(tick, NOW + timedelta(seconds=i)) for i in range(2)]  # delivered twice
+        scheduled = TICKS[shape](execution_id)
+        results = [world.scale(scheduled, NOW + timedelta(seconds=i)) for i in range(2)]  # delivered twice
         after = capacities(world, None)
         event(f"{shape}: {'rejected' if results[0] is None else 'handled'}, capacity changed: {after != before}")
         if results[0] is None:
@@ -524,7 +485,7 @@ def test_any_execution_id_ticks_once_and_the_next_tick_succeeds(
 
 
 def launch_failure(asg: str, activity: str, message: str, zone: str, subnet: str) -> dict[str, Any]:
-    body = copy.deepcopy(sample("spot_watch/launch-unsuccessful-spot-capacity.json"))
+    body = sample("spot_watch/launch-unsuccessful-spot-capacity.json")
     body["detail"].update(
         AutoScalingGroupName=asg,
         ActivityId=activity,
@@ -540,21 +501,20 @@ def spot_world(gpu_fleet: Fleet) -> World:
     """train-spot asked for 5 and has 2 (EC2 holds 3 back); train-ondemand (0 of max 3) is its fallback,
     raised at once (wait 0) by what spot cannot deliver."""
     world = World.build(gpu_fleet, SPOT_POLICY)
-    clients = gpu_fleet.clients
-    fleet.create_asg(clients, "train-ondemand", min_size=0, max_size=ONDEMAND_MAX, desired=0, tags=fleet.MANAGED_TAG)
-    running = set(gpu_fleet.instances())
-    clients.autoscaling.set_desired_capacity(AutoScalingGroupName="train-spot", DesiredCapacity=SPOT_DESIRED)
-    fleet.hold_out_of_service(clients.autoscaling, "train-spot", sorted(set(gpu_fleet.instances()) - running))
+    fleet.create_asg(
+        gpu_fleet.clients, "train-ondemand", min_size=0, max_size=ONDEMAND_MAX, desired=0, tags=fleet.MANAGED_TAG
+    )
+    spot_outage(gpu_fleet, SPOT_DESIRED)
     logger, metrics = Logger(service="test"), Metrics(namespace="GPUFleet/Test")
-    world.watch = build_spot_watch(logger, metrics, env=env(gpu_fleet, world.queue))
+    world.watch = build_spot_watch(logger, metrics, env=gpu_fleet.env(notify_queue=world.queue))
     return world
 
 
 def spot_sweep_succeeds(world: World) -> None:
     """spot_watch's own schedule tick (fresh execution id) returns with no group's pass failed."""
     assert world.watch is not None
-    tick = scheduler_tick(f"adversarial-sweep-{next(world.ticks)}")
-    [run] = world.watch.handle(tick, NOW + timedelta(minutes=1))["results"]
+    sweep = tick(f"adversarial-sweep-{next(world.ticks)}", NOW)
+    [run] = world.watch.handle(sweep, NOW + timedelta(minutes=1))["results"]
     failed = [g for g in run["groups"] if "error" in g]
     assert failed == [], "the next spot_watch sweep failed"
 

@@ -11,16 +11,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import boto3
 from aws_lambda_powertools import Logger, Metrics
 
 from gpufleet.capacity.notes import capacity_block_note
 from gpufleet.domain import defaults
 from gpufleet.events.model import CapacityBlockEvent
-from gpufleet.notify.model import Notification
 from gpufleet.runtime import build_spot_watch
 from rehearsal import fleet
-from tests.integration.conftest import TABLE, Fleet
+from tests.integration.conftest import TABLE, Fleet, queued
 from tests.integration.test_invoke_events import ROOT, invoke_function
 
 EVENTS = ROOT / "events" / "spot_watch"
@@ -45,10 +43,6 @@ def run(gpu_fleet: Fleet, event: Path, queue: str) -> dict[str, Any]:
     assert proc.returncode == 0, proc.stderr
     [result] = json.loads(proc.stdout[proc.stdout.index('{\n  "results"') :])["results"]
     return dict(result)
-
-
-def queued(queue: str) -> list[Notification]:
-    return [Notification.model_validate_json(m["Body"]) for m in fleet.drain(boto3.client("sqs"), queue)]
 
 
 def busy(gpu_fleet: Fleet, *instances: str) -> None:

@@ -4,8 +4,7 @@ never stop the fleet, act on something CloudWatch does not say, or act twice."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import datetime, timedelta
 from typing import Any
 
 import boto3
@@ -16,28 +15,17 @@ from gpufleet.aws.audit import AuditLog
 from gpufleet.aws.state import StateStore
 from gpufleet.domain.errors import InvalidEvent
 from gpufleet.domain.models import Outcome
-from gpufleet.notify.model import Notification
 from rehearsal import fleet
-from tests.integration.conftest import TABLE, Fleet
+from tests.integration.conftest import NOW, TABLE, Fleet, decisions, queued, sample, tick
 from tests.integration.test_spot_watch_moto import watch
 
-EVENTS = Path(__file__).resolve().parents[2] / "events"
-NOW = datetime(2026, 11, 23, 8, 12, 30, tzinfo=UTC)
 LONG_NAME = "gpufleet-" + "\U0001d518" * 246  # the prefix and 246 four-byte characters: 255 characters, 993 bytes
 ZERO_COOLDOWNS = "defaults: {scale_out_step: 1, scale_in_step: 1, scale_out_cooldown_s: 0, scale_in_cooldown_s: 0}\n"
-
-
-def sample(path: str) -> dict[str, Any]:
-    body: dict[str, Any] = json.loads((EVENTS / path).read_text())
-    return body
-
-
-def tick(execution_id: str, at: datetime) -> dict[str, Any]:
-    return {"gpufleet": "reconcile", "execution_id": execution_id, "scheduled_time": at.isoformat()}
+SNS_TIME = "%Y-%m-%dT%H:%M:%S.000+0000"  # how an SNS alarm message writes StateChangeTime
 
 
 def outcomes(result: dict[str, Any]) -> list[str]:
-    return [d["outcome"] for r in result["results"] for d in r["decisions"]]
+    return [d["outcome"] for d in decisions(result)]
 
 
 def sns(message: dict[str, Any], message_id: str = "m-1") -> dict[str, Any]:
@@ -54,7 +42,7 @@ def sns_alarm(name: str, arn: str, dims: dict[str, str], at: datetime, account: 
         "NewStateValue": "ALARM",
         "OldStateValue": "OK",
         "NewStateReason": "Threshold Crossed",
-        "StateChangeTime": at.strftime("%Y-%m-%dT%H:%M:%S.000+0000"),
+        "StateChangeTime": at.strftime(SNS_TIME),
         "Trigger": {
             "MetricName": "GPUUtilization",
             "Namespace": "GPUFleet",
@@ -82,7 +70,7 @@ def test_a_long_alarm_name_scales_once_is_audited_and_every_later_tick_works(gpu
         Outcome.APPLIED
     ]
     assert StateStore(gpu_fleet.clients.dynamodb, TABLE).load(["asg:train-spot"])["asg:train-spot"].outbox == ()
-    told = [Notification.model_validate_json(m["Body"]) for m in fleet.drain(boto3.client("sqs"), stack.queue_url)]
+    told = queued(stack.queue_url)
     assert [n.title for n in told] == ["asg:train-spot: scaled 2 -> 3"]
     # The next tick, with an execution id as long and as wide, still decides for every group.
     later = NOW + timedelta(minutes=10)
@@ -111,7 +99,7 @@ def test_an_sns_message_cannot_borrow_another_alarms_arn_or_dimensions(gpu_fleet
         for instance in gpu_fleet.instances():
             gpu_fleet.put_instance_gpu(instance, 0, 1, NOW - timedelta(minutes=minute))
     result = gpu_fleet.scaler(policy=ZERO_COOLDOWNS).handle(sns(forged), NOW)
-    [decision] = [d for r in result["results"] for d in r["decisions"]]
+    [decision] = decisions(result)
     assert decision["action"] == "hold" and "is not gpufleet's" in decision["reason"]
     assert gpu_fleet.desired() == 4
 
@@ -125,13 +113,6 @@ def test_an_alarm_of_another_account_is_refused_even_when_the_policy_maps_its_na
     with pytest.raises(InvalidEvent, match=refused):
         gpu_fleet.scaler(policy=mapped).handle(sns(message), NOW)
     assert gpu_fleet.desired() == 2
-
-
-def changed_at(gpu_fleet: Fleet, name: str) -> str:
-    """When CloudWatch says the alarm last changed state: what every delivery path carries."""
-    [alarm] = gpu_fleet.clients.cloudwatch.describe_alarms(AlarmNames=[name])["MetricAlarms"]
-    at = alarm.get("StateTransitionedTimestamp") or alarm["StateUpdatedTimestamp"]
-    return str(at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.000+0000"))
 
 
 def both_paths(gpu_fleet: Fleet, stamp: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -151,7 +132,8 @@ def test_the_same_alarm_change_delivered_by_eventbridge_and_sns_acts_once(gpu_fl
     """#6: with cooldowns at 0 (the schema allows it) each delivery path acted."""
     gpu_fleet.alarm_state("gpufleet-infer-gpu-high", "ALARM")
     scaler = gpu_fleet.scaler(policy=ZERO_COOLDOWNS)
-    via_eventbridge, via_sns = both_paths(gpu_fleet, changed_at(gpu_fleet, "gpufleet-infer-gpu-high"))
+    stamp = gpu_fleet.changed_at("gpufleet-infer-gpu-high").strftime(SNS_TIME)
+    via_eventbridge, via_sns = both_paths(gpu_fleet, stamp)
     first = outcomes(scaler.handle(via_eventbridge, NOW))
     second = outcomes(scaler.handle(via_sns, NOW + timedelta(seconds=2)))
     assert first == ["applied"] and second == ["applied"]  # the second is the first's answer, replayed
@@ -163,7 +145,7 @@ def test_a_forged_sns_delivery_cannot_claim_a_real_changes_second(gpu_fleet: Fle
     second the sender chose, so the real change in that second was skipped as a duplicate."""
     scaler = gpu_fleet.scaler(policy=ZERO_COOLDOWNS)
     gpu_fleet.alarm_state("gpufleet-infer-gpu-high", "ALARM")  # the real change, at `stamp`...
-    stamp = changed_at(gpu_fleet, "gpufleet-infer-gpu-high")
+    stamp = gpu_fleet.changed_at("gpufleet-infer-gpu-high").strftime(SNS_TIME)
     gpu_fleet.alarm_state("gpufleet-infer-gpu-high", "OK")  # ...and back, before its EventBridge event lands
     real, forged = both_paths(gpu_fleet, stamp)
     assert outcomes(scaler.handle(forged, NOW)) == ["not-needed"]  # CloudWatch says OK: refused
@@ -204,9 +186,7 @@ def test_a_failed_record_in_a_warm_container_never_clears_another_invocations_ou
     assert len(state.outbox) == 1  # still owed: audited and told by the next invocation that reads it
     later = NOW + timedelta(minutes=1)
     scaler.handle(tick("after", later), later)
-    told = [
-        Notification.model_validate_json(m["Body"]).title for m in fleet.drain(boto3.client("sqs"), stack.queue_url)
-    ]
+    told = [n.title for n in queued(stack.queue_url)]
     assert "asg:train-spot: scaled 2 -> 3" in told
 
 
@@ -236,7 +216,7 @@ def test_a_decision_record_dynamodb_refuses_is_parked_told_once_and_blocks_nothi
         ExpressionAttributeValues={":pk": {"S": "GROUP#asg:train-spot"}, ":p": {"S": "PARKED#"}},
     )["Items"]
     assert len(parked) == 1 and "maximum allowed size" in parked[0]["reason"]["S"]
-    told = [Notification.model_validate_json(m["Body"]) for m in fleet.drain(boto3.client("sqs"), stack.queue_url)]
+    told = queued(stack.queue_url)
     assert sorted(n.title for n in told) == [
         "asg:train-spot: a decision record could not be stored and was parked",
         "asg:train-spot: scaled 2 -> 3",

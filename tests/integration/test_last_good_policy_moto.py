@@ -16,8 +16,7 @@ from gpufleet.domain.errors import PolicyError
 from gpufleet.runtime import build_scaler
 from gpufleet_tools.invoke import LocalLambdaContext
 from rehearsal import fleet
-from tests.integration.conftest import POLICY, TABLE, Fleet
-from tests.integration.test_capacity_lifecycle_moto import queued
+from tests.integration.conftest import POLICY, TABLE, Fleet, queued
 
 pytestmark = pytest.mark.integration
 PARAMETER = "/gpufleet/policy"

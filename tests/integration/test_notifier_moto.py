@@ -301,16 +301,9 @@ def test_grouping_schedules_a_delayed_flush_instead_of_posting(aws: str, tmp_pat
 def test_a_slack_only_route_without_a_secret_says_it_delivered_nowhere(aws: str, tmp_path: Path) -> None:
     with slack_receiver(SlackReceiver()) as (rx, base):
         h = harness(tmp_path, IMMEDIATE, None, rx, base)  # no Slack secret; the route turns SNS off
-        logs = io.StringIO()
-        handler = logging.StreamHandler(logs)
-        handler.setFormatter(h.app.logger.registered_formatter)
-        h.app.logger.addHandler(handler)
-        try:
+        with json_logs(h.app) as records:
             h.send(notification(1))
             failed, _ = h.deliver()
-        finally:
-            h.app.logger.removeHandler(handler)
-    records = [json.loads(line) for line in logs.getvalue().splitlines()]
     [nowhere] = [r for r in records if r["message"] == "delivered nowhere"]
     assert nowhere["level"] == "WARNING" and failed == [] and h.sns_messages() == []
     assert nowhere["why"] == (f"the route wants Slack but no Slack secret is configured ({defaults.ENV_SLACK_SECRET})")

@@ -11,14 +11,14 @@ from aws_lambda_powertools import Logger, Metrics
 
 from gpufleet.domain import defaults
 from gpufleet.guard.service import OomGuard
-from gpufleet.notify.model import IncidentState, Notification
+from gpufleet.notify.model import IncidentState
 from gpufleet.runtime import build_guard
 from gpufleet_node.identity import Identity
 from gpufleet_node.nvml import SimulatedBackend
 from gpufleet_node.publisher import Publisher, simulate
 from gpufleet_node.sender import Sender
 from rehearsal import fleet
-from tests.integration.conftest import TABLE, Fleet, count_calls
+from tests.integration.conftest import TABLE, Fleet, count_calls, queued
 
 NOW = datetime.now(UTC).replace(second=0, microsecond=0)
 POLICY = """
@@ -56,10 +56,6 @@ def guard(gpu_fleet: Fleet, queue: str, pressure: bool = False, dry_run: bool = 
     if dry_run:
         env[defaults.ENV_DRY_RUN] = "true"
     return build_guard(Logger(service="test"), Metrics(namespace="GPUFleet/Test"), env=env)
-
-
-def queued(queue: str) -> list[Notification]:
-    return [Notification.model_validate_json(m["Body"]) for m in fleet.drain(boto3.client("sqs"), queue)]
 
 
 def leaking(m: int, gpu: int) -> float:

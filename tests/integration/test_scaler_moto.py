@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,16 +17,14 @@ from gpufleet.aws.state import StateStore
 from gpufleet.domain import defaults
 from gpufleet.domain.models import Action, Decision, Outcome, Trigger, TriggerKind
 from gpufleet.domain.policy import PolicyError
-from gpufleet.notify.model import IncidentState, Notification
+from gpufleet.notify.model import IncidentState
 from rehearsal import fleet
-from tests.integration.conftest import TABLE, Fleet, count_calls
-
-EVENTS = Path(__file__).resolve().parents[2] / "events" / "scaler"
-NOW = datetime(2026, 11, 23, 8, 12, 30, tzinfo=UTC)
+from tests.integration.conftest import EVENTS, NOW, TABLE, Fleet, count_calls, decisions, queued, sample
 
 
 def event(name: str, **changes: Any) -> dict[str, Any]:
-    body: dict[str, Any] = json.loads((EVENTS / name).read_text())
+    """The scaler's sample event `name`, its top-level fields changed."""
+    body = sample(f"scaler/{name}")
     body.update(changes)
     return body
 
@@ -36,10 +34,6 @@ def state_change(name: str, event_id: str, at: datetime) -> dict[str, Any]:
     body = event(name, id=event_id)
     body["detail"]["state"]["timestamp"] = at.isoformat()
     return body
-
-
-def decisions(result: dict[str, Any]) -> list[dict[str, Any]]:
-    return [d for r in result["results"] for d in r["decisions"]]
 
 
 def test_alarm_scales_out_an_asg_once_per_event(gpu_fleet: Fleet) -> None:
@@ -62,11 +56,10 @@ def test_alarm_scales_out_an_asg_once_per_event(gpu_fleet: Fleet) -> None:
 
 def test_scaler_tells_on_call_what_it_did_and_when_the_alarm_clears(gpu_fleet: Fleet) -> None:
     stack = fleet.create_notification_stack(slack_secret=None)
-    sqs = boto3.client("sqs")
     scaler = gpu_fleet.scaler(notify_queue=stack.queue_url)
     scaler.handle(event("eventbridge-alarm-asg-high.json"), NOW)
     scaler.handle(event("eventbridge-alarm-asg-ok.json"), NOW + timedelta(minutes=5))
-    sent = [Notification.model_validate_json(m["Body"]) for m in fleet.drain(sqs, stack.queue_url)]
+    sent = queued(stack.queue_url)
     assert [(n.title, n.state) for n in sent] == [
         ("asg:train-spot: scaled 2 -> 3", IncidentState.FIRING),
         ("asg:train-spot: gpufleet-train-gpu-high is OK again", IncidentState.RESOLVED),
@@ -245,7 +238,7 @@ def test_lease_outlives_the_function_timeout() -> None:
     """A slow apply must never let a second invocation take the lease while the first still runs."""
     from samtranslator.yaml_helper import yaml_parse
 
-    template = yaml_parse((EVENTS.parents[1] / "template.yaml").read_text())
+    template = yaml_parse((EVENTS.parent / "template.yaml").read_text())
     assert int(template["Globals"]["Function"]["Timeout"]) < defaults.LEASE_SECONDS
 
 
@@ -338,7 +331,7 @@ def test_an_alarm_whose_group_does_not_exist_warns_on_call_once_and_closes_when_
     assert d["action"] == "hold" and "group asg:ghost-gpu not found" in d["reason"]
     scaler.handle(ghost("g-2", NOW + timedelta(minutes=5)), NOW + timedelta(minutes=5))  # delivered again
     scaler.handle(ghost("g-3", NOW + timedelta(minutes=9), "OK"), NOW + timedelta(minutes=9))
-    sent = [Notification.model_validate_json(m["Body"]) for m in fleet.drain(boto3.client("sqs"), stack.queue_url)]
+    sent = queued(stack.queue_url)
     warnings = [n for n in sent if n.state is IncidentState.FIRING]
     assert {n.notification_id for n in warnings} == {warnings[0].notification_id}  # folds into one post
     assert (

@@ -8,15 +8,14 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import boto3
 from aws_lambda_powertools import Logger, Metrics
 
 from gpufleet.capacity.service import SpotWatch
 from gpufleet.domain import defaults
-from gpufleet.notify.model import IncidentState, Notification
+from gpufleet.notify.model import IncidentState
 from gpufleet.runtime import build_spot_watch
 from rehearsal import fleet
-from tests.integration.conftest import TABLE, Fleet, count_calls
+from tests.integration.conftest import TABLE, Fleet, count_calls, queued
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 EVENTS = Path(__file__).resolve().parents[2] / "events" / "spot_watch"
@@ -58,10 +57,6 @@ def spot_outage(gpu_fleet: Fleet, wanted: int) -> list[str]:
     new = sorted(set(gpu_fleet.instances()) - before)
     fleet.hold_out_of_service(gpu_fleet.clients.autoscaling, "train-spot", new)
     return new
-
-
-def queued(queue: str) -> list[Notification]:
-    return [Notification.model_validate_json(m["Body"]) for m in fleet.drain(boto3.client("sqs"), queue)]
 
 
 def test_fallback_after_the_wait_then_capacity_returns_to_spot(gpu_fleet: Fleet) -> None:

@@ -6,7 +6,26 @@ import time
 from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from gpufleet_node.nvml import SimulatedBackend
+
+
+class CountingBackend(SimulatedBackend):
+    """Simulated GPUs that count the samples taken."""
+
+    def __init__(self, gpus):
+        super().__init__(gpus)
+        self.samples = 0
+
+    def sample(self, index):
+        self.samples += 1
+        return super().sample(index)
+
+
+def window(at: datetime, n: int = 3) -> Tuple[datetime, List[Dict[str, Any]]]:
+    """One closed window at `at`: `n` GPUUtilization datums stamped with its time."""
+    return at, [{"MetricName": "GPUUtilization", "Timestamp": at, "Value": float(i)} for i in range(n)]
 
 
 class FakeCloudWatch:

@@ -8,28 +8,13 @@ import threading
 import time
 from datetime import datetime, timedelta, timezone
 
-from fakes import FakeClocks, FakeCloudWatch
+from fakes import CountingBackend, FakeClocks, FakeCloudWatch, window
 from gpufleet_node.identity import Identity
-from gpufleet_node.nvml import SimulatedBackend
 from gpufleet_node.publisher import Publisher
 from gpufleet_node.sender import Sender
 
 T0 = datetime(2026, 11, 23, 8, 0, tzinfo=timezone.utc)
 JUMP_S = 3 * 3600  # more than the 2 h the buffer keeps a window
-
-
-class CountingBackend(SimulatedBackend):
-    def __init__(self, gpus):
-        super().__init__(gpus)
-        self.samples = 0
-
-    def sample(self, index):
-        self.samples += 1
-        return super().sample(index)
-
-
-def window(at, n=3):
-    return at, [{"MetricName": "GPUUtilization", "Timestamp": at, "Value": float(i)} for i in range(n)]
 
 
 def test_a_forward_jump_past_the_buffer_age_keeps_the_window_that_just_closed(caplog):

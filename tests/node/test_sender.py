@@ -5,6 +5,7 @@ import random
 import time
 from datetime import datetime, timedelta, timezone
 
+import fakes
 from fakes import FakeCloudWatch
 from gpufleet_node.sender import MAX_DATUMS_PER_CALL, Sender
 
@@ -12,8 +13,7 @@ T0 = datetime(2026, 11, 23, 8, 0, tzinfo=timezone.utc)
 
 
 def window(minute, n=3):
-    ts = T0 + timedelta(minutes=minute)
-    return ts, [{"MetricName": "GPUUtilization", "Timestamp": ts, "Value": float(i)} for i in range(n)]
+    return fakes.window(T0 + timedelta(minutes=minute), n)
 
 
 def test_outage_buffers_windows_and_resends_them_with_original_timestamps():

@@ -7,21 +7,11 @@ from datetime import timedelta
 
 import pytest
 
-from fakes import FakeCloudWatch
+from fakes import CountingBackend, FakeCloudWatch
 from gpufleet_node.identity import Identity
 from gpufleet_node.nvml import SimulatedBackend
 from gpufleet_node.publisher import Publisher
 from gpufleet_node.sender import Sender
-
-
-class CountingBackend(SimulatedBackend):
-    def __init__(self, gpus):
-        super().__init__(gpus)
-        self.samples = 0
-
-    def sample(self, index):
-        self.samples += 1
-        return super().sample(index)
 
 
 def test_a_hanging_put_metric_data_costs_no_sample():

@@ -15,9 +15,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpufleet.aws.clients import is_loopback
+from gpufleet.aws.clients import error_code, is_loopback
 from gpufleet.domain import defaults
-from gpufleet_tools.session import account_id, client, use_endpoint
+from gpufleet_tools.session import LOCAL_UP, account_id, aws_trouble, client, use_endpoint
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig
@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import DataRecord
 
 DEFAULT_TABLE = "gpufleet-state"
-LOCAL_UP = 'eval "$(gpufleet local up)"'
 # Powertools Metrics warns on every invocation that added none (a rejected event): it tells a person at a
 # terminal nothing, so the local tools drop it. Lambda keeps it.
 EMPTY_METRICS_WARNING = "No application metrics to publish"
@@ -91,23 +90,20 @@ def find_function(name: str, functions_dir: str | None) -> Path:
     raise SystemExit(f"error: no functions/{name}/app.py found (try --functions-dir)")
 
 
-def invoke(
-    function: str,
-    event: Any,
-    *,
-    endpoint: str | None,
-    policy: str | None,
-    table: str | None,
-    dry_run: bool,
-    functions_dir: str | None = None,
-) -> Invocation:
-    """Import functions/<function>/app.py in-process and call its handler once. NotReady, before the
-    function is imported, when its state table is not there."""
-    app = find_function(function, functions_dir)
+def prepare(endpoint: str | None, policy: str | None, table: str | None, dry_run: bool) -> None:
+    """The environment Lambda would give the functions, in this process, once before the first invoke():
+    NotReady when the state table is not there (before any function is imported); the account the
+    credentials answer for, looked up once (unknown: left unset, not asked again)."""
     check_state_table(_environment(endpoint, policy, table, dry_run), endpoint)
     env = os.environ
     if defaults.ENV_ACCOUNT_ID not in env and (account := account_id()):  # as Lambda's would be; unknown: unchecked
         env[defaults.ENV_ACCOUNT_ID] = account
+
+
+def invoke(app: Path, event: Any) -> Invocation:
+    """Import a function's app.py (find_function) in-process and call its handler once, in the environment
+    prepare() set."""
+    function = app.parent.name
     spec = importlib.util.spec_from_file_location(f"gpufleet_local_{function}", app)
     if spec is None or spec.loader is None:
         raise SystemExit(f"error: cannot load {app}")
@@ -145,8 +141,7 @@ def check_state_table(table: str, endpoint: str | None) -> None:
         dynamodb = client("dynamodb")
         dynamodb.describe_table(TableName=table)
     except Exception as exc:
-        code = getattr(exc, "response", {}).get("Error", {}).get("Code")
-        if code == "ResourceNotFoundException":
+        if error_code(exc) == "ResourceNotFoundException":
             raise NotReady(missing_table(table, where)) from None
         if trouble := aws_trouble(exc, where):
             raise NotReady(trouble) from None
@@ -163,39 +158,6 @@ def missing_table(table: str, endpoint: str | None) -> str:
         f"no state table {table!r} at {endpoint or f'AWS ({region})'}: pass --table with the stack's "
         f"StateTableName output (or set {defaults.ENV_STATE_TABLE}), or try it locally first with `{LOCAL_UP}`"
     )
-
-
-_NO_CREDENTIALS = {"NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError", "ProfileNotFound"}
-_SSO = {"SSOError", "TokenRetrievalError", "NoAuthTokenError"}
-_NO_CONNECTION = {"EndpointConnectionError", "ConnectTimeoutError", "ConnectionClosedError", "ReadTimeoutError"}
-_REJECTED = {
-    "ExpiredToken",
-    "ExpiredTokenException",
-    "InvalidClientTokenId",
-    "UnrecognizedClientException",
-    "SignatureDoesNotMatch",
-    "AuthFailure",
-}
-
-
-def aws_trouble(exc: BaseException, endpoint: str | None) -> str | None:
-    """Why no AWS call could be made at all (credentials, region, nothing listening), in one line with what
-    to do; None for anything else. Told by class name: only gpufleet_tools.session imports botocore."""
-    names = {c.__name__ for c in type(exc).__mro__}
-    local = f"or use --endpoint http://127.0.0.1:PORT for the local stack (`{LOCAL_UP}`)"
-    if names & _NO_CREDENTIALS:
-        return f"no AWS credentials found ({exc}): run `aws configure` or set AWS_PROFILE, {local}"
-    if "NoRegionError" in names:
-        return f"no AWS region set: set AWS_REGION or run `aws configure set region REGION`, {local}"
-    if names & _SSO:
-        return f"your AWS SSO login cannot be used ({exc}): run `aws sso login`, {local}"
-    if names & _NO_CONNECTION:
-        local_stack = f"is the server running? `{LOCAL_UP}` starts one" if endpoint else "check your network"
-        return f"nothing answers at {endpoint or 'AWS'} ({exc}): {local_stack}"
-    code = getattr(exc, "response", {}).get("Error", {}).get("Code") if "ClientError" in names else None
-    if code in _REJECTED:
-        return f"AWS rejected your credentials ({code}): refresh them (`aws sso login`, `aws configure`), {local}"
-    return None
 
 
 def _watch_stored_results(module: Any, sink: list[StoredResult]) -> None:

@@ -7,11 +7,27 @@ import os
 from typing import Any
 
 import boto3
+from botocore.exceptions import (
+    ClientError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    CredentialRetrievalError,
+    EndpointConnectionError,
+    NoAuthTokenError,
+    NoCredentialsError,
+    NoRegionError,
+    PartialCredentialsError,
+    ProfileNotFound,
+    ReadTimeoutError,
+    SSOError,
+    TokenRetrievalError,
+)
 
-from gpufleet.aws.clients import RETRY_CONFIG, is_loopback
+from gpufleet.aws.clients import RETRY_CONFIG, error_code, is_loopback
 from gpufleet.domain import defaults
 
 LOCAL_REGION = "us-east-1"
+LOCAL_UP = 'eval "$(gpufleet local up)"'
 _MOTO_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 
 
@@ -47,3 +63,34 @@ def account_id() -> str | None:
         return str(client("sts").get_caller_identity()["Account"])
     except (BotoCoreError, ClientError):
         return None
+
+
+_NO_CREDENTIALS = (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError, ProfileNotFound)
+_SSO = (SSOError, TokenRetrievalError, NoAuthTokenError)
+_NO_CONNECTION = (EndpointConnectionError, ConnectTimeoutError, ConnectionClosedError, ReadTimeoutError)
+_REJECTED = {
+    "ExpiredToken",
+    "ExpiredTokenException",
+    "InvalidClientTokenId",
+    "UnrecognizedClientException",
+    "SignatureDoesNotMatch",
+    "AuthFailure",
+}
+
+
+def aws_trouble(exc: BaseException, endpoint: str | None) -> str | None:
+    """Why no AWS call could be made at all (credentials, region, nothing listening), in one line with what
+    to do; None for anything else."""
+    local = f"or use --endpoint http://127.0.0.1:PORT for the local stack (`{LOCAL_UP}`)"
+    if isinstance(exc, _NO_CREDENTIALS):
+        return f"no AWS credentials found ({exc}): run `aws configure` or set AWS_PROFILE, {local}"
+    if isinstance(exc, NoRegionError):
+        return f"no AWS region set: set AWS_REGION or run `aws configure set region REGION`, {local}"
+    if isinstance(exc, _SSO):
+        return f"your AWS SSO login cannot be used ({exc}): run `aws sso login`, {local}"
+    if isinstance(exc, _NO_CONNECTION):
+        local_stack = f"is the server running? `{LOCAL_UP}` starts one" if endpoint else "check your network"
+        return f"nothing answers at {endpoint or 'AWS'} ({exc}): {local_stack}"
+    if isinstance(exc, ClientError) and (code := error_code(exc)) in _REJECTED:
+        return f"AWS rejected your credentials ({code}): refresh them (`aws sso login`, `aws configure`), {local}"
+    return None

@@ -353,7 +353,8 @@ class GpuCollector:
         if sample.lost:
             return [(LOST, base, 1.0)]
         rows: List[Row] = [(LOST, base, 0.0)]
-        attributed = self._attributed(view)
+        holders = {h.workload.key: h for h in view.holders or ()}
+        attributed = self._attributed(view, holders)
         device = self._dcgm_base(view)
         for field in FIELDS:
             value = _num(field.read(view))
@@ -365,7 +366,7 @@ class GpuCollector:
                 if field.dcgm.name == ENGINE_ACTIVE and not self.engine_active_from_nvml:
                     continue
                 rows.extend(self._dcgm_rows(view, field, value, device, attributed))
-        rows.extend(self._workload_rows(view, base))
+        rows.extend(self._workload_rows(view, base, holders))
         return rows
 
     def _dcgm_base(self, view: GpuView) -> Labels:
@@ -381,9 +382,8 @@ class GpuCollector:
         return out
 
     @staticmethod
-    def _attributed(view: GpuView) -> List[Tuple[Labels, Optional["Holder"]]]:
+    def _attributed(view: GpuView, holders: Dict[str, "Holder"]) -> List[Tuple[Labels, Optional["Holder"]]]:
         """dcgm-exporter's attribution of the GPU: (labels, that holder's sums if known), one per pod/job."""
-        holders = {h.workload.key: h for h in view.holders or ()}
         seen = set()
         out: List[Tuple[Labels, Optional["Holder"]]] = []
         for w in view.workloads:
@@ -422,8 +422,7 @@ class GpuCollector:
         return [(family, {**device, **labels}, value) for labels, _ in attributed]
 
     @staticmethod
-    def _workload_rows(view: GpuView, base: Labels) -> List[Row]:
-        holders = {h.workload.key: h for h in view.holders or ()}
+    def _workload_rows(view: GpuView, base: Labels, holders: Dict[str, "Holder"]) -> List[Row]:
         unique: Dict[str, Workload] = {}
         for w in view.workloads:
             unique.setdefault(w.key, w)

@@ -188,7 +188,6 @@ class Publisher:
         if self.usage is not None:
             self.usage.close(now, self.identity)
         self.close_windows(now)
-        self.sender.flush(now)  # what no window carried (the last team series); nothing when empty
 
     def close_windows(self, now: datetime) -> None:
         with self._lock:

@@ -6,6 +6,8 @@ Python >= 3.9.
 
 from typing import Any, Dict, Optional
 
+from gpufleet_node.schema import TEAM_UNKNOWN
+
 POD = "pod"
 SLURM = "slurm"
 UNIT = "unit"
@@ -66,7 +68,7 @@ class Workload:
             return self.user
         if self.kind == UNIT and self.unit:
             return self.user or self.unit
-        return "__unknown__"
+        return TEAM_UNKNOWN
 
     def label(self) -> str:
         """How a person reads it: `team-a/trainer-0 (main)`, `Slurm job 4242 (alice)`."""

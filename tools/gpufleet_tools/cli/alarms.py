@@ -77,7 +77,7 @@ def _missing_groups(refs: list[Any], autoscaling: Any, eks: Any) -> list[str]:
     names; none when every group exists, or when the groups cannot be listed (said, then the alarms go on)."""
     from gpufleet.aws.clients import AWS_FAILURES, error_code
     from gpufleet.aws.fleet import FleetReader
-    from gpufleet_tools.doctor.core import did_you_mean
+    from gpufleet_tools.doctor.core import did_you_mean, is_backing_asg
 
     try:
         groups = FleetReader(autoscaling, eks).every_group()
@@ -86,7 +86,7 @@ def _missing_groups(refs: list[Any], autoscaling: Any, eks: Any) -> list[str]:
             f"warning: could not list the groups to check the names ({error_code(exc)}); putting them", file=sys.stderr
         )
         return []
-    own = [g for g in groups if not g.asg_tags.get(defaults.TAG_EKS_NODEGROUP)]  # not an EKS node group's ASG
+    own = [g for g in groups if not is_backing_asg(g)]
     managed = sorted(g.ref.key for g in own if g.tags.get(defaults.TAG_MANAGED) == defaults.TAG_MANAGED_VALUE)
     tag = f"{defaults.TAG_MANAGED}={defaults.TAG_MANAGED_VALUE}"
     listed = f"the managed groups here: {', '.join(managed[:5])}{', ...' if len(managed) > 5 else ''}"

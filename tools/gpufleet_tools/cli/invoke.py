@@ -42,17 +42,23 @@ def run(args: argparse.Namespace) -> int:
 def call_function(function: str, event: Any, args: argparse.Namespace) -> Invocation:
     """One handler call with the command's options; a result the idempotency store gave back instead of
     running is said so on stderr (it would otherwise read as a fresh decision)."""
-    from gpufleet_tools.invoke import invoke
+    from gpufleet_tools.invoke import find_function, invoke
 
-    done = invoke(
-        function,
-        event,
-        endpoint=args.endpoint,
-        policy=args.policy,
-        table=args.table,
-        dry_run=args.dry_run,
-        functions_dir=args.functions_dir,
-    )
+    app = find_function(function, args.functions_dir)
+    _prepare_once(args)
+    done = invoke(app, event)
     for stored in done.already_handled:
         print(stored.notice(), file=sys.stderr)
     return done
+
+
+def _prepare_once(args: argparse.Namespace) -> None:
+    """prepare() with the command's options, on its first call only: `local send` calls once per matched
+    rule and the notifier, and the environment, the table and the account do not change between calls
+    (a refused account lookup is not asked again). NotReady when the table is not there."""
+    from gpufleet_tools.invoke import prepare
+
+    if getattr(args, "_prepared", False):
+        return
+    prepare(args.endpoint, args.policy, args.table, args.dry_run)
+    args._prepared = True

@@ -91,7 +91,7 @@ def worst(findings: list[Finding]) -> Level:
 def diagnose(policy: FleetPolicy, view: AccountView) -> list[Finding]:
     """Every finding, errors and warnings first within each check, then what checked out."""
     found = [Finding(level=Level.ERROR, subject="policy", text=p) for p in policy_problems(policy)]
-    groups = [g for g in view.groups if not _is_backing_asg(g)]
+    groups = [g for g in view.groups if not is_backing_asg(g)]
     by_ref = {g.ref: g for g in groups}
     managed = [(g, s) for g in groups if (s := policy.settings_for(g.ref, g.tags)) is not None]
     found += list(_named_groups(policy, by_ref))
@@ -114,7 +114,9 @@ def _demand_finding(d: DemandView) -> Finding:
     return Finding(level=Level.OK, subject=d.group, text=f"demand source {d.source}: {d.found}")
 
 
-def _is_backing_asg(g: GroupObservation) -> bool:
+def is_backing_asg(g: GroupObservation) -> bool:
+    """An EKS node group's own Auto Scaling group: the node group stands for it (its observation carries
+    the same tags), so it is not a group of its own."""
     return g.ref.kind is GroupKind.ASG and bool(g.asg_tags.get(defaults.TAG_EKS_NODEGROUP))
 
 
@@ -256,7 +258,7 @@ def _alarms(
     policy: FleetPolicy, view: AccountView, managed: set[GroupRef], tracked: set[GroupRef]
 ) -> Iterator[Finding]:
     existing = {g.ref for g in view.groups}
-    keys = [g.ref.key for g in view.groups if not _is_backing_asg(g)]
+    keys = [g.ref.key for g in view.groups if not is_backing_asg(g)]
     acting: list[_Acting] = []
     for alarm in view.alarms:
         target = resolve_alarm_target(_alarm_event(alarm), alarm.tags, policy)
@@ -335,9 +337,10 @@ def _pairs(acting: list[_Acting], prefix: str) -> Iterator[Finding]:
     for (group, metric), alarms in sorted(sides.items(), key=lambda kv: (kv[0][0].key, kv[0][1])):
         outs = sorted((a for a in alarms if a.direction is Direction.OUT), key=lambda a: a.alarm.name)
         ins = sorted((a for a in alarms if a.direction is Direction.IN), key=lambda a: a.alarm.name)
+        canonical = {s.name for s in scaling_alarms(group, prefix)}  # `gpufleet alarms`' own pair
         if len(outs) > 1 or len(ins) > 1:
-            yield _doubled(group, metric, outs, ins, prefix)
-        yield from _inverted(group, metric, outs, ins, prefix)
+            yield _doubled(group, metric, outs, ins, canonical)
+        yield from _inverted(group, metric, outs, ins, canonical)
 
 
 def _band(a: _Acting) -> str:
@@ -346,10 +349,9 @@ def _band(a: _Acting) -> str:
     return f"{a.alarm.name} {sign} {a.alarm.threshold:g}"
 
 
-def _doubled(group: GroupRef, metric: str, outs: list[_Acting], ins: list[_Acting], prefix: str) -> Finding:
+def _doubled(group: GroupRef, metric: str, outs: list[_Acting], ins: list[_Acting], canonical: set[str]) -> Finding:
     """Each alarm's state change scales the group: several on one side step it more than once, and the
-    loosest threshold decides. Keep `gpufleet alarms`' own pair where it is there, else the first."""
-    canonical = {s.name for s in scaling_alarms(group, prefix)}
+    loosest threshold decides. Keep `gpufleet alarms`' own pair (`canonical`) where it is there, else the first."""
     extra: list[str] = []
     for side in (outs, ins):
         others = [a.alarm.name for a in side if a.alarm.name not in canonical]
@@ -366,8 +368,9 @@ def _doubled(group: GroupRef, metric: str, outs: list[_Acting], ins: list[_Actin
     )
 
 
-def _inverted(group: GroupRef, metric: str, outs: list[_Acting], ins: list[_Acting], prefix: str) -> Iterator[Finding]:
-    canonical = {s.name for s in scaling_alarms(group, prefix)}
+def _inverted(
+    group: GroupRef, metric: str, outs: list[_Acting], ins: list[_Acting], canonical: set[str]
+) -> Iterator[Finding]:
     for o, i in ((o, i) for o in outs for i in ins):
         if _ABOVE.get(o.alarm.comparison or "") is not True or _ABOVE.get(i.alarm.comparison or "") is not False:
             continue  # not an above/below pair: nothing to compare

@@ -335,8 +335,7 @@ def history_report(
 def replay_cloudwatch(request: ReplayRequest, group: str) -> int:
     """The group's history replayed; what stops the reading (credentials, region, an endpoint that does not
     answer, a refusal) is one line saying what to do, and what the window lacked is said, not left as 0s."""
-    from gpufleet_tools.invoke import aws_trouble
-    from gpufleet_tools.session import clients, use_endpoint
+    from gpufleet_tools.session import aws_trouble, clients, use_endpoint
 
     ref = GroupRef.parse_key(group)
     if request.endpoint:
@@ -344,9 +343,7 @@ def replay_cloudwatch(request: ReplayRequest, group: str) -> int:
     try:
         api = clients(("cloudwatch", "autoscaling", "eks"), request.endpoint)
         report, label = history_report(ref, datetime.now(UTC), api, request)
-    except NoHistory:
-        raise
-    except Exception as exc:
+    except Exception as exc:  # NoHistory too: neither AWS trouble nor a refusal, so raised on
         why = aws_trouble(exc, request.endpoint) or _refused(exc)
         if why is None:
             raise

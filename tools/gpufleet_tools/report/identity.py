@@ -6,8 +6,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpufleet_node.workload import Workload
-from gpufleet_tools.report.records import WorkloadId, WorkloadKind
+from gpufleet_node.workload import KINDS, RECORDED, Workload
+from gpufleet_tools.report.records import WORKLOAD_FIELDS, WorkloadId, WorkloadKind
+
+# records.py (pure) cannot import the model: its copies of the recorded fields and kinds are held to it here.
+assert ("kind", *RECORDED) == WORKLOAD_FIELDS, f"report.records.WORKLOAD_FIELDS is not ('kind', *{RECORDED})"
+assert tuple(WorkloadKind) == KINDS, f"report.records.WorkloadKind is not {KINDS}"
 
 
 def identify(doc: Mapping[str, Any]) -> WorkloadId:

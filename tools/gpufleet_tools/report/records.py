@@ -16,10 +16,13 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from gpufleet.domain.values import is_storable
 from gpufleet_node.schema import USAGE_RECORD_VERSION, USAGE_ROW_FIELDS
 
 
 class WorkloadKind(StrEnum):
+    """gpufleet_node.workload.KINDS, in its order (checked by report.identity)."""
+
     POD = "pod"
     SLURM = "slurm"
     UNIT = "unit"
@@ -88,7 +91,9 @@ class _Bad(ValueError):
     pass
 
 
-_WORKLOAD_FIELDS = ("kind", "namespace", "pod", "container", "pod_uid", "job_id", "unit", "user")
+# The node model's ("kind", *gpufleet_node.workload.RECORDED): a pure module shares only gpufleet_node.schema
+# with the node, so report.identity, which imports the model, checks this copy (and WorkloadKind's) on import.
+WORKLOAD_FIELDS = ("kind", "namespace", "pod", "container", "pod_uid", "job_id", "unit", "user")
 
 
 def _number(value: Any, what: str) -> float:
@@ -105,10 +110,8 @@ def _number(value: Any, what: str) -> float:
 
 def _utf8(text: str, what: str) -> str:
     """Text the report keeps and writes out as UTF-8: a lone surrogate (JSON's \\ud800 escape) cannot be."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise _Bad(f"{what} holds a lone surrogate (not UTF-8 text)") from None
+    if not is_storable(text):
+        raise _Bad(f"{what} holds a lone surrogate (not UTF-8 text)")
     return text
 
 
@@ -178,12 +181,12 @@ class RecordParser:
     def _workload(self, doc: Any) -> WorkloadId:
         if not isinstance(doc, dict):
             raise _Bad("a workload in w is not an object")
-        fields = tuple(doc.get(f) for f in _WORKLOAD_FIELDS)
+        fields = tuple(doc.get(f) for f in WORKLOAD_FIELDS)
         if any(v is not None and not isinstance(v, str) for v in fields):
             raise _Bad("a workload field in w is not a string")
         found = self._known.get(fields)
         if found is None:
-            for name, value in zip(_WORKLOAD_FIELDS, fields, strict=True):
+            for name, value in zip(WORKLOAD_FIELDS, fields, strict=True):
                 if value is not None:
                     _utf8(value, f"workload field {name}")
             found = self._known[fields] = self._identify(doc)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from gpufleet.aws.clients import error_message, refused_for_good
 from gpufleet.aws.fleet import chunks
 from gpufleet.aws.state import group_pk, until_processed
 from gpufleet.domain import defaults
@@ -34,11 +35,6 @@ class Parked:
     event_id: str
     reason: str
     at: datetime
-
-
-def refused_for_good(exc: ClientError) -> bool:
-    """DynamoDB refused the request itself: sending it again cannot succeed."""
-    return bool(exc.response.get("Error", {}).get("Code") == "ValidationException")
 
 
 def _item(d: Decision, audit_ttl_days: int) -> dict[str, Any]:
@@ -104,7 +100,7 @@ class AuditLog:
         except ClientError as exc:
             if not refused_for_good(exc):
                 raise
-            parked = Parked(d.group, d.event_id, str(exc.response["Error"].get("Message", "refused"))[:500], d.at)
+            parked = Parked(d.group, d.event_id, error_message(exc), d.at)
             self._write([_parked_item(d, parked)])
             return parked
         return None

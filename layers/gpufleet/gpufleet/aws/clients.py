@@ -12,6 +12,8 @@ from boto3.session import Session as Session  # the one session type the runtime
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from gpufleet.domain.errors import ONE_LINE_MAX, one_line
+
 if TYPE_CHECKING:
     from mypy_boto3_autoscaling import AutoScalingClient
     from mypy_boto3_cloudwatch import CloudWatchClient
@@ -34,6 +36,16 @@ def error_code(exc: Exception) -> str:
     if isinstance(exc, ClientError):
         return str(exc.response.get("Error", {}).get("Code", "")) or type(exc).__name__
     return type(exc).__name__
+
+
+def refused_for_good(exc: Exception) -> bool:
+    """AWS refused the request itself (ValidationException): sending it again cannot succeed."""
+    return error_code(exc) == "ValidationException"
+
+
+def error_message(exc: ClientError) -> str:
+    """The AWS error message of a failed call (its code when it has none), as one clipped line."""
+    return one_line(str(exc.response["Error"].get("Message", error_code(exc))), ONE_LINE_MAX)
 
 
 def client(name: str, session: Session | None = None) -> Any:

@@ -143,7 +143,9 @@ class FleetReader:
                 return out
 
     def describe_asgs_by_name(self, names: Iterable[str]) -> dict[str, dict[str, Any]]:
-        wanted = sorted(set(names))
+        """The named ASGs that exist; a name Auto Scaling refuses (ValidationError) exists nowhere, so it
+        is never sent (an alarm's dimensions are anyone's text)."""
+        wanted = sorted({n for n in names if ASG_NAME.fullmatch(n)})
         found: dict[str, dict[str, Any]] = {}
         for batch in chunks(wanted, defaults.DESCRIBE_ASG_MAX_NAMES):
             for asg in self._describe_asgs(AutoScalingGroupNames=list(batch)):
@@ -228,8 +230,6 @@ class FleetReader:
 
     def observe_one(self, ref: GroupRef) -> GroupObservation | None:
         if ref.kind is GroupKind.ASG:
-            if not ASG_NAME.fullmatch(ref.name):  # a name Auto Scaling refuses (ValidationError) exists nowhere
-                return None
             asg = self.describe_asgs_by_name([ref.name]).get(ref.name)
             return _asg_observation(asg) if asg else None
         ng = self._nodegroup(ref.cluster or "", ref.name)

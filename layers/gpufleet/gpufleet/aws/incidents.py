@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from gpufleet.aws.audit import refused_for_good
+from gpufleet.aws.clients import error_message, refused_for_good
 from gpufleet.domain.errors import StoreRefused
 from gpufleet.domain.keys import bounded
 from gpufleet.notify.incidents import Incident, Silence
@@ -69,7 +69,7 @@ class IncidentStore:
             if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
                 return None
             if refused_for_good(exc):
-                raise StoreRefused(str(exc.response["Error"].get("Message", "ValidationException"))[:500]) from None
+                raise StoreRefused(error_message(exc)) from None
             raise
         return stored
 

@@ -22,7 +22,7 @@ from gpufleet.capacity.reservations import ReservationWatch
 from gpufleet.capacity.warnings import CapacityWarnings
 from gpufleet.domain.models import CapacityType, Decision, GroupKind, GroupObservation, GroupRef
 from gpufleet.domain.policy import FleetPolicy
-from gpufleet.events import EventKind, parse_for
+from gpufleet.events import EventKind
 from gpufleet.events.model import CapacityBlockEvent, InstanceWarning, LaunchUnsuccessful
 from gpufleet.scaling.execution import ControlContext
 from gpufleet.scaling.service import Scaler, with_instance_metrics
@@ -64,8 +64,7 @@ class SpotWatch:
 
     def handle(self, event: Any, now: datetime) -> dict[str, Any]:
         """Raises InvalidEvent (UnsupportedEvent for an alarm, say) before anything is read or changed."""
-        events = parse_for(event, "spot_watch", ACCEPTS, self.ctx.home)
-        self.ctx.executor.begin_invocation()
+        events = self.ctx.begin(event, "spot_watch", ACCEPTS)
         results = []
         for e in events:
             if isinstance(e, LaunchUnsuccessful):

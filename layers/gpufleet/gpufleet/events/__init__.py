@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import AliasChoices, Field
 
 from gpufleet.domain.errors import InvalidEvent, UnsupportedEvent
+from gpufleet.domain.values import is_storable
 from gpufleet.events import alarms, autoscaling, ec2, schedules
 from gpufleet.events.common import Lenient, Name, Timestamp, validate
 from gpufleet.events.model import EventKind, InboundEvent, QueueBatch, ScheduleSource
@@ -125,7 +126,7 @@ def parse_event(event: Any) -> list[InboundEvent]:
 def _unstorable(value: Any, path: str) -> str | None:
     """The first place a text DynamoDB, JSON and Slack cannot carry (a lone surrogate) hides in."""
     if isinstance(value, str):
-        return None if value.isascii() or _encodes(value) else path or "(text)"
+        return None if value.isascii() or is_storable(value) else path or "(text)"
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list | tuple) else ()
     for key, inner in items:
         found = _unstorable(key, f"{path}.key") if isinstance(key, str) else None
@@ -133,14 +134,6 @@ def _unstorable(value: Any, path: str) -> str | None:
         if found:
             return found
     return None
-
-
-def _encodes(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _storable_throughout(event: InboundEvent) -> None:

@@ -13,6 +13,7 @@ from pydantic import Field
 
 from gpufleet.domain.errors import InvalidEvent
 from gpufleet.domain.models import AlarmState, MetricRef
+from gpufleet.domain.values import MAX_TEXT
 from gpufleet.events.common import Lenient, Name, Text, Timestamp, validate
 from gpufleet.events.model import AlarmEvent, AlarmSource, ScheduleTick
 
@@ -222,22 +223,32 @@ def suppressed_by(alarm: dict[str, Any]) -> str | None:
     return None if value in (None, "", "None") else str(value)
 
 
+def _described(alarm: dict[str, Any], default_state: str) -> dict[str, Any]:
+    """What a DescribeAlarms item says of an alarm: its ARN, state (`default_state` when it says none),
+    reason, metrics and suppression."""
+    return {
+        "alarm_arn": alarm.get("AlarmArn"),
+        "state": AlarmState(alarm.get("StateValue", default_state)),
+        "state_reason": str(alarm.get("StateReason", ""))[:MAX_TEXT],
+        "metrics": described_metrics(alarm),
+        "actions_suppressed_by": suppressed_by(alarm),
+    }
+
+
 def as_cloudwatch_says(alarm: dict[str, Any], delivered: AlarmEvent) -> AlarmEvent:
     """A delivered alarm event rebuilt from DescribeAlarms: the delivery names the alarm and its state
     change, CloudWatch says everything acted on (ARN, state, metrics and their dimensions, suppression)."""
     changed = alarm.get("StateTransitionedTimestamp") or alarm.get("StateUpdatedTimestamp")
+    said = _described(alarm, "INSUFFICIENT_DATA")
     return delivered.model_copy(
         update={
             # CloudWatch's own time of the change, not the sender's: the change's idempotency key is built
             # from it, so no message can claim (and so block) another second's change of this alarm.
             "at": changed.astimezone(UTC) if isinstance(changed, datetime) else delivered.at,
-            "alarm_arn": alarm.get("AlarmArn"),
-            "state": AlarmState(alarm.get("StateValue", "INSUFFICIENT_DATA")),
-            "state_reason": str(alarm.get("StateReason", ""))[:2048],
-            "metrics": described_metrics(alarm),
+            **said,
             "composite": "AlarmRule" in alarm,
             # Either saying so holds: a composite's suppression shows in both, a mute rule only in the delivery.
-            "actions_suppressed_by": suppressed_by(alarm) or delivered.actions_suppressed_by,
+            "actions_suppressed_by": said["actions_suppressed_by"] or delivered.actions_suppressed_by,
         }
     )
 
@@ -247,10 +258,6 @@ def from_described_alarm(alarm: dict[str, Any], tick: ScheduleTick) -> AlarmEven
         event_id=f"{tick.event_id}/{alarm['AlarmName']}",
         source=AlarmSource.RECONCILE,
         alarm_name=alarm["AlarmName"],
-        alarm_arn=alarm.get("AlarmArn"),
-        state=AlarmState(alarm.get("StateValue", "ALARM")),
-        state_reason=str(alarm.get("StateReason", ""))[:2048],
         at=tick.at,
-        metrics=described_metrics(alarm),
-        actions_suppressed_by=suppressed_by(alarm),
+        **_described(alarm, "ALARM"),
     )

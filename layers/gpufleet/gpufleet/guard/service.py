@@ -18,7 +18,7 @@ from gpufleet.aws.fleet import FleetActuator
 from gpufleet.aws.metrics import GpuMetricsReader
 from gpufleet.domain.models import Direction, GroupKind, GroupObservation, Trigger, TriggerKind
 from gpufleet.domain.policy import FleetPolicy
-from gpufleet.events import EventKind, parse_for
+from gpufleet.events import EventKind
 from gpufleet.guard.core import (
     Forecast,
     GpuRef,
@@ -63,8 +63,7 @@ class OomGuard:
 
     def handle(self, event: Any, now: datetime) -> dict[str, Any]:
         """Any accepted event (schedule tick or memory alarm) runs one evaluation of the whole fleet."""
-        events = parse_for(event, "oom_guard", ACCEPTS, self.ctx.home)
-        self.ctx.executor.begin_invocation()
+        events = self.ctx.begin(event, "oom_guard", ACCEPTS)
         return {"results": [self.evaluate(now, e.event_id) for e in events]}
 
     def evaluate(self, now: datetime, event_id: str) -> dict[str, Any]:

@@ -17,9 +17,10 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
@@ -32,6 +33,7 @@ from gpufleet.aws.state import StateStore
 from gpufleet.domain import defaults
 from gpufleet.domain.models import Action, Decision, GroupKind, GroupObservation, GroupState, Outcome, SkipReason
 from gpufleet.domain.policy import FleetPolicy, GroupSettings
+from gpufleet.events import EventKind, InboundEvent, parse_for
 from gpufleet.events.origin import Origin
 from gpufleet.notify.model import Notification
 from gpufleet.scaling.notes import decision_notes, parked_note
@@ -198,6 +200,13 @@ class ControlContext:
     region: str = "us-east-1"
     home: Origin = field(default_factory=Origin)  # events of another account or region are refused
     global_dry_run: bool = False
+
+    def begin(self, event: Any, function: str, accepts: Iterable[EventKind]) -> list[InboundEvent]:
+        """The invocation's typed events, checked against the kinds `function` handles and this home
+        (raises InvalidEvent before anything is read or changed); then the executor starts afresh."""
+        events = parse_for(event, function, accepts, self.home)
+        self.executor.begin_invocation()
+        return events
 
     def dry(self, policy: FleetPolicy) -> bool:
         return self.global_dry_run or policy.dry_run

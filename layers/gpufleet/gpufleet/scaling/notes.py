@@ -75,11 +75,11 @@ def alarm_resolved_notes(alarm: AlarmEvent, decisions: Sequence[Decision], regio
 CANNOT_ACT = "cannot act: the alarm's group is missing, unmanaged or unknown"
 
 
-def broken_alarm_notes(alarm: AlarmEvent | None, decisions: Sequence[Decision], region: str) -> list[Notification]:
+def broken_alarm_notes(alarm: AlarmEvent, decisions: Sequence[Decision], region: str) -> list[Notification]:
     """A gpufleet alarm in ALARM whose group does not exist, is not managed or cannot be told: a WARNING,
     one incident per alarm (its notification id is the alarm's and the group's, so every later delivery
     folds into it), closed when the alarm is OK again. A broken alarm never fails silently."""
-    if alarm is None or alarm.state is AlarmState.INSUFFICIENT_DATA:
+    if alarm.state is AlarmState.INSUFFICIENT_DATA:
         return []
     out = []
     for d in decisions:

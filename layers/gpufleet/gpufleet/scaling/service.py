@@ -32,7 +32,7 @@ from gpufleet.domain.models import (
     TriggerKind,
 )
 from gpufleet.domain.policy import FleetPolicy, GroupSettings
-from gpufleet.events import EventKind, parse_for
+from gpufleet.events import EventKind
 from gpufleet.events.alarms import as_cloudwatch_says, from_described_alarm
 from gpufleet.events.model import AlarmEvent, AlarmSource, ScheduleTick
 from gpufleet.notify.model import Notification
@@ -67,8 +67,7 @@ class Scaler:
 
     def handle(self, event: Any, now: datetime) -> dict[str, Any]:
         """Raises InvalidEvent / PolicyError before anything is read or changed."""
-        events = parse_for(event, "scaler", ACCEPTS, self.ctx.home)
-        self.ctx.executor.begin_invocation()
+        events = self.ctx.begin(event, "scaler", ACCEPTS)
         policy = self.ctx.load_policy()
         results = []
         for e in events:
