@@ -14,8 +14,9 @@ usage() {
 Usage: install.sh [--root DIR] [--source DIR] [--no-deps]
 
 Installs the gpufleet GPU publisher: the Python package into /opt/gpufleet/lib, its systemd unit
-(gpufleet-publisher.service, enabled), /etc/gpufleet/publisher.json (kept if it exists) and a
-'gpufleet' system user in the 'video' group. Run as root in an AMI build (Packer: ami/*.pkr.hcl) on an
+(gpufleet-publisher.service, enabled), /etc/gpufleet/publisher.json (kept if it exists), a
+'gpufleet' system user in the 'video' group, and /usr/local/bin/gpufleet-node (`gpufleet-node busy --
+COMMAND` keeps the node from scale-in while a queue worker's job runs; /etc/tmpfiles.d/gpufleet-busy.conf). Run as root in an AMI build (Packer: ami/*.pkr.hcl) on an
 NVIDIA GPU base image with python3 >= 3.9 and pip; it needs network access to PyPI for its two
 dependencies (boto3, nvidia-ml-py).
 
@@ -45,6 +46,15 @@ if [[ "$DEPS" == 1 ]]; then
   python3 -m pip install --quiet --no-compile --target "$LIB" -r "$SOURCE/requirements.txt" boto3
 fi
 install -m 0644 "$HERE/gpufleet-publisher.service" "$ROOT/etc/systemd/system/gpufleet-publisher.service"
+# `gpufleet-node busy -- COMMAND`: queue workers keep their node while they hold a job (docs/node-publisher.md).
+# Its jobs count themselves in /run/gpufleet-busy, shared by every worker user on the node (tmpfiles.d).
+install -d -m 0755 "$ROOT/usr/local/bin" "$ROOT/etc/tmpfiles.d"
+cat > "$ROOT/usr/local/bin/gpufleet-node" <<'WRAPPER'
+#!/bin/sh
+PYTHONPATH=/opt/gpufleet/lib${PYTHONPATH:+:$PYTHONPATH} exec /usr/bin/python3 -m gpufleet_node.cli "$@"
+WRAPPER
+chmod 0755 "$ROOT/usr/local/bin/gpufleet-node"
+echo "d /run/gpufleet-busy 0777 root root -" > "$ROOT/etc/tmpfiles.d/gpufleet-busy.conf"
 if [[ ! -e "$ROOT/etc/gpufleet/publisher.json" ]]; then  # keep an operator's edits on re-install
   install -m 0644 "$HERE/publisher.json" "$ROOT/etc/gpufleet/publisher.json"
 fi
@@ -54,6 +64,7 @@ if [[ "$ROOT" == "" ]]; then  # the real system: account, enable
   getent passwd gpufleet >/dev/null || useradd --system --gid gpufleet --groups video --no-create-home \
     --shell /sbin/nologin gpufleet
   chown -R gpufleet:gpufleet /var/lib/gpufleet
+  systemd-tmpfiles --create /etc/tmpfiles.d/gpufleet-busy.conf || true
   systemctl daemon-reload
   systemctl enable gpufleet-publisher.service
 fi

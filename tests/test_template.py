@@ -193,7 +193,13 @@ def test_node_policy_puts_metrics_only_in_the_schema_namespace(template: dict[st
     put = next(s for s in statements if s["Action"] == "cloudwatch:PutMetricData")
     assert put["Condition"] == {"StringEquals": {"cloudwatch:namespace": schema.NAMESPACE}}
     actions = {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
-    assert actions == {"cloudwatch:PutMetricData", "ec2:DescribeTags", "logs:CreateLogStream", "logs:PutLogEvents"}
+    assert actions == {
+        "cloudwatch:PutMetricData",
+        "ec2:DescribeTags",
+        "logs:CreateLogStream",
+        "logs:PutLogEvents",
+        "autoscaling:SetInstanceProtection",  # `gpufleet-node busy`, managed ASGs only (tests/iam/test_node_policy.py)
+    }
     logs = next(s for s in statements if "logs:PutLogEvents" in s["Action"])
     assert logs["Resource"] == {"Sub": "${UsageLogGroup.Arn}:log-stream:*"}  # the usage group's streams only
     group = template["Resources"]["UsageLogGroup"]["Properties"]
