@@ -29,10 +29,18 @@ guard:
 """
 
 
-def publish(instance_id: str, minutes: int, memory: Any, lost_at: int | None = None) -> None:
-    """`minutes` of 2-GPU data ending now; memory(minute, gpu) -> percent used."""
+def publish(
+    instance_id: str,
+    minutes: int,
+    memory: Any,
+    lost_at: int | None = None,
+    identity: Identity | None = None,
+    xid_at: int | None = None,
+) -> None:
+    """`minutes` of 2-GPU data ending now; memory(minute, gpu) -> percent used. The node is in train-spot
+    unless `identity` says otherwise; `xid_at`: GPU 1 reports critical XID 94 (uncontained ECC) then."""
     backend = SimulatedBackend(gpus=2)
-    identity = Identity(instance_id, "us-east-1", asg_name="train-spot")
+    identity = identity or Identity(instance_id, "us-east-1", asg_name="train-spot")
     pub = Publisher(backend, identity, Sender(boto3.client("cloudwatch")), detail="adaptive")
     pub.start(xid_thread=False)
     start = NOW - timedelta(minutes=minutes)
@@ -42,6 +50,8 @@ def publish(instance_id: str, minutes: int, memory: Any, lost_at: int | None = N
         if lost_at is not None and m == lost_at:
             backend.lost.add(1)
             pub.record_xid(1, 79)
+        if xid_at is not None and m == xid_at:
+            pub.record_xid(1, 94)
         simulate(pub, start + timedelta(minutes=m), 60, every_s=10)
         pub.close_windows(start + timedelta(minutes=m, seconds=59))
 
@@ -73,7 +83,9 @@ def test_leak_and_lost_gpu_become_incidents_and_the_instance_is_replaced(gpu_fle
     # Cheapest first: 3 series for the group, then per instance of a group at risk, then the suspects'
     # GPUs (ListMetrics per suspect instance: a GPU has series of its own only while in detail): memory
     # percent, then size and top process for the GPU at risk and health counters on the sick instance.
-    assert calls["cloudwatch:ListMetrics"] == 2
+    # Two more ListMetrics find the nodes publishing outside managed groups (none here).
+    assert calls["cloudwatch:ListMetrics"] == 2 + 2
+    assert result["unmanaged"] == 0
     assert calls["cloudwatch:GetMetricData"] == 4
     risky = result["at_risk"][f"{healthy_node}/gpu0"]
     assert risky.startswith("critical: ") and "full in ~3 min" in risky
@@ -143,3 +155,43 @@ def test_dry_run_replaces_nothing_and_says_so(gpu_fleet: Fleet) -> None:
     assert asg["AutoScalingInstances"][0]["HealthStatus"].upper() == "HEALTHY"
     [note] = queued(stack.queue_url)
     assert note.facts["action"].startswith("dry-run: would")
+
+
+ACTIONS = ("SetInstanceHealth", "SetDesiredCapacity", "TerminateInstanceInAutoScalingGroup", "UpdateNodegroupConfig")
+
+
+def test_a_node_outside_every_managed_group_is_told_about_and_never_acted_on(gpu_fleet: Fleet) -> None:
+    """A self-managed node of cluster ml (tagged eks:cluster-name, in no node group gpufleet manages): its
+    series carry InstanceId alone. GPU 0 leaks (1 %/min from 75 %), GPU 1 reports a critical XID. It gets
+    an OOM warning and a GPU health incident, grouped as unmanaged:<instance>, and no replacement and no
+    capacity request, although the policy replaces unhealthy nodes and scales out on pressure. (Before,
+    the guard read managed groups only: no forecast, no finding, no note for this node.)"""
+    stack = fleet.create_notification_stack(slack_secret=None)
+    outsider = "i-0feedc0de0000001"
+    identity = Identity(outsider, "us-east-1", cluster_name="ml")
+    publish(outsider, 15, lambda m, gpu: 75 + m if gpu == 0 else 30, identity=identity, xid_at=12)
+    g = guard(gpu_fleet, stack.queue_url, pressure=True)
+    clients = (g.metrics.cloudwatch, g.actuator.autoscaling, g.actuator.eks, g.ctx.fleet.autoscaling, g.ctx.fleet.eks)
+    calls = count_calls(*clients)
+    result = g.evaluate(NOW, "tick-1")
+    group = f"unmanaged:{outsider}"
+    assert result["at_risk"].get(f"{outsider}/gpu0", "").startswith("warning: ")
+    assert "1 critical XID" in result["unhealthy"].get(f"{outsider}/gpu1", "")
+    assert result["unmanaged"] == 1
+    assert result["replacements"] == [] and result["pressure"] == {}
+    notes = queued(stack.queue_url)
+    assert sorted((n.kind, str(n.severity), n.incident_key) for n in notes) == [
+        ("gpu-health", "critical", f"{group}|gpu-health|{outsider}/gpu1"),
+        ("oom", "warning", f"{group}|oom|{outsider}/gpu0"),
+    ]
+    health = next(n for n in notes if n.kind == "gpu-health")
+    assert health.facts["action"] == "not in a managed group: told only, never replaced"
+    assert [c for c in calls if c.split(":")[1] in ACTIONS] == []
+    assert gpu_fleet.desired() == 2 and gpu_fleet.nodegroup_desired() == 2
+    # Its cost: listed by the two ListMetrics, its two summaries (+ health, listed) ride in the groups'
+    # first GetMetricData; then its GPUs as any suspect's (one ListMetrics, memory, then size and health).
+    assert calls["cloudwatch:GetMetricData"] == 3
+    # The next run remembers: nothing new told, still nobody acted on.
+    again = g.evaluate(NOW + timedelta(seconds=30), "tick-2")
+    assert queued(stack.queue_url) == [] and again["replacements"] == []
+    assert [c for c in calls if c.split(":")[1] in ACTIONS] == []

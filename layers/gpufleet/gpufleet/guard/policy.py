@@ -45,4 +45,7 @@ class HealthSettings(Frozen):
 class GuardPolicy(Frozen):
     memory: OomSettings = OomSettings()
     health: HealthSettings = HealthSettings()
+    # Nodes that publish GPU metrics outside every managed group are screened too, told only (never
+    # replaced, never scaled): two series per such node per run (docs/oom-guard.md says what it costs).
+    unmanaged_nodes: bool = True
     critical_xids: tuple[int, ...] = schema.CRITICAL_XIDS  # documented here; counted by the publisher

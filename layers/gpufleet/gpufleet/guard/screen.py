@@ -14,16 +14,26 @@ publisher sends a GPU's own series only while it matters (adaptive detail):
 The fullest GPU alone would hide a leak below a fuller, flat GPU until it became the fullest; the average
 shows it earlier (diluted, but steady), and the leaking GPU's own series are there once it passes 70 %
 (the publisher's detail threshold).
+
+Nodes outside every managed group publish too (a self-managed or Karpenter node, an ASG nobody put in the
+policy). They have no group series the guard could screen them by: the publisher writes a group series
+only for an ASG or an EKS managed node group, and its per-instance series carry InstanceId alone (no
+cluster). So they are found by listing (ListMetrics: one request per 500 series, billed per 1,000
+requests, not per metric) and screened per instance in step 1's batch: max and average (two series a
+node), the health summary only for a node listed with one in the last 3 hours (the publisher sends it
+only when non-zero). Each is its own group, `unmanaged:<instance id>`: a stable key the guard can derive
+from the series alone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from gpufleet.aws.metrics import GpuMetricsReader, SeriesQuery, group_dimensions
+from gpufleet.domain import defaults
 from gpufleet.domain.models import GroupObservation
 from gpufleet.domain.policy import FleetPolicy
 from gpufleet.guard.core import (
@@ -46,6 +56,25 @@ _HEALTH_METRICS = (
     ("lost", schema.GPU_LOST),
 )
 Points = dict[str, list[tuple[datetime, float]]]
+UNMANAGED_PREFIX = "unmanaged:"
+
+
+def unmanaged_group(instance_id: str) -> str:
+    """The group key of a node outside every managed group (see the module's docstring for why by instance)."""
+    return f"{UNMANAGED_PREFIX}{instance_id}"
+
+
+def is_unmanaged(group: str) -> bool:
+    return group.startswith(UNMANAGED_PREFIX)
+
+
+@dataclass(frozen=True)
+class Outside:
+    """Nodes that publish GPU metrics outside every managed group: instance id -> its group key, and the
+    ones listed with a health summary recently (only theirs is read, with the already known ones')."""
+
+    groups: dict[str, str] = field(default_factory=dict)
+    ill: frozenset[str] = frozenset()
 
 
 def _gpu_dims(g: GpuRef) -> tuple[tuple[str, str], ...]:
@@ -73,15 +102,24 @@ class GpuScreen:
     metrics: GpuMetricsReader
 
     def assess(
-        self, groups: Sequence[GroupObservation], known: set[str], now: datetime, policy: FleetPolicy
+        self,
+        groups: Sequence[GroupObservation],
+        known: set[str],
+        now: datetime,
+        policy: FleetPolicy,
+        outside: Outside | None = None,
     ) -> tuple[list[Forecast], list[HealthFinding]]:
         """Forecasts and health findings for the GPUs worth looking at; `known` are the GPU keys the
-        guard already holds at risk or unhealthy (read again, so they resolve with a reason)."""
+        guard already holds at risk or unhealthy (read again, so they resolve with a reason); `outside`
+        the nodes outside managed groups (screened per instance). Long because it is one pass of three
+        reads, each narrowing the next; split, the order of the reads would hide between functions."""
         guard = policy.guard
         start = now - timedelta(minutes=max(guard.memory.window_minutes, guard.health.lookback_minutes))
         since = now - timedelta(minutes=guard.health.lookback_minutes)
         known_instances = {k.rpartition("/gpu")[0] for k in known}
+        outside = outside or Outside()
         queries = [q for obs in groups for q in _summary_queries(obs.ref.key, tuple(group_dimensions(obs.ref).items()))]
+        queries += _outside_queries(outside, known_instances)  # in the same batch: no extra call
         points = self.metrics.fetch_points(queries, start, now) if queries else {}
         flagged = [
             obs
@@ -104,6 +142,11 @@ class GpuScreen:
             for iid, g in instances.items()
             if iid in known_instances or self._flag(iid, points, since, now, policy)
         }
+        suspects.update(
+            (iid, g)
+            for iid, g in outside.groups.items()
+            if iid in known_instances or self._flag(iid, points, since, now, policy)
+        )
         gpus = [
             GpuRef(group=g, instance_id=iid, gpu_index=i)
             for iid, g in suspects.items()
@@ -192,3 +235,40 @@ class GpuScreen:
 def gpu_keys(states: Iterable[Any]) -> set[str]:
     """The GPUs the guard's memory holds at risk or unhealthy (they are read again until they resolve)."""
     return {k for s in states for k in (*s.risks, *s.unhealthy)}
+
+
+def list_publishers(metrics: GpuMetricsReader) -> tuple[set[str], set[str]]:
+    """Every instance with a per-instance memory series active in the last 3 hours (every detail mode
+    sends one), and those with a health summary in that time. Two listings, one request per 500 series,
+    at most LIST_METRICS_MAX_PAGES each: a token that never ends stops there instead of looping."""
+    return _instances_with(metrics, schema.GPU_MEMORY_USED_PERCENT), _instances_with(metrics, schema.GPU_HEALTH_EVENTS)
+
+
+def _instances_with(metrics: GpuMetricsReader, metric: schema.Metric) -> set[str]:
+    found: set[str] = set()
+    kwargs: dict[str, Any] = {
+        "Namespace": schema.NAMESPACE,
+        "MetricName": metric.name,
+        "Dimensions": [{"Name": schema.DIM_INSTANCE_ID}],
+        "RecentlyActive": "PT3H",
+    }
+    for _ in range(defaults.LIST_METRICS_MAX_PAGES):
+        page = metrics.cloudwatch.list_metrics(**kwargs)
+        for m in page.get("Metrics", []):
+            dims = {d["Name"]: d["Value"] for d in m.get("Dimensions", [])}
+            if set(dims) == set(schema.INSTANCE_DIMENSIONS):  # the instance's own series, not a GPU's
+                found.add(dims[schema.DIM_INSTANCE_ID])
+        token = page.get("NextToken")
+        if not token or token == kwargs.get("NextToken"):
+            break
+        kwargs["NextToken"] = token
+    return found
+
+
+def _outside_queries(outside: Outside, known_instances: set[str]) -> list[SeriesQuery]:
+    """Nodes outside managed groups, per instance: max and average, health only where it was listed."""
+    return [
+        q
+        for iid in sorted(outside.groups)
+        for q in _summary_queries(iid, ((schema.DIM_INSTANCE_ID, iid),), iid in outside.ill or iid in known_instances)
+    ]

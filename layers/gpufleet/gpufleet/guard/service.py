@@ -2,6 +2,10 @@
 compare with what the group's guard state remembers, replace failed GPUs within the blast radius, tell
 what changed, and ask the scaler for capacity under group-wide memory pressure. Rules live in
 `guard.core`, notes in `guard.notes`.
+
+Nodes that publish GPU metrics outside every managed group are forecast and checked too, and told about
+as `unmanaged:<instance id>`; they are never replaced and never scaled for: gpufleet acts only on the
+groups the policy gives it. What the guard remembers about all of them is one document (UNMANAGED_DOC).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from gpufleet.guard.core import (
     next_guard_state,
 )
 from gpufleet.guard.notes import GuardTeller, health_notes, risk_notes
-from gpufleet.guard.screen import GpuScreen, gpu_keys
+from gpufleet.guard.screen import GpuScreen, Outside, gpu_keys, is_unmanaged, list_publishers, unmanaged_group
 from gpufleet.notify.model import Notification
 from gpufleet.scaling.execution import ControlContext
 from gpufleet.scaling.service import Scaler
@@ -46,6 +50,43 @@ _HEALTH_METRICS = (
     ("remapped_uncorrectable", schema.GPU_REMAPPED_ROWS_UNCORRECTABLE),
     ("lost", schema.GPU_LOST),
 )
+UNMANAGED_DOC = "unmanaged"  # the guard's memory of every node outside managed groups (GROUP#unmanaged)
+TOLD_ONLY = "not in a managed group: told only, never replaced"
+
+
+def unmanaged_notes(
+    before: GuardState,
+    forecasts: Sequence[Forecast],
+    findings: Sequence[HealthFinding],
+    now: datetime,
+    event_id: str,
+    region: str,
+) -> tuple[list[Notification], GuardState]:
+    """What changed on nodes outside managed groups, one incident group per node, and the state after."""
+    mine_f = [f for f in forecasts if is_unmanaged(f.gpu.group)]
+    mine_h = [h for h in findings if is_unmanaged(h.gpu.group)]
+
+    def group_of(gpu_key: str) -> str:
+        return unmanaged_group(gpu_key.rpartition("/gpu")[0])
+
+    groups = {f.gpu.group for f in mine_f} | {h.gpu.group for h in mine_h}
+    groups |= {group_of(k) for k in (*before.risks, *before.unhealthy)}
+    notes: list[Notification] = []
+    for group in sorted(groups):
+        part = before.model_copy(
+            update={
+                "risks": {k: v for k, v in before.risks.items() if group_of(k) == group},
+                "unhealthy": {k: v for k, v in before.unhealthy.items() if group_of(k) == group},
+            }
+        )
+        told = [
+            Replacement(instance_id=iid, group=group, act=False, reason=TOLD_ONLY)
+            for iid in sorted({h.gpu.instance_id for h in mine_h if h.gpu.group == group})
+        ]
+        tell = GuardTeller(group, now, event_id, region)
+        notes += risk_notes(tell, part, [f for f in mine_f if f.gpu.group == group])
+        notes += health_notes(tell, part, [h for h in mine_h if h.gpu.group == group], told)
+    return notes, next_guard_state(before, mine_f, mine_h, ())
 
 
 def _gpu_dims(g: GpuRef) -> tuple[tuple[str, str], ...]:
@@ -69,8 +110,10 @@ class OomGuard:
     def evaluate(self, now: datetime, event_id: str) -> dict[str, Any]:
         policy = self.ctx.load_policy()
         managed = [obs for obs, _ in self.ctx.managed(policy)]
-        memory = self.ctx.docs.load_docs([obs.ref.key for obs in managed], GUARD_SK, GuardState)
-        forecasts, findings = GpuScreen(self.metrics).assess(managed, gpu_keys(memory.values()), now, policy)
+        keys = [obs.ref.key for obs in managed] + ([UNMANAGED_DOC] if policy.guard.unmanaged_nodes else [])
+        memory = self.ctx.docs.load_docs(keys, GUARD_SK, GuardState)
+        outside = self._outside(memory.get(UNMANAGED_DOC), managed)
+        forecasts, findings = GpuScreen(self.metrics).assess(managed, gpu_keys(memory.values()), now, policy, outside)
         notes: list[Notification] = []
         replaced: list[Replacement] = []
         for obs in managed:
@@ -83,7 +126,13 @@ class OomGuard:
                 continue
             notes += group_notes
             replaced += group_replaced
-        pressured = self._pressure(forecasts, managed, now, event_id, policy)
+        if outside is not None:
+            try:
+                notes += self._unmanaged(memory[UNMANAGED_DOC], forecasts, findings, now, event_id)
+            except Exception:  # like a group's failure: the managed groups' run goes on, the next retries it
+                self.ctx.logger.exception("guard failed for the nodes outside managed groups")
+        managed_forecasts = [f for f in forecasts if not is_unmanaged(f.gpu.group)]
+        pressured = self._pressure(managed_forecasts, managed, now, event_id, policy)
         self._report(forecasts, findings, replaced)
         return {
             "event_id": event_id,
@@ -93,7 +142,41 @@ class OomGuard:
             "replacements": [r.model_dump(mode="json") for r in replaced],
             "pressure": pressured,
             "notifications": len(notes),
+            "unmanaged": None if outside is None else len(outside.groups),  # None: not screened this run
         }
+
+    def _outside(self, before: GuardState | None, managed: Sequence[GroupObservation]) -> Outside | None:
+        """The nodes publishing outside managed groups, with those the guard already holds at risk or
+        unhealthy (read again even before they are listed, so they never resolve by a listing's lag).
+        None when switched off or the listing failed: nothing about them is told or forgotten this run."""
+        if before is None:
+            return None
+        try:
+            publishing, ill = list_publishers(self.metrics)
+        except Exception:
+            self.ctx.logger.exception("listing the nodes outside managed groups failed; retried next run")
+            return None
+        members = {i.instance_id for obs in managed for i in obs.instances}
+        known = {k.rpartition("/gpu")[0] for k in gpu_keys([before])}
+        ids = (publishing | known) - members
+        return Outside(groups={iid: unmanaged_group(iid) for iid in sorted(ids)}, ill=frozenset(ill & ids))
+
+    def _unmanaged(
+        self,
+        before: GuardState,
+        forecasts: Sequence[Forecast],
+        findings: Sequence[HealthFinding],
+        now: datetime,
+        event_id: str,
+    ) -> list[Notification]:
+        """Tell what changed on nodes outside managed groups, one incident group per node, then remember
+        it (a crash in between repeats the notes at most once). Nothing is replaced or scaled."""
+        notes, after = unmanaged_notes(before, forecasts, findings, now, event_id, self.ctx.region)
+        if not self.ctx.send(notes):  # not queued: remember nothing new, so the next run tells it again
+            after = before
+        if not self.ctx.docs.save_changes(UNMANAGED_DOC, GUARD_SK, before, after):
+            self.ctx.logger.warning("guard state of the nodes outside managed groups changed concurrently")
+        return notes
 
     def _group(
         self,
