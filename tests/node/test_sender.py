@@ -2,7 +2,7 @@
 
 import logging
 import random
-import time
+import threading
 from datetime import datetime, timedelta, timezone
 
 import fakes
@@ -99,17 +99,38 @@ def test_access_denied_and_throttling_are_retried_not_dropped():
     assert len({d["Timestamp"] for d in cw.datums()}) == 10
 
 
+class GatedCloudWatch(FakeCloudWatch):
+    """A PutMetricData that hangs until the test opens the gate: a network as slow as the test wants,
+    without measuring how long anything took."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()  # a send is in flight
+        self.gate = threading.Event()
+
+    def put_metric_data(self, Namespace, MetricData):
+        self.entered.set()
+        if not self.gate.wait(SAFETY_S):
+            raise ConnectionError("the test never opened the gate")
+        return super().put_metric_data(Namespace, MetricData)
+
+
+SAFETY_S = 30  # only a failing test waits this long; nothing is asserted about how long anything took
+
+
 def test_the_sending_thread_sends_what_is_submitted_without_the_caller_waiting():
-    cw = FakeCloudWatch()
-    cw.delay_s = 0.5
+    """submit() returns while the sending thread's PutMetricData still hangs: the caller never waits on
+    the network. (If submit sent inline, it would still be inside the hanging call: the helper thread
+    below would not have finished.)"""
+    cw = GatedCloudWatch()
     sender = Sender(cw)
     sender.start_background(lambda: T0 + timedelta(minutes=1), poll_s=0.05)
-    started = time.monotonic()
-    sender.submit(*window(0), now=T0 + timedelta(minutes=1))
-    assert time.monotonic() - started < 0.2  # the network's 0.5 s are the thread's business
-    deadline = time.monotonic() + 5
-    while not cw.calls and time.monotonic() < deadline:
-        time.sleep(0.02)
-    sender.submit(*window(1), now=T0 + timedelta(minutes=2))
+    caller = threading.Thread(target=sender.submit, args=window(0), kwargs={"now": T0 + timedelta(minutes=1)})
+    caller.start()
+    assert cw.entered.wait(SAFETY_S), "the sending thread never sent"
+    caller.join(SAFETY_S)
+    assert not caller.is_alive() and not cw.gate.is_set() and cw.calls == []  # returned; the send still hangs
+    sender.submit(*window(1), now=T0 + timedelta(minutes=2))  # queued behind the hanging send, not waiting
+    cw.gate.set()
     sender.stop_background(T0 + timedelta(minutes=2))
     assert len({d["Timestamp"] for d in cw.datums()}) == 2 and not sender.buffer

@@ -116,12 +116,16 @@ MIN_ATTEMPT_S = 1  # slack-sdk's timeout is in whole seconds; an attempt with le
 class WithinDeadline(RetryHandler):
     """One of slack-sdk's handlers, bounded by the post's deadline: a retry is made only when its pause
     and an attempt of at least MIN_ATTEMPT_S fit in what is left (`fits` says so and trims the next
-    attempt's timeout). A Retry-After of a minute is not waited out with 20 s left."""
+    attempt's timeout). A Retry-After of a minute is not waited out with 20 s left. `sleep` is
+    time.sleep, injectable so a test can see the pauses without waiting them out."""
 
-    def __init__(self, inner: RetryHandler, fits: Callable[[float], bool]) -> None:
+    def __init__(
+        self, inner: RetryHandler, fits: Callable[[float], bool], sleep: Callable[[float], None] = time.sleep
+    ) -> None:
         super().__init__(inner.max_retry_count, inner.interval_calculator)
         self._inner = inner
         self._fits = fits
+        self._sleep = sleep
         self._pause_s = 0.0
 
     def _can_retry(
@@ -150,7 +154,7 @@ class WithinDeadline(RetryHandler):
     ) -> None:
         """The pause `_can_retry` checked against the deadline, not a new random one."""
         state.next_attempt_requested = True
-        time.sleep(self._pause_s)
+        self._sleep(self._pause_s)
         state.increment_current_attempt()
 
 
@@ -198,15 +202,22 @@ class SlackConfig:
 
 
 class SlackPoster:
-    """`timeout_s` bounds one attempt; `post(within_s=...)` bounds the whole post, retries included."""
+    """`timeout_s` bounds one attempt; `post(within_s=...)` bounds the whole post, retries included.
+    `clock` (monotonic seconds) and `sleep` are the real ones unless a test injects its own."""
 
     def __init__(
-        self, config: SlackConfig, api_url: str | None = None, timeout_s: int = defaults.SLACK_TIMEOUT_S
+        self,
+        config: SlackConfig,
+        api_url: str | None = None,
+        timeout_s: int = defaults.SLACK_TIMEOUT_S,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._config = config
         self._timeout_s = timeout_s
-        self._until = math.inf  # the current post's deadline, on the monotonic clock
-        handlers: list[RetryHandler] = [WithinDeadline(h, self._retry_fits) for h in retry_handlers()]
+        self._clock = clock
+        self._until = math.inf  # the current post's deadline, on `clock`
+        handlers: list[RetryHandler] = [WithinDeadline(h, self._retry_fits, sleep) for h in retry_handlers()]
         self._webhook = (
             WebhookClient(config.webhook_url, timeout=timeout_s, retry_handlers=handlers)
             if config.webhook_url and not config.bot_token
@@ -230,7 +241,7 @@ class SlackPoster:
     def _retry_fits(self, pause_s: float) -> bool:
         """Whether an attempt of at least MIN_ATTEMPT_S still fits after `pause_s`; if so, that attempt's
         timeout is what is left then (at most `timeout_s`), so the post ends by its deadline."""
-        attempt_s = int(min(self._timeout_s, self._until - time.monotonic() - pause_s))
+        attempt_s = int(min(self._timeout_s, self._until - self._clock() - pause_s))
         if attempt_s < MIN_ATTEMPT_S:
             return False
         client = self._web if self._web is not None else self._webhook
@@ -251,7 +262,7 @@ class SlackPoster:
         problems = payload_problems(payload)
         if problems:
             raise SlackRejected("payload not sent, Slack would reject it: " + "; ".join(problems[:5]))
-        self._until = time.monotonic() + within_s
+        self._until = self._clock() + within_s
         if not self._retry_fits(0.0):
             raise SlackFailed(f"not sent: {max(within_s, 0.0):.1f} s left for Slack in this invocation")
         try:
