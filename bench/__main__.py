@@ -53,6 +53,7 @@ class Sizes:
     guard_gpus: int = 10_000
     guard_repeat: int = 5
     spot_groups: int = 500
+    kube_pods: int = 50_000  # one Kubernetes listing at the scaler's CPU share (bench/kube_listing.py)
     quick: bool = False  # replay and telemetry: short traces, 3 simulated days, a 4-node fleet
     out: Path = OUT
 
@@ -68,6 +69,7 @@ QUICK = Sizes(
     guard_gpus=800,
     guard_repeat=1,
     spot_groups=50,
+    kube_pods=2_000,
     quick=True,
     out=OUT / "quick",
 )
@@ -621,6 +623,12 @@ def _spot(z: Sizes) -> list[str]:
     return [*TABLE_HEAD, bench_spot_sweep(z.spot_groups, z.out)]
 
 
+def _kube_listing(z: Sizes) -> list[str]:
+    from bench.kube_listing import HEAD, bench_kube_listing
+
+    return [*HEAD, *bench_kube_listing(z.kube_pods)]
+
+
 def _replay(z: Sizes) -> list[str]:
     from bench.replay import bench_replay
 
@@ -655,6 +663,7 @@ SECTIONS: tuple[tuple[str, Callable[[Sizes], Iterable[str]]], ...] = (
     ("Node publisher vs gpumon.py's pattern", _publisher),
     ("OOM guard reads at fleet scale", _guard),
     ("Capacity: spot_watch sweep", _spot),
+    ("Kubernetes listing at the scaler's CPU share", _kube_listing),
     ("Replay: decision quality vs the baselines", _replay),
     ("Telemetry cost per 8-GPU node-month", _telemetry),
     ("Node Prometheus endpoint: series and cost", _prometheus),

@@ -1,8 +1,12 @@
-"""An API answer nested past what Python's JSON reader can recurse through is an unreadable cluster (one
-line, kind malformed), never a RecursionError out of the scaler: the fuzzer's `b"[" * 100000`."""
+"""The GET under the pod listing. An API answer nested past what Python's JSON reader can recurse through
+is an unreadable cluster (one line, kind malformed), never a RecursionError out of the scaler: the fuzzer's
+`b"[" * 100000`. The deadline holds while reading: every wait on a socket gets min(timeout, time left) and
+the body is read in CHUNK pieces with the deadline looked at between (the clock injected, never timed)."""
 
 from __future__ import annotations
 
+import gzip
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,8 +15,9 @@ from unittest import mock
 import pytest
 from pydantic import SecretStr
 
+from gpufleet.aws import kube_http
 from gpufleet.aws import kubernetes as kube
-from gpufleet.aws.kube_http import ApiServer, Connection, HttpProblem, _json
+from gpufleet.aws.kube_http import CHUNK, ApiServer, BudgetSpent, Connection, HttpProblem, Pace, _json, _PacedReader
 from gpufleet.events.kubernetes import ClusterUnreadable
 from gpufleet.settings import KubeEndpoint
 
@@ -31,6 +36,7 @@ class OneAnswer:
 
     def __init__(self, body: bytes, status: int = 200) -> None:
         self.body, self.status, self.reason = body, status, "OK" if status == 200 else "Error"
+        self.encoding: str | None = None
 
     def request(self, method: str, url: str, headers: dict[str, str]) -> None:
         pass
@@ -39,10 +45,11 @@ class OneAnswer:
         return self
 
     def read(self, limit: int) -> bytes:
-        return self.body[:limit]
+        chunk, self.body = self.body[:limit], self.body[limit:]
+        return chunk
 
     def getheader(self, name: str) -> str | None:
-        return None
+        return self.encoding if name == "Content-Encoding" else None
 
     def close(self) -> None:
         pass
@@ -94,3 +101,85 @@ def test_a_pod_field_nested_near_the_limit_is_read_or_unreadable(answer: list[On
         assert (err.kind, "\n" in str(err)) == ("malformed", False)  # noqa: PT017 (the rejection's contract)
         return
     assert len(pods.waiting) == 2
+
+
+class Clock:
+    """A clock the test moves: `start`, then `step` later at every look."""
+
+    def __init__(self, step: float, start: float = 0.0) -> None:
+        self.now, self.step, self.looks = start - step, step, 0
+
+    def __call__(self) -> float:
+        self.now, self.looks = self.now + self.step, self.looks + 1
+        return self.now
+
+
+@pytest.mark.parametrize(
+    ("spent", "wait", "clipped"),
+    [(0.0, 2.0, False), (7.0, 2.0, False), (8.0, 2.0, False), (8.5, 1.5, True), (9.99, 0.01, True)],
+)
+def test_each_wait_is_the_timeout_or_the_time_left(spent: float, wait: float, clipped: bool) -> None:
+    looks = iter([100.0, 100.0 + spent])
+    pace = Pace(2.0, 10.0, lambda: next(looks))
+    assert pace.wait_s() == pytest.approx(wait)
+    assert pace.clipped is clipped
+
+
+@pytest.mark.parametrize("spent", [10.0, 10.5, 1e9])
+def test_no_wait_once_the_budget_is_spent(spent: float) -> None:
+    looks = iter([0.0, spent])
+    with pytest.raises(BudgetSpent):
+        Pace(2.0, 10.0, lambda: next(looks)).wait_s()
+
+
+class Drip:
+    """A socket that gives one byte per recv and remembers each timeout it was set to."""
+
+    def __init__(self) -> None:
+        self.timeouts: list[float] = []
+
+    def settimeout(self, value: float) -> None:
+        self.timeouts.append(value)
+
+    def recv_into(self, buffer: Any) -> int:
+        buffer[0:1] = b"x"
+        return 1
+
+
+def test_every_recv_waits_at_most_the_time_the_budget_has_left() -> None:
+    """A byte every 1.5 s against a 10 s budget: six recvs, the last cut to the second left, then none."""
+    sock, buffer = Drip(), bytearray(8192)
+    reader = _PacedReader(sock, Pace(2.0, 10.0, Clock(1.5)))
+    with pytest.raises(BudgetSpent):
+        list(map(reader.readinto, [buffer] * 100))
+    assert sock.timeouts == [2.0, 2.0, 2.0, 2.0, 2.0, pytest.approx(1.0)]
+
+
+def served(body: bytes, clock: Clock, budget_s: float = 10.0, encoding: str | None = None) -> Connection:
+    connection = Connection(ApiServer("http://kube.example", "t"), 2.0, budget_s, clock)
+    answer = OneAnswer(body)
+    answer.encoding = encoding
+    connection._conn = answer  # type: ignore[assignment]
+    return connection
+
+
+def test_the_body_is_read_in_chunks_with_the_deadline_between() -> None:
+    body = json.dumps({"kind": "PodList", "items": [], "pad": "x" * (2 * CHUNK + 10)}).encode()
+    connection = served(body, Clock(0.0))
+    assert connection.get_json("/api/v1/pods", {})["kind"] == "PodList"
+    assert connection.reads == 3  # two whole chunks and the short one that ends it
+    slow = served(body, Clock(4.0))  # made at 0 (deadline 10), the GET at 4, chunk one at 8, then 12
+    with pytest.raises(HttpProblem, match="the listing took over its 10 s") as err:
+        slow.get_json("/api/v1/pods", {})
+    assert (err.value.kind, slow.reads) == ("timeout", 1)
+
+
+def test_an_answer_over_max_body_is_too_large(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kube_http, "MAX_BODY", 1000)
+    with pytest.raises(HttpProblem, match="the answer is over") as err:
+        served(b"x" * 1001, Clock(0.0)).get_json("/", {})
+    assert err.value.kind == "too_large"
+    bomb = gzip.compress(b" " * 5000)  # 5000 bytes inflated from a few dozen on the wire
+    with pytest.raises(HttpProblem, match="inflates past") as err:
+        served(bomb, Clock(0.0), encoding="gzip").get_json("/", {})
+    assert err.value.kind == "too_large"

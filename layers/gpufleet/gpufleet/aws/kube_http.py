@@ -15,17 +15,22 @@ from __future__ import annotations
 
 import base64
 import binascii
+import gc
 import http.client
+import io
 import json
 import ssl
 import time
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-MAX_BODY = 64 * 1024 * 1024  # one page of 500 pods is a few MB; more than this is not a PodList page
+MAX_BODY = 32 * 1024 * 1024  # inflated: parsed, ~7x that in Python objects, within 512 MB; a page over it
+# is asked again with half the limit (gpufleet.aws.kubernetes)
+CHUNK = 1024 * 1024  # the body is read this much at a time, the deadline looked at between reads
 
 
 @dataclass(frozen=True)
@@ -55,17 +60,63 @@ def ca_pem(data: str) -> str:
     return text
 
 
+class BudgetSpent(TimeoutError):
+    """The listing's budget ran out before a read (raised before the socket is asked to wait at all)."""
+
+
+class Pace:
+    """The listing's deadline as each wait on the server gets it: `min(timeout_s, time left)`. `clipped`
+    says the last wait was cut to the time left, so a timeout on it is the budget's, not the server's."""
+
+    def __init__(self, timeout_s: float, budget_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.timeout_s, self.budget_s, self.clock = timeout_s, budget_s, clock
+        self.deadline = clock() + budget_s
+        self.clipped = False
+
+    def wait_s(self) -> float:
+        left = self.deadline - self.clock()
+        if left <= 0:
+            raise BudgetSpent
+        self.clipped = left < self.timeout_s
+        return min(self.timeout_s, left)
+
+
+class _PacedReader(io.RawIOBase):
+    """The socket as http.client reads a response through it (status line, headers, body): each recv
+    waits at most what the pace allows, so a server that drips a byte a second cannot hold the listing
+    past its budget (a plain socket timeout is per recv: each drip would reset it)."""
+
+    def __init__(self, sock: Any, pace: Pace) -> None:
+        self._sock, self._pace = sock, pace
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        self._sock.settimeout(self._pace.wait_s())
+        return int(self._sock.recv_into(buffer))
+
+
+class _PacedResponse(http.client.HTTPResponse):
+    def __init__(self, sock: Any, *args: Any, pace: Pace, **kwargs: Any) -> None:
+        super().__init__(sock, *args, **kwargs)
+        self.fp.close()  # the plain reader http.client made (only a reference to the socket)
+        self.fp = io.BufferedReader(_PacedReader(sock, pace))
+
+
 class Connection:
-    """One keep-alive connection for one listing. Each GET has `timeout_s` to connect and for each wait on
-    the server; the listing as a whole has `budget_s` (a slow-dripping server cannot hold the scaler)."""
+    """One keep-alive connection for one listing. The listing as a whole has `budget_s`; every wait on
+    the server (to connect, for each recv) gets `timeout_s` or the time left, whichever is less, and the
+    body is read in CHUNK pieces with the deadline looked at between them, so a listing ends within its
+    budget whatever the server does. The clock is injected (tests drive it)."""
 
     def __init__(
         self, server: ApiServer, timeout_s: float, budget_s: float, clock: Callable[[], float] = time.monotonic
     ) -> None:
         parts = urlsplit(server.url)
-        self._server, self._prefix, self._clock = server, parts.path.rstrip("/"), clock
-        self._deadline = clock() + budget_s
-        self._budget_s = budget_s
+        self._server, self._prefix = server, parts.path.rstrip("/")
+        self.pace = Pace(timeout_s, budget_s, clock)
+        self.reads = 0  # body chunks read, all GETs together
         host, port = parts.hostname or "", parts.port
         if parts.scheme == "https":
             try:
@@ -77,13 +128,12 @@ class Connection:
             )
         else:
             self._conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+        self._conn.response_class = partial(_PacedResponse, pace=self.pace)  # type: ignore[assignment]
 
     def close(self) -> None:
         self._conn.close()
 
     def get_json(self, path: str, query: Mapping[str, str | int]) -> dict[str, Any]:
-        if self._clock() > self._deadline:
-            raise HttpProblem("timeout", f"the listing took over its {self._budget_s:g} s")
         headers = {
             "Authorization": f"Bearer {self._server.token}",
             "Accept": "application/json",
@@ -91,11 +141,23 @@ class Connection:
             "User-Agent": "gpufleet",
         }
         try:
+            wait = self.pace.wait_s()
+            self._conn.timeout = wait  # to connect (a kept-alive connection: to send)
+            sock = getattr(self._conn, "sock", None)
+            if sock is not None:
+                sock.settimeout(wait)
             self._conn.request("GET", f"{self._prefix}{path}?{urlencode(query)}", headers=headers)
             response = self._conn.getresponse()
-            body = _decoded(response.read(MAX_BODY + 1), response.getheader("Content-Encoding"))
+            body = self._body(response)
+        except HttpProblem:
+            self._conn.close()  # a body left half read: the next GET starts on a fresh connection
+            raise
+        except BudgetSpent:
+            raise HttpProblem("timeout", f"the listing took over its {self.pace.budget_s:g} s") from None
         except TimeoutError:
-            raise HttpProblem("timeout", f"no answer within {self._conn.timeout:g} s") from None
+            if self.pace.clipped:
+                raise HttpProblem("timeout", f"the listing took over its {self.pace.budget_s:g} s") from None
+            raise HttpProblem("timeout", f"no answer within {self.pace.timeout_s:g} s") from None
         except ssl.SSLError as err:
             raise HttpProblem("tls", f"TLS failed ({err.reason or type(err).__name__})") from None
         except (OSError, http.client.HTTPException) as err:
@@ -107,31 +169,48 @@ class Connection:
             raise HttpProblem("malformed", "the answer is not a JSON object")
         return document
 
-
-def _decoded(body: bytes, encoding: str | None) -> bytes:
-    if len(body) > MAX_BODY:
-        raise HttpProblem("malformed", f"the answer is over {MAX_BODY // 2**20} MiB")
-    if (encoding or "").lower() != "gzip":
-        return body
-    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        out = inflater.decompress(body, MAX_BODY + 1)
-    except zlib.error:
-        raise HttpProblem("malformed", "the gzip answer does not inflate") from None
-    if len(out) > MAX_BODY:
-        raise HttpProblem("malformed", f"the answer inflates past {MAX_BODY // 2**20} MiB")
-    return out
+    def _body(self, response: Any) -> bytes:
+        """The answer's body, inflated as it arrives: CHUNK bytes a read (a short read is its end, as
+        http.client reads), the deadline looked at before each, never more than MAX_BODY held."""
+        gzipped = (response.getheader("Content-Encoding") or "").lower() == "gzip"
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS) if gzipped else None
+        parts: list[bytes] = []
+        arrived = held = 0
+        while True:
+            self.pace.wait_s()
+            raw = response.read(CHUNK)
+            self.reads += 1
+            arrived += len(raw)
+            if arrived > MAX_BODY:
+                raise HttpProblem("too_large", f"the answer is over {MAX_BODY // 2**20} MiB")
+            part = raw
+            if inflater is not None:
+                try:
+                    part = inflater.decompress(raw, MAX_BODY + 1 - held)
+                except zlib.error:
+                    raise HttpProblem("malformed", "the gzip answer does not inflate") from None
+            held += len(part)
+            if held > MAX_BODY or (inflater is not None and inflater.unconsumed_tail):
+                raise HttpProblem("too_large", f"the answer inflates past {MAX_BODY // 2**20} MiB")
+            parts.append(part)
+            if len(raw) < CHUNK:
+                return b"".join(parts)
 
 
 def _json(body: bytes) -> dict[str, Any] | None:
     """The answer's JSON object, None when it is not one; an answer nested past what the recursive decoder
     can follow (RecursionError, never raised out of here) is malformed, whatever its status."""
+    collecting = gc.isenabled()
+    gc.disable()  # JSON makes no cycles; a page's ~10^5 new objects would run the collector over every pod held
     try:
         document = json.loads(body)
     except ValueError:
         return None
     except RecursionError:
         raise HttpProblem("malformed", "the answer nests too deeply to read") from None
+    finally:
+        if collecting:
+            gc.enable()
     return document if isinstance(document, dict) else None
 
 

@@ -34,8 +34,7 @@ from gpufleet.events.kubernetes import (
     DEFAULT_GPU_RESOURCES,
     ClusterPods,
     ClusterUnreadable,
-    WaitingPod,
-    cluster_pods,
+    PodTally,
 )
 from gpufleet.settings import KubeEndpoint
 
@@ -48,9 +47,14 @@ PRESIGN_EXPIRES_S = 60  # aws-iam-authenticator's value; STS honours the URL 15 
 TOKEN_LIFETIME = timedelta(minutes=14)  # those 15 minutes less the authenticator's own minute of cushion
 PODS_PATH = "/api/v1/pods"
 UNFINISHED = "status.phase!=Succeeded,status.phase!=Failed"
-PAGE_SIZE = 500
-TIMEOUT_S = 2.0  # to connect, and for each wait on the API server
-BUDGET_S = 10.0  # for one cluster's whole listing
+# Sizes for the scaler's CPU share (bench/README.md, "Kubernetes listing at the scaler's CPU share"): a page
+# of 500 pods as the API returns them is ~2.6 MB of JSON (~0.2 MB gzipped) and ~35 ms of CPU on a full
+# core, so 50,000 pods are ~9 s of CPU at 1 vCPU (1,769 MB) and ~30 s at 512 MB's 0.29 vCPU.
+PAGE_SIZE = 500  # kubectl's own chunk size; smaller pages only add round trips, larger ones memory
+TIMEOUT_S = 2.0  # to connect, and for each wait on the API server (cut to the time the budget has left)
+BUDGET_S = 30.0  # one cluster's whole listing: 50k pods at >= 1,024 MB with the API server's own time
+MAX_PODS = 100_000  # distinct pods in one listing: more is not a cluster the scaler can read in a tick
+MAX_PAGES = 1_000  # pages in one listing: a server that never stops paging ends here, whatever its pods
 
 
 @dataclass(frozen=True)
@@ -124,10 +128,13 @@ class PodReader:
         page_size: int = PAGE_SIZE,
         timeout_s: float = TIMEOUT_S,
         budget_s: float = BUDGET_S,
+        max_pods: int = MAX_PODS,
+        max_pages: int = MAX_PAGES,
     ) -> None:
         self.eks, self.session, self.overrides = eks, session, dict(overrides or {})
         self.gpu_resources, self.page_size = gpu_resources, page_size
         self.timeout_s, self.budget_s = timeout_s, budget_s
+        self.max_pods, self.max_pages = max_pods, max_pages
         self._sts: Any = None
 
     def read(self, cluster: str) -> ClusterPods:
@@ -175,31 +182,58 @@ class PodReader:
 
     def _list(self, cluster: str, connection: Connection) -> ClusterPods:
         """Every unfinished pod, page by page, each page reduced to what waits and which nodes run GPU pods
-        before the next is read (a large cluster's pods are never all held at once); a 410 Gone (the
-        continue token expired) restarts the listing once from the start, so each pod is counted once."""
-        pages = 0
+        before the next is read (a large cluster's pods are never all held at once), each pod once by its
+        uid. A 410 Gone (the continue token expired) restarts the listing once from the start; a page too
+        big for MAX_BODY (or that the server calls too large) is asked again once with half the limit, for
+        the rest of the listing. A continue token the server gave before, more than `max_pods` distinct
+        pods or more than `max_pages` pages end the listing as unreadable: a server that never stops
+        paging is not one whose pods can be trusted."""
+        pages, limit, halved = 0, self.page_size, False
         for attempt in (1, 2):
-            waiting: list[WaitingPod] = []
-            gpu_nodes: set[str] = set()
-            query: dict[str, str | int] = {"limit": self.page_size, "fieldSelector": UNFINISHED}
+            tally = PodTally(cluster, self.gpu_resources)
+            tokens: set[str] = set()
+            query: dict[str, str | int] = {"limit": limit, "fieldSelector": UNFINISHED}
             try:
                 while True:
-                    page = connection.get_json(PODS_PATH, query)
+                    if pages >= self.max_pages:
+                        raise ClusterUnreadable(cluster, f"the listing ran past {self.max_pages} pages", "too_big")
+                    try:
+                        page = connection.get_json(PODS_PATH, query)
+                    except HttpProblem as problem:
+                        if halved or limit < 2 or not _too_large(problem):
+                            raise
+                        limit, halved = limit // 2, True
+                        query["limit"] = limit
+                        continue
                     pages += 1
                     items = page.get("items")
                     if page.get("kind") != "PodList" or not isinstance(items, list):
                         raise HttpProblem("malformed", "the answer is not a PodList")
-                    part = cluster_pods(cluster, (i for i in items if isinstance(i, dict)), 0, self.gpu_resources)
-                    waiting += part.waiting
-                    gpu_nodes |= part.gpu_nodes
+                    tally.add(items)
+                    if tally.pods > self.max_pods:
+                        why = f"over {self.max_pods:,} pods: more than the scaler reads in one tick"
+                        raise ClusterUnreadable(cluster, why, "too_big")
                     metadata = page.get("metadata")
                     token = metadata.get("continue") if isinstance(metadata, dict) else None
                     if not token:
-                        return ClusterPods(
-                            cluster=cluster, waiting=tuple(waiting), gpu_nodes=frozenset(gpu_nodes), pages=pages
-                        )
-                    query["continue"] = str(token)
+                        return tally.result(pages)
+                    token = str(token)
+                    if token in tokens:
+                        why = f"the API server gave the same continue token twice (page {pages}): the listing loops"
+                        raise ClusterUnreadable(cluster, why, "loop")
+                    tokens.add(token)
+                    query["continue"] = token
             except HttpProblem as problem:
                 if problem.status != 410 or attempt == 2:
                     raise
+                limit = int(query["limit"])
         raise AssertionError("unreachable")  # pragma: no cover (the second attempt returns or raises)
+
+
+def _too_large(problem: HttpProblem) -> bool:
+    """A page the client would not hold (over MAX_BODY) or the server would not send: 413, or a Status
+    that says the answer is too large (etcd's and gRPC's limits surface as 500s that say so)."""
+    if problem.kind == "too_large" or problem.status == 413:
+        return True
+    said = str(problem.document.get("message") or "").lower()
+    return problem.status is not None and ("too large" in said or "larger than max" in said)
