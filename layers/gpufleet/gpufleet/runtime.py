@@ -131,6 +131,7 @@ def demand_reader(settings: Settings, clients: AwsClients, logger: Logger, sessi
     group's policy names a source."""
     from gpufleet.aws.eks_nodes import instances_by_node_name, node_shape
     from gpufleet.aws.kubernetes import PodReader
+    from gpufleet.aws.readiness import node_readiness
 
     own = session or Session()
     ec2 = client("ec2", session)
@@ -147,9 +148,12 @@ def demand_reader(settings: Settings, clients: AwsClients, logger: Logger, sessi
         sqs=client("sqs", session),
         cloudwatch=clients.cloudwatch,
         cluster_pods=cluster_pods,
-        node_shape=lambda cluster, nodegroup: node_shape(clients.eks, ec2, cluster, nodegroup),
+        node_shape=lambda cluster, nodegroup, overrides=None: node_shape(
+            clients.eks, ec2, cluster, nodegroup, overrides=overrides
+        ),
         instances_of=lambda names: instances_by_node_name(ec2, names),
         logger=logger,
+        readiness=lambda ids, now, young: node_readiness(ec2, GpuMetricsReader(clients.cloudwatch), ids, now, young),
     )
 
 

@@ -176,7 +176,8 @@ def run_busy(
     protect: bool = True,
 ) -> int:
     """Protect, run `command`, unprotect when the last holder leaves; COMMAND's exit code. `protect`
-    False: only run it, signals forwarded (there is no instance to protect)."""
+    False: only run it, signals forwarded (there is no instance to protect). Long because the signal
+    handlers, the child and the holders' file must be set up and torn down in one order, in one place."""
     pending: List[int] = []  # signals that came before the command started
     child: Dict[str, Any] = {}
 

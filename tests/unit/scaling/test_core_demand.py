@@ -130,9 +130,12 @@ def test_nothing_waiting_releases_every_idle_node_down_to_min_in_one_change() ->
 
 def test_a_source_that_knows_the_nodes_asks_for_metrics_when_one_is_free() -> None:
     """Kubernetes says which nodes run GPU pods: one without any is worth a metrics read to confirm it
-    idle, even inside the band; a source that knows nothing of nodes leaves that to the band."""
+    idle, even inside the band. A source that knows nothing of nodes (a queue, a metric) asks too, for the
+    nodes above what running work holds: its idle nodes must leave even with the band off."""
     obs = observe(3, (), util=50).model_copy(update={"instance_metrics_loaded": False})
-    assert tick(obs).action is Action.HOLD  # inside the band, the source knows no nodes
+    blind = tick(obs)
+    assert blind.action is Action.SCALE_IN and blind.needs_instance_metrics
+    assert "3 node(s) not held by work: choosing idle instances" in blind.reason
     knows = obs.model_copy(update={"demand": obs.demand.model_copy(update={"knows_nodes": True})})  # type: ignore[union-attr]
     d = tick(knows)
     assert d.action is Action.SCALE_IN and d.needs_instance_metrics

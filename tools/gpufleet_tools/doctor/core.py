@@ -10,7 +10,9 @@ gpufleet does not manage, or that read a managed group's metrics without the pol
 EventBridge rule never sees them); a group's alarm pairs inverted (scale-out at or below scale-in) or
 doubled; managed groups no scale-out alarm points at; notification routes that lead nowhere; each group's
 demand source - the cluster (exists, reachable, an access entry with AmazonEKSViewPolicy), the queue, the
-backlog metric (a datum lately). A group name not found comes with the closest the account has.
+backlog metric (a datum lately); a queue-driven group whose workers hold messages while none of its
+instances is protected from scale-in (nothing marks the busy nodes); two groups reading one queue or one
+metric with no `demand.order` between them. A group name not found comes with the closest the account has.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ class DemandView(Frozen):
     problem: str | None = None
     doubt: str | None = None
     found: str = ""
+    in_flight: int | None = None  # a queue's messages being worked on (ApproximateNumberOfMessagesNotVisible)
 
 
 class AccountView(Frozen):
@@ -102,7 +105,91 @@ def diagnose(policy: FleetPolicy, view: AccountView) -> list[Finding]:
     found += list(_alarms(policy, view, {g.ref for g, _ in managed}, tracked))
     found += list(_routes(policy, view))
     found += [_demand_finding(d) for d in view.demand]
+    found += list(_queue_workers(managed, view))
+    found += list(_shared_sources(policy, managed))
     return found
+
+
+def _queue_workers(managed: list[tuple[GroupObservation, GroupSettings]], view: AccountView) -> Iterator[Finding]:
+    """Queue-driven groups whose workers hold messages while none of their instances is protected from
+    scale-in. In-flight messages keep that many nodes, but nothing says which: an idle node may be kept and
+    a busy one removed. AWS's answer for queue workers is scale-in protection while a job runs (EC2 Auto
+    Scaling user guide, "Use instance scale-in protection"); `gpufleet-node busy -- COMMAND` does it. Groups
+    on one queue are judged together: a protected instance in any of them shows the workers mark their nodes."""
+    in_flight = {d.group: d.in_flight for d in view.demand if d.in_flight is not None}
+    by_queue: dict[str, list[GroupObservation]] = {}
+    for obs, s in managed:
+        if s.demand is not None and s.demand.sqs is not None and s.owner is not Owner.EXTERNAL:
+            by_queue.setdefault(s.demand.sqs.queue_url.rstrip("/"), []).append(obs)
+    for url, groups in sorted(by_queue.items()):
+        held = max((in_flight.get(g.ref.key) or 0 for g in groups), default=0)
+        if held == 0 or any(i.protected_from_scale_in for g in groups for i in g.instances):
+            continue
+        queue = url.rsplit("/", 1)[-1]
+        for obs in sorted((g for g in groups if g.in_service), key=lambda g: g.ref.key):
+            yield Finding(
+                level=Level.WARNING,
+                subject=obs.ref.key,
+                text=f"{held} message(s) of queue {queue} are being worked on, but none of its instances is "
+                "protected from scale-in: gpufleet keeps as many nodes as messages run, not the ones that run "
+                "them, and may remove a busy node; run each job as `gpufleet-node busy -- COMMAND` (or call "
+                "SetInstanceProtection around it: docs/scaler.md, Queue workers)",
+            )
+
+
+def _source_key(obs: GroupObservation, s: GroupSettings) -> str | None:
+    """What a group's demand reads, when other groups can read the very same thing: a queue, or a metric
+    with explicit dimensions (without them each group reads its own dimension)."""
+    d = s.demand
+    if d is None:
+        return None
+    if d.sqs is not None:
+        return f"queue {d.sqs.queue_url.rstrip('/').rsplit('/', 1)[-1]} ({d.sqs.queue_url.rstrip('/')})"
+    if d.metric is not None and d.metric.dimensions is not None:
+        dims = ", ".join(f"{k}={v}" for k, v in sorted(d.metric.dimensions.items()))
+        return f"metric {d.metric.namespace}/{d.metric.metric_name} ({dims})"
+    return None
+
+
+def _spot_pairs(policy: FleetPolicy) -> set[frozenset[str]]:
+    pairs: set[frozenset[str]] = set()
+    for spot in policy.spot.groups:
+        if spot.fallback is None:
+            continue
+        try:
+            pairs.add(frozenset((GroupRef.parse_key(spot.group).key, GroupRef.parse_key(spot.fallback.group).key)))
+        except ValueError:
+            continue  # a static problem, already reported
+    return pairs
+
+
+def _shared_sources(policy: FleetPolicy, managed: list[tuple[GroupObservation, GroupSettings]]) -> Iterator[Finding]:
+    """Groups that read one source split it: the lowest `demand.order` first, then a spot group before
+    its fallback, then by name. Two groups that only the name orders were put in that order by nobody."""
+    by_source: dict[str, list[tuple[str, int | None]]] = {}
+    for obs, s in managed:
+        key = _source_key(obs, s)
+        if key is not None and s.demand is not None:
+            by_source.setdefault(key, []).append((obs.ref.key, s.demand.order))
+    spot = _spot_pairs(policy)
+    for source, readers in sorted(by_source.items()):
+        readers.sort()
+        tied = [
+            (a, b)
+            for i, (a, order_a) in enumerate(readers)
+            for b, order_b in readers[i + 1 :]
+            if order_a == order_b and frozenset((a, b)) not in spot
+        ]
+        if not tied:
+            continue
+        names = sorted({g for pair in tied for g in pair})
+        yield Finding(
+            level=Level.WARNING,
+            subject=", ".join(names),
+            text=f"{', '.join(names)} read one source, {source}, with no `demand.order` between them: each "
+            f"would take the same work, so they split it by name ({names[0]} first); set `demand.order` on "
+            "their rules (lowest first) to say which takes it (a spot group and its fallback need none)",
+        )
 
 
 def _demand_finding(d: DemandView) -> Finding:

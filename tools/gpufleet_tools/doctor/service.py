@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpufleet.aws.alarms import AlarmReader
-from gpufleet.aws.backlog import BacklogUnreadable, latest_values, queue_messages
+from gpufleet.aws.backlog import BacklogUnreadable, latest_values, queue_counts
 from gpufleet.aws.clients import AWS_FAILURES, AwsClients, Session, client, error_code
 from gpufleet.aws.fleet import FleetReader
 from gpufleet.aws.kubernetes import PodReader
@@ -180,10 +180,11 @@ class DemandProbe:
     def _queue(self, group: str, url: str) -> DemandView:
         source = f"queue {url.rstrip('/').rsplit('/', 1)[-1]}"
         try:
-            count = queue_messages(self.sqs, url, False)
+            visible, in_flight = queue_counts(self.sqs, url)
         except BacklogUnreadable as exc:
             return DemandView(group=group, source=source, problem=exc.why)
-        return DemandView(group=group, source=source, found=f"{count} message(s) waiting now")
+        found = f"{visible} message(s) waiting, {in_flight} being worked on now"
+        return DemandView(group=group, source=source, found=found, in_flight=in_flight)
 
     def _metric(self, group: str, namespace: str, name: str, dims: dict[str, str]) -> DemandView:
         source = f"metric {namespace}/{name}"

@@ -28,19 +28,30 @@ class BacklogUnreadable(Exception):
         self.source, self.why = source, why
 
 
-def queue_messages(sqs: SQSClient, queue_url: str, in_flight: bool) -> int:
-    """Visible messages (and, when asked, those being worked on) - SQS's approximate counts."""
-    names: list[Any] = ["ApproximateNumberOfMessages"]
-    if in_flight:
-        names.append("ApproximateNumberOfMessagesNotVisible")
+VISIBLE = "ApproximateNumberOfMessages"  # waiting: nobody took them yet
+IN_FLIGHT = "ApproximateNumberOfMessagesNotVisible"  # running: a worker took them and has not deleted them
+
+
+def queue_counts(sqs: SQSClient, queue_url: str) -> tuple[int, int]:
+    """(visible, in flight): SQS's approximate counts of the jobs that wait and of those being worked on.
+    An answer without both counts, or with counts that are not whole numbers, is unreadable: it must never
+    read as "nothing waits, nothing runs"."""
+    source = f"queue {queue_url}"
     try:
-        found = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=names)["Attributes"]
+        names: list[Any] = [VISIBLE, IN_FLIGHT]
+        answer = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=names)
     except AWS_FAILURES as err:
-        raise BacklogUnreadable(f"queue {queue_url}", f"GetQueueAttributes failed ({error_code(err)})") from None
-    try:
-        return sum(max(0, int(found.get(name, "0"))) for name in names)
-    except ValueError:
-        raise BacklogUnreadable(f"queue {queue_url}", "SQS answered counts that are not numbers") from None
+        raise BacklogUnreadable(source, f"GetQueueAttributes failed ({error_code(err)})") from None
+    found = answer.get("Attributes") if isinstance(answer, Mapping) else None
+    if not isinstance(found, Mapping) or VISIBLE not in found or IN_FLIGHT not in found:
+        raise BacklogUnreadable(source, "SQS answered without the message counts")
+    counts = []
+    for name in (VISIBLE, IN_FLIGHT):
+        text = str(found[name]).strip()
+        if not text.isdigit():
+            raise BacklogUnreadable(source, f"SQS answered {name}={text[:40]!r}, not a whole number")
+        counts.append(int(text))
+    return counts[0], counts[1]
 
 
 def latest_values(

@@ -1,5 +1,6 @@
 """What the pods' numbers need from EC2 and EKS: which instance a Kubernetes node is, and what a managed
-node group's nodes offer a pod (GPUs, labels, taints), in the Kubernetes terms the pure packing uses.
+node group's nodes offer a pod (GPUs, allocatable resources, labels, taints, zones), in the Kubernetes terms
+the pure fit uses (the arithmetic, with its sources, is in `gpufleet.aws.eks_shape`).
 
 Nodes are mapped through EC2, not the Kubernetes API: the scaler's access entry has AmazonEKSViewPolicy,
 which covers pods but not nodes (cluster-scoped). On EKS a node's name is its instance's private DNS name
@@ -9,12 +10,14 @@ DescribeInstances filtered on `private-dns-name` (paged, 200 names a filter) map
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gpufleet.aws.clients import AWS_FAILURES, error_code
+from gpufleet.aws.eks_shape import GPU_LABELS, InstanceType, allocatable, instance_type, shape_labels
 from gpufleet.domain.errors import one_line
-from gpufleet.scaling.demand import NodeShape
+from gpufleet.events.quantity import parse_quantity
+from gpufleet.scaling.fit import REGION_LABEL, ZONE_LABEL, NodeShape
 
 if TYPE_CHECKING:
     from mypy_boto3_eks import EKSClient
@@ -23,15 +26,15 @@ FILTER_VALUES_MAX = 200  # EC2's limit on one filter's values
 LIVE_STATES = ["pending", "running", "stopping", "stopped", "shutting-down"]  # a terminated one has no DNS name
 # EKS's taint effects -> the Kubernetes names pods tolerate.
 TAINT_EFFECTS = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
-ARCHITECTURES = {"x86_64": "amd64", "arm64": "arm64"}  # EC2's names -> kubernetes.io/arch
 NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"
 CAPACITY_TYPE_LABEL = "eks.amazonaws.com/capacityType"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 ARCH_LABEL = "kubernetes.io/arch"
 OS_LABEL = "kubernetes.io/os"
 
-# Instance type -> (GPUs, kubernetes.io/arch); instance types do not change, so a container keeps them.
-_TYPES: dict[str, tuple[int, str]] = {}
+# Instance types and subnets do not change: a container keeps what EC2 said of them.
+_TYPES: dict[str, InstanceType] = {}
+_SUBNET_ZONES: dict[str, str] = {}
 
 
 class ShapeUnknown(ValueError):
@@ -59,26 +62,41 @@ def instances_by_node_name(ec2: Any, node_names: Iterable[str]) -> dict[str, str
     return found
 
 
-def instance_types(ec2: Any, names: Iterable[str]) -> dict[str, tuple[int, str]]:
-    """Instance type -> (GPUs per instance from GpuInfo, kubernetes.io/arch), asking EC2 only for the types
-    this container has not seen. A type without GpuInfo has 0 GPUs. GPUs are the logical count where EC2
-    gives one: a fractional-GPU type (g6f.large: Count 0, one eighth of an L4) shows the node one GPU."""
+def instance_types(ec2: Any, names: Iterable[str]) -> dict[str, InstanceType]:
+    """Instance type -> what EC2 says of it (GPUs, arch, vCPUs, memory, network, GPU model), asking EC2
+    only for the types this container has not seen."""
+    names = list(names)
     wanted = sorted(set(names) - set(_TYPES))
     if wanted:
         pages = ec2.get_paginator("describe_instance_types").paginate(InstanceTypes=wanted)
         for page in pages:
             for item in page.get("InstanceTypes", []):
-                devices = item.get("GpuInfo", {}).get("Gpus", [])
-                gpus = sum(int(g.get("LogicalGpuCount", g.get("Count", 0))) for g in devices)
-                archs = item.get("ProcessorInfo", {}).get("SupportedArchitectures", [])
-                arch = next((ARCHITECTURES[a] for a in archs if a in ARCHITECTURES), "")
-                _TYPES[item["InstanceType"]] = (gpus, arch)
+                _TYPES[item["InstanceType"]] = instance_type(item)
     return {n: _TYPES[n] for n in names if n in _TYPES}
 
 
-def _labels(nodegroup: Mapping[str, Any], types: dict[str, tuple[int, str]]) -> tuple[tuple[str, str], ...]:
-    """The node group's own labels and those EKS and the kubelet put on every node of it (the instance
-    type only when the group has one, the arch when all its types agree)."""
+def subnet_zones(ec2: Any, subnets: Sequence[str]) -> tuple[str, ...]:
+    """The availability zones of a node group's subnets (DescribeSubnets, kept per container); () when
+    EC2 cannot say (a pod that selects a zone is then told, not guessed)."""
+    wanted = sorted(set(subnets) - set(_SUBNET_ZONES))
+    if wanted:
+        try:
+            for s in ec2.describe_subnets(SubnetIds=wanted).get("Subnets", []):
+                if s.get("SubnetId") and s.get("AvailabilityZone"):
+                    _SUBNET_ZONES[s["SubnetId"]] = s["AvailabilityZone"]
+        except AWS_FAILURES:
+            return ()
+    if any(s not in _SUBNET_ZONES for s in subnets):
+        return ()
+    return tuple(sorted({_SUBNET_ZONES[s] for s in subnets}))
+
+
+def _labels(
+    nodegroup: Mapping[str, Any], types: Mapping[str, InstanceType], zones: Sequence[str], region: str
+) -> tuple[tuple[str, str], ...]:
+    """The node group's own labels and those EKS, the kubelet and GPU feature discovery put on every node
+    of it (the instance type only when the group has one; the arch and GPU labels when all its types
+    agree; the zone when the group has one zone)."""
     labels = {str(k): str(v) for k, v in (nodegroup.get("labels") or {}).items()}
     labels[NODEGROUP_LABEL] = nodegroup["nodegroupName"]
     if nodegroup.get("capacityType"):
@@ -86,25 +104,43 @@ def _labels(nodegroup: Mapping[str, Any], types: dict[str, tuple[int, str]]) -> 
     labels[OS_LABEL] = "windows" if str(nodegroup.get("amiType", "")).startswith("WINDOWS") else "linux"
     if len(types) == 1:
         labels[INSTANCE_TYPE_LABEL] = next(iter(types))
-    archs = {arch for _, arch in types.values()}
+    archs = {t.arch for t in types.values()}
     if len(archs) == 1 and "" not in archs:
         labels[ARCH_LABEL] = archs.pop()
+    per_type = [shape_labels(t) for t in types.values()]
+    for key in GPU_LABELS:
+        values = {p.get(key) for p in per_type}
+        if len(values) == 1 and None not in values:
+            labels[key] = str(values.pop())
+    if len(zones) == 1:
+        labels[ZONE_LABEL] = zones[0]
+    if region:
+        labels[REGION_LABEL] = region
     return tuple(sorted(labels.items()))
 
 
-def node_shape(eks: EKSClient, ec2: Any, cluster: str, nodegroup: str) -> NodeShape:
-    """What a node of the managed node group offers a pod: GPUs (the fewest of its instance types, so a
-    pod said to fit fits whichever type launches), labels and taints, from DescribeNodegroup and
-    DescribeInstanceTypes. ShapeUnknown when that cannot be told."""
+def node_shape(
+    eks: EKSClient,
+    ec2: Any,
+    cluster: str,
+    nodegroup: str,
+    zones: Sequence[str] | None = None,
+    overrides: Mapping[str, str] | None = None,
+) -> NodeShape:
+    """What a node of the managed node group offers a pod: GPUs and allocatable resources (the least of
+    its instance types, so a pod said to fit fits whichever type launches), labels, taints and zones, from
+    DescribeNodegroup, DescribeInstanceTypes and DescribeSubnets (unless `zones` is given). `overrides`
+    (policy `demand.kubernetes.allocatable`, quantities) replaces the computed allocatable resource by
+    resource, for AMIs that reserve otherwise. ShapeUnknown when that cannot be told."""
     try:
         found = eks.describe_nodegroup(clusterName=cluster, nodegroupName=nodegroup)["nodegroup"]
         types = found.get("instanceTypes") or []
         if not types:
             raise ShapeUnknown(cluster, nodegroup, "no instanceTypes (set in its launch template): GPUs unknown")
-        gpus = instance_types(ec2, types)
+        described = instance_types(ec2, types)
     except AWS_FAILURES as err:
         raise ShapeUnknown(cluster, nodegroup, f"cannot describe it ({error_code(err)})") from None
-    fewest = min((gpus.get(t, (0, ""))[0] for t in types), default=0)
+    fewest = min((described[t].gpus if t in described else 0 for t in types), default=0)
     if fewest <= 0:
         raise ShapeUnknown(cluster, nodegroup, f"instance types {', '.join(types)}: not all have GPUs")
     taints = tuple(
@@ -115,4 +151,23 @@ def node_shape(eks: EKSClient, ec2: Any, cluster: str, nodegroup: str) -> NodeSh
         )
         for t in found.get("taints") or []
     )
-    return NodeShape(gpus=fewest, labels=_labels(found, gpus), taints=taints)
+    if zones is None:
+        zones = subnet_zones(ec2, [str(s) for s in found.get("subnets") or []])
+    disk = found.get("diskSize") if not found.get("launchTemplate") else None
+    offered = _least([allocatable(described[t], disk) for t in types])
+    offered.update({str(k): parse_quantity(v) for k, v in (overrides or {}).items()})
+    region = str(getattr(getattr(ec2, "meta", None), "region_name", "") or "")
+    return NodeShape(
+        gpus=fewest,
+        labels=_labels(found, described, tuple(zones), region),
+        taints=taints,
+        allocatable=offered,
+        zones=tuple(sorted(set(zones))),
+        name="/".join(types),
+    )
+
+
+def _least(offers: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Per resource, the least any of the types offers (a resource one type lacks is offered by none)."""
+    keys = set.intersection(*(set(o) for o in offers)) if offers else set()
+    return {k: min(o[k] for o in offers) for k in sorted(keys)}

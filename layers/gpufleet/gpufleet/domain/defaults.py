@@ -51,6 +51,7 @@ POLICY_CACHE_S = 60
 # AWS API batch limits.
 GET_METRIC_DATA_MAX_QUERIES = 500
 DESCRIBE_ASG_MAX_NAMES = 100
+LIST_METRICS_MAX_PAGES = 200  # 500 series a page: the guard lists at most 100,000 publishing series
 
 # Notifications (issue 3).
 ENV_NOTIFY_QUEUE_URL = "GPUFLEET_NOTIFY_QUEUE_URL"
@@ -76,3 +77,13 @@ BATCH_BACKOFF_BASE_S = 0.05
 BATCH_BACKOFF_CAP_S = 2.0
 BATCH_WAIT_MAX_S = 5.0  # waiting in all, inside the controllers' timeouts (60 s and more)
 TERMINATION_BATCH_WAIT_MAX_S = 0.3  # the termination policy answers within 2 s: it barely waits
+
+# Demand sources (issue 28).
+# A backlog count past this is read as this many: no queue or scheduler of one fleet holds more, and every
+# number from outside must give a bounded answer (a metric of 1e20 asks for max, not for memory).
+MAX_BACKLOG_ITEMS = 1_000_000
+# A new node is room for waiting work only once it can serve GPUs. Past this it is an incident and no
+# longer counts (Cluster Autoscaler's max-node-provision-time is 15 minutes too).
+DEFAULT_GPU_READY_TIMEOUT_S = 900
+# Pods below this priority ask for no node (Cluster Autoscaler's expendable-pods-priority-cutoff: -10).
+DEFAULT_EXPENDABLE_PRIORITY = -10

@@ -165,6 +165,24 @@ class WaitingWork(Frozen):
     gpus: float = Field(gt=0)  # per item
     since: datetime | None = None  # when the longest-waiting of them started waiting, when the source says
     count: int = Field(default=1, ge=1)
+    whole_node: bool = False  # needs a node of its own (required anti-affinity to its kind, a hostPort): one per node
+
+
+class UnfitWork(Frozen):
+    """Waiting work no group can ever take (too big for every node shape, or a constraint no shape meets):
+    it asks for nothing, and is told once per set with the numbers."""
+
+    key: str  # stable identity of the set (namespace, owner, request): one notice per key
+    count: int = Field(ge=1)
+    text: str  # "3 pods of serving/infer (cpu 4, memory 16Gi, 1 GPU) fit no group: eks:ml/gpu-infer's ..."
+
+
+class NodeNotice(Frozen):
+    """A node the demand path must tell about (one notice per key): a node that never became GPU-ready."""
+
+    key: str
+    instance_id: str
+    text: str
 
 
 class Demand(Frozen):
@@ -179,10 +197,27 @@ class Demand(Frozen):
     free_gpus: tuple[float, ...] = ()  # room on the group's serving nodes, per node, that waiting work may use
     knows_nodes: bool = False  # the source set each instance's runs_gpu_work (Kubernetes: pods bound to nodes)
     unreadable: str | None = None
+    unfit: tuple[UnfitWork, ...] = ()  # work of this source that no group fits (told, never asked for)
+    # Nodes that running work holds (SQS: in-flight messages), which the source cannot name: never released.
+    held_nodes: int = Field(default=0, ge=0)
+    # The source cannot say which nodes run work (a node name EC2 does not map, a throttled lookup): no node
+    # of the group may be removed. Room for waiting work is a separate fact and is not taken away by it.
+    scale_in_closed: str | None = None
+    # Nodes launched but not able to serve GPUs yet (no GPUs reported): on the way, not room, not victims.
+    not_ready: tuple[str, ...] = ()
+    never_ready: tuple[NodeNotice, ...] = ()  # past the GPU-ready timeout: told, and counted as nothing
 
     @property
     def known(self) -> bool:
         return self.unreadable is None
+
+    @property
+    def closed_for_scale_in(self) -> str | None:
+        """Why no node of the group may be removed now: the source could not be read, or cannot say
+        which nodes run work (fail closed). None when scale-in may go ahead."""
+        if self.unreadable is not None:
+            return f"{self.source} cannot be read ({self.unreadable})"
+        return self.scale_in_closed
 
 
 class GroupObservation(Frozen):

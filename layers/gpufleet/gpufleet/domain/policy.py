@@ -152,13 +152,24 @@ class KubernetesDemand(Frozen):
 
     # Extended resources that are (shares of) GPUs -> how many of them make one GPU.
     gpu_resources: dict[str, float] = Field(default_factory=lambda: {"nvidia.com/gpu": 1.0}, min_length=1)
+    # Pods below this priority ask for no node (overprovisioning placeholders run this way).
+    expendable_priority: int = defaults.DEFAULT_EXPENDABLE_PRIORITY
+    # For AMIs that reserve otherwise than the EKS AMI: resource -> allocatable quantity on a fresh node
+    # ({"cpu": "3500m", "memory": "13Gi", "ephemeral-storage": "90Gi"}); replaces the computed value.
+    allocatable: dict[str, str] | None = Field(default=None, max_length=64)
 
     @model_validator(mode="after")
     def _units(self) -> Self:
         bad = [name for name, units in self.gpu_resources.items() if not 0 < units <= 1000]
         if bad:
             raise ValueError(f"gpu_resources units per GPU must be in (0, 1000]: {', '.join(bad)}")
+        wrong = [k for k, v in (self.allocatable or {}).items() if not _QUANTITY.fullmatch(str(v))]
+        if wrong:
+            raise ValueError(f"allocatable must be Kubernetes quantities (4, 3500m, 16Gi): {', '.join(wrong)}")
         return self
+
+
+_QUANTITY = re.compile(r"\d{1,15}(\.\d{1,9})?(Ki|Mi|Gi|Ti|Pi|Ei|[mkMGTPE])?")
 
 
 class QueueDemand(Frozen):
@@ -166,7 +177,7 @@ class QueueDemand(Frozen):
 
     queue_url: str = Field(pattern=r"^https?://\S+$")
     gpus_per_message: float = Field(default=1.0, gt=0, le=1024)
-    in_flight: bool = False  # also count messages being worked on (when a worker holds one until it has a node)
+    in_flight: bool = False  # kept for old policies: in-flight messages now always count as running work
 
 
 class MetricDemand(Frozen):
@@ -185,6 +196,9 @@ class DemandSource(Frozen):
     sqs: QueueDemand | None = None
     metric: MetricDemand | None = None
     gpus_per_node: float | None = Field(default=None, gt=0, le=1024)  # ASGs: GPUs per instance (EKS: its type's)
+    # Groups that read one source (a queue, a metric, a cluster's pods) split it: the lowest order first,
+    # then a spot group before its fallback, then by name. Unset: after every group that sets one.
+    order: int | None = Field(default=None, ge=0, le=1000)
 
     @model_validator(mode="after")
     def _one_source(self) -> Self:
@@ -210,6 +224,8 @@ class GroupSettings(Frozen):
     schedules: tuple[ScheduleWindow, ...] = ()
     dry_run: bool = False
     demand: DemandSource | None = None  # waiting work drives scale-out, scale from and to zero
+    # A new node that reports no GPUs this long after launch is an incident and no longer capacity.
+    gpu_ready_timeout_s: int = Field(default=defaults.DEFAULT_GPU_READY_TIMEOUT_S, ge=60, le=6 * 3600)
 
     @model_validator(mode="after")
     def _bounds(self) -> Self:

@@ -1,14 +1,21 @@
 """Kubernetes pods as gpufleet sees them: a page of `GET /api/v1/pods` (a PodList in the API's JSON) becomes
-typed pods that wait for GPUs, and the nodes that run GPU pods. Pure: documents in, models out.
+typed pods that wait for GPUs, the nodes that run GPU pods, and what each DaemonSet's pod takes from a node.
+Pure: documents in, models out.
 
 A pod waits for GPUs when its `PodScheduled` condition is False with reason `Unschedulable`, no node is
 nominated for it (the scheduler is preempting to place it), it is not a DaemonSet's (those follow nodes,
-they never need one), and it asks for GPUs. What it asks for is the effective request the scheduler uses:
-per resource, the larger of the app containers' sum and any one init container's request.
+they never need one), and it asks for GPUs. What it asks for is the effective request the scheduler uses,
+per resource (k8s.io/component-helpers/resource `PodRequests` / `AggregateContainerRequests`, the sidecar
+KEP-753 formula): the larger of
+- the app containers' sum plus the restartable init containers' (sidecars: `restartPolicy: Always`; they
+  run for the pod's whole life), and
+- for each regular init container, its own request plus the sidecars started before it,
+then the pod-level `resources.requests` where set (cpu, memory, hugepages), plus the pod's `overhead`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -18,12 +25,17 @@ from pydantic import Field
 from gpufleet.domain.errors import one_line
 from gpufleet.domain.models import Frozen
 from gpufleet.domain.values import EARLIEST, LATEST, Timestamp
+from gpufleet.events.quantity import parse_quantity
 
 NVIDIA_GPU = "nvidia.com/gpu"
 # Extended resources that stand for (shares of) GPUs, and how many of each make one GPU. The default is
-# whole NVIDIA GPUs; a cluster that shares GPUs adds its own (e.g. {"k8s.amazonaws.com/vgpu": 10}, or
-# time-sliced replicas, or MIG profiles such as "nvidia.com/mig-1g.10gb": 7).
+# whole NVIDIA GPUs; a cluster that shares GPUs adds its own (e.g. {"k8s.amazonaws.com/vgpu": 48} where the
+# device plugin cuts each GPU into 48 units, or time-sliced replicas, or MIG profiles such as
+# "nvidia.com/mig-1g.10gb": 7).
 DEFAULT_GPU_RESOURCES: Mapping[str, float] = {NVIDIA_GPU: 1.0}
+HOSTNAME_KEY = "kubernetes.io/hostname"
+# Resources the API lets a pod set at the pod level (PodLevelResources: cpu, memory, hugepages-*).
+_POD_LEVEL = ("cpu", "memory")
 
 
 class Toleration(Frozen):
@@ -42,18 +54,41 @@ class SelectorTerm(Frozen):
     fields: bool = False  # the term has matchFields
 
 
-class WaitingPod(Frozen):
-    namespace: str
-    name: str
-    gpus: float = Field(gt=0)  # in GPUs (shares converted by the cluster's resource table)
-    since: Timestamp | None = None  # when PodScheduled turned False; None: not said, or not a sane time
+class Placement(Frozen):
+    """What a pod needs of a node besides room: node labels it selects and taints it tolerates."""
+
     node_selector: tuple[tuple[str, str], ...] = ()
     affinity: tuple[SelectorTerm, ...] = ()  # required node affinity; empty: any node
     tolerations: tuple[Toleration, ...] = ()
+    # Every resource it requests but GPUs (those are `gpus`), in base units: cpu in cores, memory and
+    # storage in bytes, extended resources in their units. Sorted by name; a pod also takes one of `pods`.
+    requests: tuple[tuple[str, float], ...] = ()
+
+
+class WaitingPod(Placement):
+    namespace: str
+    name: str
+    gpus: float = Field(gt=0)  # in GPUs (shares converted by the cluster's resource table); inf: absurd
+    since: Timestamp | None = None  # when PodScheduled turned False; None: not said, or not a sane time
+    priority: int = 0  # spec.priority (from its PriorityClass): below the expendable cut-off it asks for nothing
+    one_per_node: bool = False  # required anti-affinity to its own kind per hostname, or a hostPort
+    owner: str = ""  # its set: the Deployment, Job, StatefulSet... (a ReplicaSet's hash cut), else its name
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def pod_set(self) -> str:
+        return f"{self.namespace}/{self.owner or self.name}"
+
+
+class DaemonSetPod(Placement):
+    """What one DaemonSet's pod takes from every node it runs on (one per DaemonSet, from any of its pods):
+    a new node of a group offers a waiting pod its allocatable less these."""
+
+    namespace: str
+    name: str  # the DaemonSet's
 
 
 def _map(value: Any) -> Mapping[str, Any]:
@@ -65,33 +100,68 @@ def _list(value: Any) -> list[Mapping[str, Any]]:
     return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
 
 
-def _quantity(text: Any) -> float:
-    """An extended resource's quantity ('2', '500m'); extended resources are whole numbers, but be lenient."""
-    s = str(text).strip()
-    if s.endswith("m") and s[:-1].isdigit():
-        return int(s[:-1]) / 1000
-    try:
-        value = float(s)
-    except ValueError:
-        return 0.0
-    return value if value >= 0 and value == value and value != float("inf") else 0.0
+def _quantity(resource: str, text: Any) -> float:
+    """A request in base units. Extended resources (a domain-prefixed name: nvidia.com/gpu) are whole
+    numbers to the API; a fraction (or 1e-320) counts as the next whole unit, so a GPU share is never
+    smaller than one unit of its resource."""
+    value = parse_quantity(text)
+    if value > 0 and "/" in resource and math.isfinite(value):
+        return float(math.ceil(value - 1e-9)) or 1.0
+    return value
 
 
-def _requests(container: Mapping[str, Any]) -> Mapping[str, Any]:
+def _requests(container: Mapping[str, Any]) -> dict[str, float]:
     resources = _map(container.get("resources"))
-    # A limit without a request means request = limit (extended resources must have them equal).
-    return {**_map(resources.get("limits")), **_map(resources.get("requests"))}
+    # A limit without a request means request = limit (the API defaults it; extended resources must match).
+    merged = {**_map(resources.get("limits")), **_map(resources.get("requests"))}
+    return {str(k): _quantity(str(k), v) for k, v in merged.items()}
+
+
+def _add(into: dict[str, float], more: Mapping[str, float]) -> None:
+    for k, v in more.items():
+        into[k] = into.get(k, 0.0) + v
+
+
+def _max(into: dict[str, float], more: Mapping[str, float]) -> None:
+    for k, v in more.items():
+        if v > into.get(k, 0.0):
+            into[k] = v
+
+
+def pod_requests(spec: Mapping[str, Any]) -> dict[str, float]:
+    """The pod's effective request per resource, as the scheduler computes it (module docstring)."""
+    total: dict[str, float] = {}
+    for c in _list(spec.get("containers")):
+        _add(total, _requests(c))
+    sidecars: dict[str, float] = {}
+    init_peak: dict[str, float] = {}
+    for c in _list(spec.get("initContainers")):
+        own = _requests(c)
+        if c.get("restartPolicy") == "Always":  # a sidecar: runs beside the app containers
+            _add(total, own)
+            _add(sidecars, own)
+            _max(init_peak, sidecars)
+        else:
+            running = dict(own)
+            _add(running, sidecars)
+            _max(init_peak, running)
+    _max(total, init_peak)
+    pod_level = _map(_map(spec.get("resources")).get("requests"))
+    for k, v in pod_level.items():
+        if str(k) in _POD_LEVEL or str(k).startswith("hugepages-"):
+            total[str(k)] = _quantity(str(k), v)
+    _add(total, {str(k): _quantity(str(k), v) for k, v in _map(spec.get("overhead")).items()})
+    return {k: v for k, v in total.items() if v > 0}
 
 
 def gpu_request(spec: Mapping[str, Any], gpu_resources: Mapping[str, float] = DEFAULT_GPU_RESOURCES) -> float:
-    """The pod's effective GPU request in GPUs: per resource max(sum of app containers, largest init
-    container), each converted by its units per GPU, then summed over the GPU resources."""
-    total = 0.0
-    for resource, per_gpu in gpu_resources.items():
-        app = sum(_quantity(_requests(c).get(resource, 0)) for c in _list(spec.get("containers")))
-        init = max((_quantity(_requests(c).get(resource, 0)) for c in _list(spec.get("initContainers"))), default=0.0)
-        total += max(app, init) / per_gpu
-    return total
+    """The pod's effective GPU request in GPUs: each GPU resource's effective request converted by its
+    units per GPU, summed."""
+    return _gpus(pod_requests(spec), gpu_resources)
+
+
+def _gpus(requests: Mapping[str, float], gpu_resources: Mapping[str, float]) -> float:
+    return sum(requests.get(r, 0.0) / per_gpu for r, per_gpu in gpu_resources.items())
 
 
 def _unschedulable_since(status: Mapping[str, Any]) -> tuple[bool, datetime | None]:
@@ -127,10 +197,10 @@ def _time(text: Any) -> datetime | None:
     return at.astimezone(UTC) if EARLIEST <= at < LATEST else None  # compared first: 0001+01:00 cannot move
 
 
-def _affinity(spec: Mapping[str, Any]) -> tuple[SelectorTerm, ...]:
+def _affinity(spec: Mapping[str, Any], drop_fields: bool = False) -> tuple[SelectorTerm, ...]:
     node_affinity = _map(_map(spec.get("affinity")).get("nodeAffinity"))
     required = _map(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
-    return tuple(
+    terms = tuple(
         SelectorTerm(
             expressions=tuple(
                 (str(e.get("key")), str(e.get("operator")), tuple(str(v) for v in _values(e.get("values"))))
@@ -140,10 +210,82 @@ def _affinity(spec: Mapping[str, Any]) -> tuple[SelectorTerm, ...]:
         )
         for term in _list(required.get("nodeSelectorTerms"))
     )
+    # The DaemonSet controller pins each of its pods to one node with a matchFields term (it replaces the
+    # template's terms): for what the DaemonSet takes from a node, that pin says nothing.
+    return tuple(t for t in terms if not t.fields) if drop_fields else terms
 
 
 def _is_daemonset_pod(meta: Mapping[str, Any]) -> bool:
     return any(o.get("kind") == "DaemonSet" for o in _list(meta.get("ownerReferences")))
+
+
+def _label_selector_matches(selector: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
+    """A LabelSelector (matchLabels and matchExpressions) against a pod's labels; an empty selector
+    matches every pod (Kubernetes' rule for a present, empty selector)."""
+    for k, v in _map(selector.get("matchLabels")).items():
+        if labels.get(k) != v:
+            return False
+    for e in _list(selector.get("matchExpressions")):
+        key, op, values = str(e.get("key")), e.get("operator"), [str(v) for v in _values(e.get("values"))]
+        have = labels.get(key)
+        ok = {
+            "In": have is not None and str(have) in values,
+            "NotIn": have is None or str(have) not in values,
+            "Exists": have is not None,
+            "DoesNotExist": have is None,
+        }.get(str(op), False)
+        if not ok:
+            return False
+    return True
+
+
+def _one_per_node(spec: Mapping[str, Any], meta: Mapping[str, Any]) -> bool:
+    """Two such pods never share a node: a required pod anti-affinity per hostname whose selector matches
+    the pod itself (its own replicas repel each other), or a container hostPort (one port per node)."""
+    labels = _map(meta.get("labels"))
+    anti = _map(_map(spec.get("affinity")).get("podAntiAffinity"))
+    for term in _list(anti.get("requiredDuringSchedulingIgnoredDuringExecution")):
+        namespaces = _values(term.get("namespaces"))
+        own_namespace = not namespaces or meta.get("namespace", "default") in namespaces
+        selector = term.get("labelSelector")
+        if (
+            term.get("topologyKey") == HOSTNAME_KEY
+            and isinstance(selector, Mapping)
+            and own_namespace
+            and _label_selector_matches(selector, labels)
+        ):
+            return True
+    containers = [*_list(spec.get("containers")), *_list(spec.get("initContainers"))]
+    return any(p.get("hostPort") for c in containers for p in _list(c.get("ports")))
+
+
+def _owner(meta: Mapping[str, Any]) -> str:
+    """The pod's set, stable across its replicas and restarts: a ReplicaSet's name less the pod-template
+    hash (its Deployment), another controller's name, else the generateName prefix, else the pod."""
+    hash_ = str(_map(meta.get("labels")).get("pod-template-hash") or "")
+    for o in _list(meta.get("ownerReferences")):
+        if o.get("controller") or len(_list(meta.get("ownerReferences"))) == 1:
+            name = str(o.get("name") or "")
+            if o.get("kind") == "ReplicaSet" and hash_ and name.endswith(f"-{hash_}"):
+                return name[: -len(hash_) - 1]
+            if name:
+                return name
+    generated = str(meta.get("generateName") or "").rstrip("-")
+    return generated or str(meta.get("name", ""))
+
+
+def _priority(spec: Mapping[str, Any]) -> int:
+    value = spec.get("priority")
+    return max(-(2**31), min(2**31 - 1, value)) if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _placement(spec: Mapping[str, Any], requests: Mapping[str, float], drop_fields: bool = False) -> dict[str, Any]:
+    return {
+        "node_selector": tuple(sorted((str(k), str(v)) for k, v in _map(spec.get("nodeSelector")).items())),
+        "affinity": _affinity(spec, drop_fields),
+        "tolerations": tuple(_toleration(t) for t in _list(spec.get("tolerations"))),
+        "requests": tuple(sorted(requests.items())),
+    }
 
 
 def waiting_pod(
@@ -154,17 +296,20 @@ def waiting_pod(
     waiting, since = _unschedulable_since(status)
     if not waiting or status.get("nominatedNodeName") or spec.get("nodeName") or _is_daemonset_pod(meta):
         return None
-    gpus = gpu_request(spec, gpu_resources)
-    if gpus <= 0:
+    requests = pod_requests(spec)
+    gpus = _gpus(requests, gpu_resources)
+    if not gpus > 0:
         return None
+    others = {k: v for k, v in requests.items() if k not in gpu_resources}
     return WaitingPod(
         namespace=str(meta.get("namespace", "default")),
         name=str(meta.get("name", "")),
         gpus=gpus,
         since=since,
-        node_selector=tuple(sorted((str(k), str(v)) for k, v in _map(spec.get("nodeSelector")).items())),
-        affinity=_affinity(spec),
-        tolerations=tuple(_toleration(t) for t in _list(spec.get("tolerations"))),
+        priority=_priority(spec),
+        one_per_node=_one_per_node(spec, meta),
+        owner=_owner(meta),
+        **_placement(spec, others),
     )
 
 
@@ -172,6 +317,24 @@ def waiting_pods(
     pods: Iterable[Mapping[str, Any]], gpu_resources: Mapping[str, float] = DEFAULT_GPU_RESOURCES
 ) -> list[WaitingPod]:
     return [w for p in pods if (w := waiting_pod(p, gpu_resources)) is not None]
+
+
+def daemonset_pod(pod: Mapping[str, Any], gpu_resources: Mapping[str, float] = DEFAULT_GPU_RESOURCES) -> DaemonSetPod:
+    """What a DaemonSet's pod takes from a node (GPU resources included under their own names)."""
+    meta, spec = _map(pod.get("metadata")), _map(pod.get("spec"))
+    owner = next((o for o in _list(meta.get("ownerReferences")) if o.get("kind") == "DaemonSet"), {})
+    return DaemonSetPod(
+        namespace=str(meta.get("namespace", "default")),
+        name=str(owner.get("name") or meta.get("name", "")),
+        **_placement(spec, pod_requests(spec), drop_fields=True),
+    )
+
+
+def _daemonset_uid(meta: Mapping[str, Any]) -> str | None:
+    for o in _list(meta.get("ownerReferences")):
+        if o.get("kind") == "DaemonSet":
+            return str(o.get("uid") or o.get("name") or "")
+    return None
 
 
 def nodes_running_gpu_pods(
@@ -190,12 +353,14 @@ def nodes_running_gpu_pods(
 
 class ClusterPods(Frozen):
     """One cluster's pods as the scaler needs them, from one paged listing (the adapter,
-    `gpufleet.aws.kubernetes.PodReader`): the GPU work that waits, and the nodes bound to GPU pods."""
+    `gpufleet.aws.kubernetes.PodReader`): the GPU work that waits, the nodes bound to GPU pods, and one
+    entry per DaemonSet for what its pod takes from each node it runs on."""
 
     cluster: str
     waiting: tuple[WaitingPod, ...] = ()
     gpu_nodes: frozenset[str] = frozenset()
     pages: int = Field(default=0, ge=0)  # pages fetched, a restarted listing's included (what it cost)
+    daemonsets: tuple[DaemonSetPod, ...] = ()
 
 
 def cluster_pods(
@@ -204,13 +369,55 @@ def cluster_pods(
     pages: int,
     gpu_resources: Mapping[str, float] = DEFAULT_GPU_RESOURCES,
 ) -> ClusterPods:
-    listed = list(pods)
-    return ClusterPods(
-        cluster=cluster,
-        waiting=tuple(waiting_pods(listed, gpu_resources)),
-        gpu_nodes=frozenset(nodes_running_gpu_pods(listed, gpu_resources)),
-        pages=pages,
-    )
+    tally = PodTally(cluster, gpu_resources)
+    tally.add(pods)
+    return tally.result(pages)
+
+
+class PodTally:
+    """A paged listing reduced page by page to what the scaler needs (a large cluster's pods are never all
+    held at once). A pod is counted once by its uid: a listing that shows it on two pages (a restarted or
+    inconsistent list) does not make it wait twice. DaemonSets are kept one pod each (by the owner's uid),
+    so their memory is bounded by how many DaemonSets there are, not by nodes."""
+
+    def __init__(self, cluster: str, gpu_resources: Mapping[str, float] = DEFAULT_GPU_RESOURCES) -> None:
+        self.cluster, self.gpu_resources = cluster, gpu_resources
+        self._seen: set[str] = set()
+        self._waiting: list[WaitingPod] = []
+        self._gpu_nodes: set[str] = set()
+        self._daemonsets: dict[str, DaemonSetPod] = {}
+
+    @property
+    def pods(self) -> int:
+        """Distinct pods seen so far (pods without a uid count each time)."""
+        return len(self._seen)
+
+    def add(self, items: Iterable[Mapping[str, Any]]) -> None:
+        fresh: list[Mapping[str, Any]] = []
+        for item in items:
+            if not isinstance(item, Mapping):
+                continue
+            meta = _map(item.get("metadata"))
+            uid = str(meta.get("uid") or "")
+            key = uid or f"#{len(self._seen)}"
+            if key in self._seen:
+                continue
+            self._seen.add(key)
+            fresh.append(item)
+            owner = _daemonset_uid(meta)
+            if owner is not None and owner not in self._daemonsets:
+                self._daemonsets[owner] = daemonset_pod(item, self.gpu_resources)
+        self._waiting += waiting_pods(fresh, self.gpu_resources)
+        self._gpu_nodes |= nodes_running_gpu_pods(fresh, self.gpu_resources)
+
+    def result(self, pages: int) -> ClusterPods:
+        return ClusterPods(
+            cluster=self.cluster,
+            waiting=tuple(self._waiting),
+            gpu_nodes=frozenset(self._gpu_nodes),
+            pages=pages,
+            daemonsets=tuple(self._daemonsets[k] for k in sorted(self._daemonsets)),
+        )
 
 
 class ClusterUnreadable(RuntimeError):

@@ -224,6 +224,9 @@ class _Ctx(_Group):
     def scale_in_by(self, count: int, trigger: Trigger, why: str) -> Decision:
         """Remove up to `count` idle instances, never below min or an open window's desired."""
         b, current, low_water = self.bounds, self.obs.desired, self.low_water
+        closed = self.obs.demand.closed_for_scale_in if self.obs.demand is not None else None
+        if closed is not None:  # fail closed: a node that may run work is never a victim
+            return self.decision(Action.HOLD, trigger, f"{why}, but no node may be removed: {closed}")
         if current <= low_water:
             what = f"schedule '{b.window}' desired {b.floor}" if b.floor and b.floor > b.min else f"min {b.min}"
             return self.decision(Action.HOLD, trigger, f"{why}, but already at {what}")
@@ -286,7 +289,7 @@ class _Ctx(_Group):
         trigger = Trigger(kind=TriggerKind.DEMAND, name=d.source)
         what = describe_waiting(d.waiting, self.now, d.noun)
         booting = self.on_the_way(d)
-        sizes = waiting_sizes(d.waiting)
+        sizes = waiting_sizes(d.waiting, d.gpus_per_node)
         packing = pack(sizes, d.gpus_per_node, d.free_gpus, booting)
         per_node = f"{d.gpus_per_node:g} GPUs per node"
         if packing.unplaceable == sum(sizes.values()):
@@ -298,24 +301,34 @@ class _Ctx(_Group):
         return self.scale_out_to(self.obs.desired + packing.new_nodes, trigger, what, f" ({per_node}{on_way})")
 
     def demand_release(self) -> Decision | None:
-        """Nothing waits: every idle node above min (or a window's desired) goes in one change, to 0 if min is 0."""
+        """Nothing waits: every idle node above min (or a window's desired) and above the nodes running
+        work holds goes in one change, to 0 if min is 0, whatever the utilization band's switch. A source
+        that cannot say which nodes run work keeps every node (fail closed) and says so."""
         d = self.obs.demand
-        if d is None or not d.known or d.waiting or self.obs.desired <= self.low_water:
+        if d is None or not d.known or d.waiting:
             return None
-        room = self.obs.desired - self.low_water
+        keep = max(self.low_water, d.held_nodes)
+        if self.obs.desired <= keep:
+            return None
+        room = self.obs.desired - keep
+        trigger = Trigger(kind=TriggerKind.DEMAND, name=d.source)
+        held = f", {d.held_nodes} node(s) held by running {d.noun}s" if d.held_nodes else ""
+        if d.scale_in_closed is not None:
+            reason = f"no {d.noun}s waiting ({d.source}){held}, but no node may be removed: {d.scale_in_closed}"
+            return self.decision(Action.HOLD, trigger, reason)
         if not self.obs.instance_metrics_loaded:
             # Kubernetes names the nodes without GPU work: if one is free, read the metrics to confirm it idle.
+            # A queue or a metric names none: read them whenever nodes above what running work holds exist.
             free = [i for i in self.obs.instances if i.in_service and not i.runs_gpu_work]
-            if not (d.knows_nodes and free):
+            if not free:
                 return None
-            trigger = Trigger(kind=TriggerKind.DEMAND, name=d.source)
-            reason = f"no {d.noun}s waiting ({d.source}), {len(free)} node(s) without GPU work: choosing idle instances"
+            spare = f"{len(free)} node(s) without GPU work" if d.knows_nodes else f"{room} node(s) not held by work"
+            reason = f"no {d.noun}s waiting ({d.source}){held}, {spare}: choosing idle instances"
             return self.decision(Action.SCALE_IN, trigger, reason, needs_instance_metrics=True)
         choice = choose_scale_in_victims(self.obs.instances, room, self.settings.idle)
         if not choice.victims:
             return None
-        trigger = Trigger(kind=TriggerKind.DEMAND, name=d.source)
-        why = f"no {d.noun}s waiting ({d.source}): {len(choice.victims)} idle node(s) not needed"
+        why = f"no {d.noun}s waiting ({d.source}){held}: {len(choice.victims)} idle node(s) not needed"
         return self.cooling(Direction.IN, trigger, why) or self.scale_in_by(room, trigger, why)
 
     def replacing(self) -> list[str]:
@@ -333,7 +346,7 @@ class _Ctx(_Group):
         not listed yet; within the warm-up, for a source that cannot tell which nodes work (Kubernetes
         offers idle nodes as `free_gpus`), also the last scale-out's (InService, not polling yet)."""
         listed = self.obs.instances
-        coming = sum(1 for i in listed if i.lifecycle_state.startswith("Pending"))
+        coming = sum(1 for i in listed if i.lifecycle_state.startswith("Pending")) + len(d.not_ready)
         coming += max(0, self.obs.desired - sum(1 for i in listed if not i.lifecycle_state.startswith("Terminat")))
         last = self.state.last_scale_out_at
         if d.knows_nodes or last is None or (self.now - last).total_seconds() >= self.settings.warmup_s:

@@ -8,113 +8,84 @@ the group's shape. An item larger than a node cannot be placed by this group and
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from pydantic import Field
 
 from gpufleet.domain.models import Frozen, WaitingWork
-from gpufleet.events.kubernetes import SelectorTerm, Toleration, WaitingPod
+from gpufleet.events.kubernetes import WaitingPod
+from gpufleet.scaling.fit import NodeShape as NodeShape  # the fit lives in scaling/fit.py; re-exported
+from gpufleet.scaling.fit import fits as fits
 
 _EPSILON = 1e-9
-
-
-class NodeShape(Frozen):
-    """What a group's nodes offer a pod: GPUs, labels and taints (from DescribeNodegroup and
-    DescribeInstanceTypes for EKS; GPUs per instance for a plain ASG)."""
-
-    gpus: float = Field(gt=0)
-    labels: tuple[tuple[str, str], ...] = ()
-    taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect)
+MIN_SHARE = 1e-3  # the smallest share of a GPU one item is counted as (device plugins count whole units)
 
 
 class Packing(Frozen):
-    new_nodes: int = 0  # nodes to launch beyond those that exist or boot
-    placed_on_existing: int = 0  # items that fit the room the group already has
-    unplaceable: int = 0  # items larger than a node of this shape
-
-
-def _term_holds(term: SelectorTerm, labels: dict[str, str]) -> bool:
-    if term.fields or not term.expressions:  # a named node, or an empty term: no new node matches
-        return False
-    for key, op, values in term.expressions:
-        have = labels.get(key)
-        if op == "In" and have not in values:
-            return False
-        if op == "NotIn" and have in values:
-            return False
-        if op == "Exists" and have is None:
-            return False
-        if op == "DoesNotExist" and have is not None:
-            return False
-        if op in ("Gt", "Lt"):
-            try:
-                a, b = int(have or ""), int(values[0])
-            except (ValueError, IndexError):
-                return False
-            if (op == "Gt" and not a > b) or (op == "Lt" and not a < b):
-                return False
-        if op not in ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"):
-            return False
-    return True
-
-
-def _tolerated(taint: tuple[str, str, str], tolerations: Sequence[Toleration]) -> bool:
-    key, value, effect = taint
-    for t in tolerations:
-        if t.effect and t.effect != effect:
-            continue
-        if t.operator == "Exists" and (not t.key or t.key == key):
-            return True
-        if t.operator == "Equal" and t.key == key and t.value == value:
-            return True
-    return False
-
-
-def fits(pod: WaitingPod, shape: NodeShape) -> bool:
-    """Could a node of this shape host the pod: its nodeSelector and required node affinity hold on the
-    node's labels, its tolerations cover every NoSchedule/NoExecute taint, and its GPUs fit one node."""
-    labels = dict(shape.labels)
-    if any(labels.get(k) != v for k, v in pod.node_selector):
-        return False
-    if pod.affinity and not any(_term_holds(term, labels) for term in pod.affinity):
-        return False
-    hard = [t for t in shape.taints if t[2] in ("NoSchedule", "NoExecute")]
-    if not all(_tolerated(t, pod.tolerations) for t in hard):
-        return False
-    return pod.gpus <= shape.gpus + _EPSILON
+    new_nodes: int = Field(default=0, ge=0)  # nodes to launch beyond those that exist or boot
+    placed_on_existing: int = Field(default=0, ge=0)  # items that fit the room the group already has
+    unplaceable: int = Field(default=0, ge=0)  # items larger than a node of this shape
 
 
 def pack(
     sizes: Sequence[float] | Counter[float], gpus_per_node: float, free: Sequence[float] = (), booting: int = 0
 ) -> Packing:
     """First-fit decreasing of items (GPUs per item; a Counter: size -> how many) into the free GPUs of
-    existing nodes, then `booting` empty nodes, then as many new nodes as it takes. Items of one size are
-    placed together (the same result as one by one, in time proportional to distinct sizes x nodes:
-    thousands of pods can wait at once)."""
+    existing nodes, then `booting` empty nodes, then as many new nodes as it takes.
+
+    Closed form: bins with the same room are one run (room, how many), so the work is proportional to the
+    distinct sizes and the existing nodes, never to the backlog: a metric that says 1e20 GPUs wait costs
+    what 2 do. An item smaller than `MIN_SHARE` of a GPU is counted as that share (a quantity like 1e-320
+    would otherwise put unbounded items on a node)."""
     counts = sizes if isinstance(sizes, Counter) else Counter(sizes)
-    bins = [*free, *([gpus_per_node] * booting)]
-    existing = len(free)
+    gpn = gpus_per_node
+    runs: list[_Run] = [_Run(room, 1, True) for room in free if room > _EPSILON]
+    if booting > 0:
+        runs.append(_Run(gpn, booting, False))
     placed_existing, new, unplaceable = 0, 0, 0
     for size, count in sorted(counts.items(), key=lambda sc: -sc[0]):
-        if size > gpus_per_node + _EPSILON:
+        if count <= 0:
+            continue
+        if not math.isfinite(size) or size > gpn + _EPSILON:
             unplaceable += count
             continue
-        for slot, room in enumerate(bins):
-            if count == 0:
-                break
-            k = min(count, int((room + _EPSILON) // size))
-            bins[slot] -= k * size
-            count -= k
-            placed_existing += k if slot < existing else 0
+        size = max(size, MIN_SHARE)
+        out: list[_Run] = []
+        for run in runs:
+            per_bin = int((run.room + _EPSILON) // size) if count else 0
+            if per_bin == 0:
+                out.append(run)
+                continue
+            placed = min(count, per_bin * run.bins)
+            full, rest = divmod(placed, per_bin)
+            count -= placed
+            placed_existing += placed if run.existing else 0
+            out += [_Run(run.room - per_bin * size, full, run.existing)] if full else []
+            out += [_Run(run.room - rest * size, 1, run.existing)] if rest else []
+            left = run.bins - full - (1 if rest else 0)
+            out += [_Run(run.room, left, run.existing)] if left else []
         if count:
-            per_node = int((gpus_per_node + _EPSILON) // size)
+            per_node = max(1, int((gpn + _EPSILON) // size))
             added = -(-count // per_node)
-            bins += [gpus_per_node - per_node * size] * (added - 1)
-            bins.append(gpus_per_node - (count - per_node * (added - 1)) * size)
+            last = count - per_node * (added - 1)
+            out += [_Run(gpn - per_node * size, added - 1, False)] if added > 1 else []
+            out.append(_Run(gpn - last * size, 1, False))
             new += added
+        runs = [r for r in out if r.bins > 0 and r.room > _EPSILON]
     return Packing(new_nodes=new, placed_on_existing=placed_existing, unplaceable=unplaceable)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """`bins` nodes that each have `room` GPUs left; `existing`: nodes that serve already (not new or booting)."""
+
+    room: float
+    bins: int
+    existing: bool
 
 
 def _gpus(value: float) -> str:
@@ -125,11 +96,14 @@ def as_work(pod: WaitingPod) -> WaitingWork:
     return WaitingWork(name=pod.key, gpus=pod.gpus, since=pod.since)
 
 
-def waiting_sizes(items: Sequence[WaitingWork]) -> Counter[float]:
-    """GPUs per item -> how many items ask for that much."""
+def waiting_sizes(items: Sequence[WaitingWork], gpus_per_node: float | None = None) -> Counter[float]:
+    """GPUs per item -> how many items ask for that much. Given the node's GPUs, an item that needs a node
+    of its own (anti-affinity to its kind, a hostPort) asks for a whole node, so such pods pack one per
+    node and come in one change instead of one boot each."""
     sizes: Counter[float] = Counter()
     for w in items:
-        sizes[w.gpus] += w.count
+        whole = w.whole_node and gpus_per_node is not None and w.gpus <= gpus_per_node + _EPSILON
+        sizes[gpus_per_node if whole and gpus_per_node is not None else w.gpus] += w.count
     return sizes
 
 

@@ -1,69 +1,67 @@
 """Each managed group's demand this tick (glue): its source read through the adapters, matched to the
 group, and handed to the core as `Demand` on the observation, with the instances that run GPU pods.
 
-- Kubernetes (EKS node groups): one pod listing per cluster however many of its groups have a source. A
-  waiting pod is matched to the groups whose node shape it fits (nodeSelector, required node affinity,
-  taints, GPUs per node) and counted once: for the group with the fewest GPUs per node that fits it (the
-  least room left idle), then by name. Pods no managed group fits are nobody's demand here.
-- SQS (ASGs): visible messages (and in-flight ones when asked), each `gpus_per_message` GPUs.
-- Metric (ASGs): the GPUs waiting jobs request, the latest datum; none within 5 minutes: nothing waits.
+One model for every source, whose invariants are property-tested (tests/unit/scaling/test_demand_invariants.py):
+- a node that may run work is never a victim: a source that cannot say which nodes run work (unreadable,
+  a node name EC2 does not map, a throttled lookup) closes its groups for scale-in, and that never takes
+  room away (protection and room are separate facts);
+- running work is never counted as waiting; a unit of work counts for one group only; groups that share a
+  source split it in a stated order (`scaling.demand_share`);
+- every number from outside gives a bounded answer or one "unreadable" line;
+- every group is read in isolation: one source's failure is its groups' alone, and the tick finishes.
 
-A source that cannot be read: one WARNING per cause (again only once it has read well in between), and
-the group's Demand says why, so the core falls back to its utilization rules. Nothing here decides.
+Sources:
+- Kubernetes (EKS node groups): one pod listing per cluster however many of its groups have a source. A
+  waiting pod is matched to the groups whose node shape it fits and counted once (`assign`).
+- SQS (ASGs, node groups): visible messages wait; in-flight ones run (they hold nodes, never ask for more).
+- Metric: the GPUs waiting jobs request, the latest datum; none within 5 minutes: unreadable.
+A new node is room only once it is GPU-ready (`scaling.demand_share.not_gpu_ready`).
 """
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from aws_lambda_powertools import Logger
 
-from gpufleet.aws.backlog import BacklogUnreadable, latest_values, queue_messages
+from gpufleet.aws.backlog import BacklogUnreadable, latest_values, queue_counts
 from gpufleet.aws.clients import AWS_FAILURES, error_code
 from gpufleet.aws.eks_nodes import ShapeUnknown
 from gpufleet.aws.metrics import group_dimensions
-from gpufleet.domain.models import Demand, GroupKind, GroupObservation, WaitingWork
+from gpufleet.domain.errors import one_line
+from gpufleet.domain.models import Demand, GroupKind, GroupObservation, NodeNotice, WaitingWork
 from gpufleet.domain.policy import DemandSource, GroupSettings
-from gpufleet.events.kubernetes import ClusterPods, ClusterUnreadable, WaitingPod
-from gpufleet.scaling.demand import NodeShape, as_work, fits
+from gpufleet.events.kubernetes import ClusterPods, ClusterUnreadable
+from gpufleet.scaling.core import effective_bounds
+from gpufleet.scaling.demand_share import (
+    NodeReadiness,
+    NotReady,
+    Sharer,
+    bounded_count,
+    not_gpu_ready,
+    split_backlog,
+)
+from gpufleet.scaling.fit import Assignment, NodeShape, assign
 
 Pair = tuple[GroupObservation, GroupSettings]
+Member = tuple[GroupObservation, GroupSettings, DemandSource]
 
 
 @dataclass
-class DemandReader:
-    """`attach(pairs, now)`: the same pairs, each observation with its group's demand (where it has a
-    source) and its instances' `runs_gpu_work`."""
+class _Warnings:
+    """One WARNING per source and cause, and a group's demand when its source cannot be read."""
 
-    sqs: Any
-    cloudwatch: Any
-    cluster_pods: Callable[[str, Mapping[str, float]], ClusterPods]  # cluster, GPU resources -> its pods
-    node_shape: Callable[[str, str], NodeShape]  # cluster, node group -> what its nodes offer
-    instances_of: Callable[[Iterable[str]], dict[str, str]]  # node names -> instance ids
     logger: Logger
-    _warned: dict[str, str] = field(default_factory=dict)  # source -> the cause last told
-
-    def attach(self, pairs: Sequence[Pair], now: datetime) -> list[Pair]:
-        sourced = [(obs, s, s.demand) for obs, s in pairs if s.demand is not None]
-        if not sourced:
-            return list(pairs)
-        found: dict[str, GroupObservation] = {}
-        found.update(self._kubernetes([(o, d) for o, _, d in sourced if d.kubernetes is not None]))
-        found.update(self._queues([(o, d) for o, _, d in sourced if d.sqs is not None]))
-        found.update(self._metrics([(o, d) for o, _, d in sourced if d.metric is not None], now))
-        return [(found.get(obs.ref.key, obs), s) for obs, s in pairs]
-
-    # ---- one WARNING per cause ----
+    _warned: dict[str, str] = field(default_factory=dict, init=False)  # source -> the cause last told
 
     def _unreadable(
         self, obs: GroupObservation, source: str, cause: str, gpus_per_node: float = 1.0
     ) -> GroupObservation:
-        self._warn_once(source, cause, "demand source unreadable: the group falls back to its utilization rules")
+        self._warn_once(source, cause, "demand source unreadable: no node of its groups may be removed")
         demand = Demand(source=source, gpus_per_node=gpus_per_node, unreadable=cause)
         return obs.model_copy(update={"demand": demand})
 
@@ -76,141 +74,348 @@ class DemandReader:
     def _read_well(self, source: str) -> None:
         self._warned.pop(source, None)
 
+
+@dataclass
+class DemandReader(_Warnings):
+    """`attach(pairs, now)`: the same pairs, each observation with its group's demand (where it has a
+    source) and its instances' `runs_gpu_work`."""
+
+    sqs: Any
+    cloudwatch: Any
+    cluster_pods: Callable[[str, Mapping[str, float]], ClusterPods]  # cluster, GPU resources -> its pods
+    # cluster, node group[, allocatable overrides] -> what its nodes offer
+    node_shape: Callable[..., NodeShape]
+    instances_of: Callable[[Iterable[str]], dict[str, str]]  # node names -> instance ids
+    # instance ids, now, how young -> launch time and whether GPUs were reported (None: not probed)
+    readiness: Callable[[Sequence[str], datetime, timedelta], Mapping[str, NodeReadiness]] | None = None
+
+    def attach(self, pairs: Sequence[Pair], now: datetime, fallbacks: frozenset[str] = frozenset()) -> list[Pair]:
+        """`fallbacks`: keys of groups that are another group's spot fallback (served after it)."""
+        sourced: list[Member] = [(obs, s, s.demand) for obs, s in pairs if s.demand is not None]
+        if not sourced:
+            return list(pairs)
+        ready = self._readiness([(o, s) for o, s, _ in sourced], now)
+        run = _Tick(now, fallbacks, ready)
+        found: dict[str, GroupObservation] = {}
+        kinds = (
+            ("cluster", self._kubernetes, [m for m in sourced if m[2].kubernetes is not None]),
+            ("queue", self._queues, [m for m in sourced if m[2].sqs is not None]),
+            ("metric", self._metrics, [m for m in sourced if m[2].metric is not None]),
+        )
+        for name, read, members in kinds:
+            for unit in _units(name, members):
+                found.update(self._isolated(unit, read, run))
+        return [(found.get(obs.ref.key, obs), s) for obs, s in pairs]
+
+    def _isolated(
+        self, unit: list[Member], read: Callable[[list[Member], _Tick], dict[str, GroupObservation]], run: _Tick
+    ) -> dict[str, GroupObservation]:
+        """One source's groups read together; anything it raises makes those groups unreadable, no more."""
+        try:
+            return read(unit, run)
+        except Exception as err:  # a bug or an answer nobody foresaw: this source's groups alone
+            self.logger.exception("demand source failed; its groups fail closed", extra={"groups": _keys(unit)})
+            why = one_line(f"reading it failed ({type(err).__name__}: {err})", limit=200)
+            return {o.ref.key: self._unreadable(o, _source_name(d), why) for o, _, d in unit}
+
+    # ---- GPU-ready nodes ----
+
+    def _readiness(self, groups: Sequence[Pair], now: datetime) -> dict[str, list[NotReady]]:
+        """Per group, its InService nodes that are not GPU-ready yet (a probe that fails: none known)."""
+        if self.readiness is None:
+            return {}
+        young = timedelta(seconds=2 * max(s.gpu_ready_timeout_s for _, s in groups))
+        ids = [i.instance_id for obs, _ in groups for i in obs.instances if i.in_service]
+        if not ids:
+            return {}
+        try:
+            probed = self.readiness(ids, now, young)
+        except AWS_FAILURES as err:
+            self._warn_once("gpu-ready probe", f"failed ({error_code(err)})", "GPU-ready probe unreadable")
+            return {}
+        self._read_well("gpu-ready probe")
+        return {obs.ref.key: not_gpu_ready(obs.instances, probed, now, s.gpu_ready_timeout_s) for obs, s in groups}
+
     # ---- Kubernetes ----
 
-    def _kubernetes(self, groups: Sequence[tuple[GroupObservation, DemandSource]]) -> dict[str, GroupObservation]:
-        by_cluster: defaultdict[str, list[tuple[GroupObservation, DemandSource]]] = defaultdict(list)
-        for obs, d in groups:
-            if obs.ref.kind is GroupKind.EKS_NODEGROUP and obs.ref.cluster:
-                by_cluster[obs.ref.cluster].append((obs, d))
-        out: dict[str, GroupObservation] = {}
-        for cluster, members in by_cluster.items():
-            out.update(self._cluster(cluster, members))
-        return out
-
-    def _cluster(
-        self, cluster: str, members: list[tuple[GroupObservation, DemandSource]]
-    ) -> dict[str, GroupObservation]:
+    def _kubernetes(self, members: list[Member], run: _Tick) -> dict[str, GroupObservation]:
+        eks = [m for m in members if m[0].ref.kind is GroupKind.EKS_NODEGROUP and m[0].ref.cluster]
+        if not eks:
+            return {}
+        cluster = str(eks[0][0].ref.cluster)
         source = f"cluster {cluster}"
         resources: dict[str, float] = {}
-        for _, d in members:
+        for _, _, d in eks:
             resources.update(d.kubernetes.gpu_resources if d.kubernetes else {})
         try:
             pods = self.cluster_pods(cluster, resources)
         except ClusterUnreadable as err:
-            return {o.ref.key: self._unreadable(o, source, err.cause) for o, _ in members}
+            return {o.ref.key: self._unreadable(o, source, err.cause) for o, _, _ in eks}
         self._read_well(source)
         shapes: dict[str, NodeShape] = {}
         out: dict[str, GroupObservation] = {}
-        for obs, _ in members:
+        for obs, _, d in eks:
+            overrides = d.kubernetes.allocatable if d.kubernetes else None
             try:
-                shapes[obs.ref.key] = self.node_shape(cluster, obs.ref.name)
+                shape = self.node_shape(cluster, obs.ref.name, overrides) if overrides else None
+                shapes[obs.ref.key] = shape or self.node_shape(cluster, obs.ref.name)
             except ShapeUnknown as err:
                 out[obs.ref.key] = self._unreadable(obs, f"node group {obs.ref.key}", str(err))
-        owners = assign(pods.waiting, shapes)
-        running = self._running(cluster, pods)
-        for obs, _ in members:
+        running, closed = self._running(cluster, pods)
+        # What each group can still bring: nodes it may add, and its idle serving nodes.
+        room = {
+            o.ref.key: _growth(o, s, run.now)
+            + sum(1 for i in o.instances if i.in_service and i.instance_id not in running)
+            for o, s, _ in eks
+            if o.ref.key in shapes
+        }
+        cutoff = min((d.kubernetes.expendable_priority for _, _, d in eks if d.kubernetes), default=-10)
+        assigned = assign(pods.waiting, shapes, room, pods.daemonsets, cutoff)
+        if assigned.unfit:
+            self._warn_once(f"unfit pods of {source}", assigned.unfit[0].key, "waiting pods fit no group")
+        for obs, _, _ in eks:
             shape = shapes.get(obs.ref.key)
-            if shape is None:
-                continue
-            waiting = tuple(as_work(p) for p in owners.get(obs.ref.key, ()))
-            ids = {i.instance_id for i in obs.instances}
-            busy = ids if running is None else running & ids  # unknown: every node counts as running work
-            instances = tuple(i.model_copy(update={"runs_gpu_work": i.instance_id in busy}) for i in obs.instances)
-            # An InService node without a GPU pod is room: a pod that still waits beside it will not be
-            # placed by one more node either (it waits for CPU, a volume's zone, ...): no runaway scale-out.
-            free = tuple(shape.gpus for i in instances if i.in_service and not i.runs_gpu_work)
-            demand = Demand(source=source, waiting=waiting, gpus_per_node=shape.gpus, free_gpus=free, knows_nodes=True)
-            out[obs.ref.key] = obs.model_copy(update={"demand": demand, "instances": instances})
+            if shape is not None:
+                out[obs.ref.key] = _pod_demand(obs, shape, (running, closed), assigned, source, run)
         return out
 
-    def _running(self, cluster: str, pods: ClusterPods) -> set[str] | None:
-        """Instance ids bound to GPU pods; None (fail closed: no node may go) when a node name cannot be
-        mapped to an instance or EC2 cannot be read."""
+    def _running(self, cluster: str, pods: ClusterPods) -> tuple[set[str], str | None]:
+        """Instance ids bound to GPU pods, and why no node may be removed when that cannot be told for
+        every GPU pod (a node name EC2 does not map, EC2 unreadable). The ids found still mark their nodes;
+        the others' room is left as it is."""
         if not pods.gpu_nodes:
-            return set()
+            return set(), None
         source = f"nodes of cluster {cluster}"
         try:
             found = self.instances_of(pods.gpu_nodes)
         except AWS_FAILURES as err:
-            why = f"DescribeInstances failed ({error_code(err)}): no node may be removed"
+            why = f"DescribeInstances failed ({error_code(err)}): which nodes run GPU pods is unknown"
             self._warn_once(source, why, "demand source partly unreadable")
-            return None
+            return set(), why
         unmapped = sorted(set(pods.gpu_nodes) - set(found))
         if unmapped:
             why = (
-                f"{len(unmapped)} GPU node name(s) match no EC2 private DNS name ({unmapped[0]}...): "
-                "no node may be removed"
+                f"{len(unmapped)} node name(s) with GPU pods match no EC2 private DNS name ({unmapped[0]}...): "
+                "one of them may be this group's"
             )
             self._warn_once(source, why, "demand source partly unreadable")
-            return None
+            return set(found.values()), why
         self._read_well(source)
-        return set(found.values())
+        return set(found.values()), None
 
-    # ---- plain ASGs ----
+    # ---- queues and metrics ----
 
-    def _queues(self, groups: Sequence[tuple[GroupObservation, DemandSource]]) -> dict[str, GroupObservation]:
+    def _queues(self, members: list[Member], run: _Tick) -> dict[str, GroupObservation]:
+        url = str(members[0][2].sqs.queue_url) if members[0][2].sqs else ""
+        source = f"queue {url.rstrip('/').rsplit('/', 1)[-1]}"
         out: dict[str, GroupObservation] = {}
-        for obs, d in groups:
-            assert d.sqs is not None
-            name = d.sqs.queue_url.rstrip("/").rsplit("/", 1)[-1]
-            source = f"queue {name}"
-            if d.gpus_per_node is None:
-                out[obs.ref.key] = self._unreadable(obs, source, "demand.gpus_per_node is not set for this ASG")
-                continue
-            try:
-                count = queue_messages(self.sqs, d.sqs.queue_url, d.sqs.in_flight)
-            except BacklogUnreadable as err:
-                out[obs.ref.key] = self._unreadable(obs, source, err.why, d.gpus_per_node)
-                continue
-            self._read_well(source)
-            waiting = (WaitingWork(name=source, gpus=d.sqs.gpus_per_message, count=count),) if count else ()
-            demand = Demand(source=source, noun="message", waiting=waiting, gpus_per_node=d.gpus_per_node)
-            out[obs.ref.key] = obs.model_copy(update={"demand": demand})
-        return out
-
-    def _metrics(
-        self, groups: Sequence[tuple[GroupObservation, DemandSource]], now: datetime
-    ) -> dict[str, GroupObservation]:
-        if not groups:
-            return {}
-        specs = []
-        for obs, d in groups:
-            assert d.metric is not None
-            dims = d.metric.dimensions if d.metric.dimensions is not None else group_dimensions(obs.ref)
-            specs.append((d.metric.namespace, d.metric.metric_name, dims))
+        sized: list[tuple[Member, float]] = []
+        for m in members:
+            gpn = _gpus_per_node(self.node_shape, m[0], m[2])
+            if gpn is None:
+                why = "GPUs per node unknown: set demand.gpus_per_node (its instance types say none)"
+                out[m[0].ref.key] = self._unreadable(m[0], source, why)
+            else:
+                sized.append((m, gpn))
+        if not sized:
+            return out
         try:
-            values = latest_values(self.cloudwatch, specs, now)
+            visible, in_flight = queue_counts(self.sqs, url)
         except BacklogUnreadable as err:
-            return {o.ref.key: self._unreadable(o, _metric_source(d), err.why) for o, d in groups}
+            out.update({m[0].ref.key: self._unreadable(m[0], source, err.why, g) for m, g in sized})
+            return out
+        self._read_well(source)
+        visible, in_flight = bounded_count(visible), bounded_count(in_flight)
+        per = {m[0].ref.key: (m[2].sqs.gpus_per_message if m[2].sqs else 1.0) for m, _ in sized}
+        out.update(_shared(sized, run, source, "message", per, visible, in_flight))
+        return out
+
+    def _metrics(self, members: list[Member], run: _Tick) -> dict[str, GroupObservation]:
+        d = members[0][2]
+        assert d.metric is not None
+        dims = d.metric.dimensions if d.metric.dimensions is not None else group_dimensions(members[0][0].ref)
+        source = _source_name(d)
         out: dict[str, GroupObservation] = {}
-        for (obs, d), value in zip(groups, values, strict=True):
-            assert d.metric is not None
-            source = _metric_source(d)
-            if d.gpus_per_node is None:
-                out[obs.ref.key] = self._unreadable(obs, source, "demand.gpus_per_node is not set for this ASG")
-                continue
-            if value is None:  # a dead publisher must not read as "nothing waits" (and mute the band)
-                why = "no datum in the last 5 minutes: is its publisher running?"
-                out[obs.ref.key] = self._unreadable(obs, source, why, d.gpus_per_node)
-                continue
-            self._read_well(source)
-            gpus = math.ceil(value or 0)
-            waiting = (WaitingWork(name=source, gpus=1, count=gpus),) if gpus else ()
-            demand = Demand(source=source, noun="GPU", waiting=waiting, gpus_per_node=d.gpus_per_node)
-            out[obs.ref.key] = obs.model_copy(update={"demand": demand})
+        sized: list[tuple[Member, float]] = []
+        for m in members:
+            gpn = _gpus_per_node(self.node_shape, m[0], m[2])
+            if gpn is None:
+                out[m[0].ref.key] = self._unreadable(m[0], source, "demand.gpus_per_node is not set for this group")
+            else:
+                sized.append((m, gpn))
+        if not sized:
+            return out
+        try:
+            [value] = latest_values(self.cloudwatch, [(d.metric.namespace, d.metric.metric_name, dims)], run.now)
+        except BacklogUnreadable as err:
+            out.update({m[0].ref.key: self._unreadable(m[0], source, err.why, g) for m, g in sized})
+            return out
+        if value is None:  # a dead publisher must not read as "nothing waits" (and mute the band)
+            why = "no datum in the last 5 minutes: is its publisher running?"
+            out.update({m[0].ref.key: self._unreadable(m[0], source, why, g) for m, g in sized})
+            return out
+        self._read_well(source)
+        per = {m[0].ref.key: 1.0 for m, _ in sized}
+        out.update(_shared(sized, run, source, "GPU", per, bounded_count(value), 0, room=False))
         return out
 
 
-def _metric_source(d: DemandSource) -> str:
-    return f"metric {d.metric.namespace}/{d.metric.metric_name}" if d.metric else "metric"
+@dataclass(frozen=True)
+class _Starting:
+    ids: tuple[str, ...] = ()  # on the way: not room, not victims
+    notices: tuple[NodeNotice, ...] = ()  # past the timeout: told, counted as nothing
+
+    @property
+    def no_room(self) -> set[str]:
+        """Nodes whose room waiting work cannot use: starting, or never ready."""
+        return {*self.ids, *(n.instance_id for n in self.notices)}
 
 
-def assign(waiting: Iterable[WaitingPod], shapes: Mapping[str, NodeShape]) -> dict[str, list[WaitingPod]]:
-    """Each waiting pod to one group it fits: the fewest GPUs per node, then the group's key."""
-    owners: defaultdict[str, list[WaitingPod]] = defaultdict(list)
-    for pod in waiting:
-        fitting = sorted((shape.gpus, key) for key, shape in shapes.items() if fits(pod, shape))
-        if fitting:
-            owners[fitting[0][1]].append(pod)
-    return owners
+@dataclass(frozen=True)
+class _Tick:
+    now: datetime
+    fallbacks: frozenset[str]
+    ready: Mapping[str, list[NotReady]]
+
+    def not_ready(self, key: str, instances: Iterable[Any]) -> _Starting:
+        """The group's nodes that are not GPU-ready, less those a GPU pod is bound to now."""
+        busy = {i.instance_id for i in instances if i.runs_gpu_work}
+        found = [n for n in self.ready.get(key, []) if n.instance_id not in busy]
+        notices = tuple(
+            NodeNotice(
+                key=f"gpu-not-ready/{n.instance_id}",
+                instance_id=n.instance_id,
+                text=(
+                    f"{n.instance_id} ({key}) launched {n.age_s // 60} min ago and is not GPU-ready: {n.said}; "
+                    "it no longer counts as capacity"
+                ),
+            )
+            for n in found
+            if n.overdue
+        )
+        return _Starting(ids=tuple(n.instance_id for n in found if not n.overdue), notices=notices)
+
+
+def _shared(
+    sized: list[tuple[Member, float]],
+    run: _Tick,
+    source: str,
+    noun: str,
+    unit_gpus: Mapping[str, float],
+    visible: int,
+    in_flight: int,
+    room: bool = True,
+) -> dict[str, GroupObservation]:
+    """A backlog read by one or more groups, split in order; `room`: the groups' serving nodes take
+    waiting work first (a queue's runners do; a scheduler's pending jobs already found none)."""
+    sharers, starting = [], {}
+    for (obs, s, d), gpn in sized:
+        key = obs.ref.key
+        starting[key] = run.not_ready(key, obs.instances)
+        serving = sum(1 for i in obs.instances if i.in_service and i.instance_id not in starting[key].no_room)
+        listed = sum(1 for i in obs.instances if not i.lifecycle_state.startswith("Terminat"))
+        pending = sum(1 for i in obs.instances if i.lifecycle_state.startswith("Pending"))
+        coming = pending + max(0, obs.desired - listed) + len(starting[key].ids)
+        sharers.append(
+            Sharer(
+                key=key,
+                order=d.order,
+                fallback=key in run.fallbacks,
+                per_node=int((gpn + 1e-9) // unit_gpus[key]),
+                in_service=serving if room else 0,
+                coming=coming,
+                growth=_growth(obs, s, run.now),
+            )
+        )
+    shares = split_backlog(sharers, visible, in_flight)
+    said = f"{source}: {visible} waiting, {in_flight} running" if noun == "message" else source
+    out: dict[str, GroupObservation] = {}
+    for (obs, _, _), gpn in sized:
+        share, key = shares[obs.ref.key], obs.ref.key
+        waiting = (WaitingWork(name=source, gpus=unit_gpus[key], count=share.waiting),) if share.waiting else ()
+        demand = Demand(
+            source=said,
+            noun=noun,
+            waiting=waiting,
+            gpus_per_node=gpn,
+            held_nodes=share.held_nodes,
+            not_ready=starting[key].ids,
+            never_ready=starting[key].notices,
+        )
+        out[key] = obs.model_copy(update={"demand": demand})
+    return out
+
+
+def _gpus_per_node(node_shape: Callable[[str, str], NodeShape], obs: GroupObservation, d: DemandSource) -> float | None:
+    """The policy's gpus_per_node, else an EKS node group's instance types' (its node shape)."""
+    if d.gpus_per_node is not None:
+        return d.gpus_per_node
+    if obs.ref.kind is GroupKind.EKS_NODEGROUP and obs.ref.cluster:
+        try:
+            return node_shape(obs.ref.cluster, obs.ref.name).gpus
+        except ShapeUnknown:
+            return None
+    return None
+
+
+def _pod_demand(
+    obs: GroupObservation,
+    shape: NodeShape,
+    nodes: tuple[set[str], str | None],
+    assigned: Assignment,
+    source: str,
+    run: _Tick,
+) -> GroupObservation:
+    """One node group's demand from its cluster's pods: the pods it owns, its nodes that run GPU pods
+    (`nodes`: instance ids, and why scale-in is closed if that is not known for every GPU pod), and room."""
+    running, closed = nodes
+    instances = tuple(i.model_copy(update={"runs_gpu_work": i.instance_id in running}) for i in obs.instances)
+    starting = run.not_ready(obs.ref.key, instances)
+    # An InService, GPU-ready node without a GPU pod is room: a pod that still waits beside it will not be
+    # placed by one more node either (it waits for CPU, a volume's zone, ...): no runaway scale-out.
+    free = tuple(
+        shape.gpus for i in instances if i.in_service and not i.runs_gpu_work and i.instance_id not in starting.no_room
+    )
+    demand = Demand(
+        source=source,
+        waiting=tuple(assigned.owners.get(obs.ref.key, ())),
+        unfit=tuple(assigned.unfit),
+        gpus_per_node=shape.gpus,
+        free_gpus=free,
+        knows_nodes=True,
+        scale_in_closed=closed,
+        not_ready=starting.ids,
+        never_ready=starting.notices,
+    )
+    return obs.model_copy(update={"demand": demand, "instances": instances})
+
+
+def _growth(obs: GroupObservation, settings: GroupSettings, now: datetime) -> int:
+    return max(0, effective_bounds(obs, settings, now).max - obs.desired)
+
+
+def _units(kind: str, members: list[Member]) -> list[list[Member]]:
+    """Groups read together: one cluster's, one queue's, one metric series'."""
+    units: defaultdict[Any, list[Member]] = defaultdict(list)
+    for m in members:
+        obs, _, d = m
+        if kind == "cluster":
+            units[obs.ref.cluster or obs.ref.key].append(m)
+        elif kind == "queue" and d.sqs is not None:
+            units[d.sqs.queue_url].append(m)
+        elif d.metric is not None:
+            dims = d.metric.dimensions if d.metric.dimensions is not None else group_dimensions(obs.ref)
+            units[(d.metric.namespace, d.metric.metric_name, tuple(sorted(dims.items())))].append(m)
+    return list(units.values())
+
+
+def _keys(unit: list[Member]) -> list[str]:
+    return [o.ref.key for o, _, _ in unit]
+
+
+def _source_name(d: DemandSource) -> str:
+    if d.metric is not None:
+        return f"metric {d.metric.namespace}/{d.metric.metric_name}"
+    if d.sqs is not None:
+        return f"queue {d.sqs.queue_url.rstrip('/').rsplit('/', 1)[-1]}"
+    return "pods"

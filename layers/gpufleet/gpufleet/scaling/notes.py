@@ -177,3 +177,58 @@ def invalid_policy_note(
         incident_key="policy|invalid",
         links=(),
     )
+
+
+def demand_notes(observations: Sequence[GroupObservation], now: datetime, region: str) -> list[Notification]:
+    """What the demand path must tell, once each (the notification id is the finding's, so every later
+    tick's copy is the same notification): work that fits no group, with the numbers, and nodes that never
+    became GPU-ready (an incident per instance)."""
+    out: list[Notification] = []
+    told: set[str] = set()
+    for obs in observations:
+        d = obs.demand
+        if d is None:
+            continue
+        for unfit in d.unfit:
+            if unfit.key in told:
+                continue
+            told.add(unfit.key)
+            out.append(
+                note(
+                    NotificationKind.SCALING,
+                    Severity.WARNING,
+                    obs.ref.key,
+                    f"{unfit.count} {_plural(unfit.count, 'pod')} fit no group ({d.source}): nothing launched",
+                    at=now,
+                    source="scaler",
+                    id_parts=("unfit", unfit.key),
+                    reason=unfit.text,
+                    facts={"source": d.source, "waiting": str(unfit.count)},
+                    incident_key=f"unfit/{unfit.key}",
+                    links=console_links(obs.ref.key, region),
+                )
+            )
+        for stuck in d.never_ready:
+            if stuck.key in told:
+                continue
+            told.add(stuck.key)
+            out.append(
+                note(
+                    NotificationKind.GPU_HEALTH,
+                    Severity.WARNING,
+                    obs.ref.key,
+                    f"{obs.ref.key}: {stuck.instance_id} never became GPU-ready",
+                    at=now,
+                    source="scaler",
+                    id_parts=(stuck.key,),
+                    reason=stuck.text,
+                    facts={"instance": stuck.instance_id},
+                    incident_key=stuck.key,
+                    links=console_links(obs.ref.key, region),
+                )
+            )
+    return out
+
+
+def _plural(n: int, noun: str) -> str:
+    return noun if n == 1 else f"{noun}s"

@@ -39,7 +39,7 @@ from gpufleet.notify.model import Notification
 from gpufleet.scaling.core import decide_alarm, decide_reconcile, decide_request
 from gpufleet.scaling.demand_source import DemandReader
 from gpufleet.scaling.execution import ControlContext
-from gpufleet.scaling.notes import CANNOT_ACT, alarm_resolved_notes, broken_alarm_notes
+from gpufleet.scaling.notes import CANNOT_ACT, alarm_resolved_notes, broken_alarm_notes, demand_notes
 from gpufleet.scaling.ownership import watch_owners
 from gpufleet.scaling.targets import not_gpufleets, resolve_alarm_target
 
@@ -47,6 +47,7 @@ UNRESOLVED_GROUP = "unresolved"
 # Deliveries re-read from CloudWatch before acting, and how a reason names them.
 RE_READ = {AlarmSource.SNS: "SNS", AlarmSource.ALARM_ACTION: "the alarm action"}
 ACCEPTS = (EventKind.ALARM, EventKind.SCHEDULE)
+_RECONCILE = Trigger(kind=TriggerKind.UTILIZATION_BAND, name="reconcile")
 
 Process = Callable[..., dict[str, Any]]
 
@@ -61,6 +62,7 @@ class Scaler:
     # Reads the groups' demand sources (waiting pods, queues, backlog metrics); None: utilization rules only.
     demand: DemandReader | None = None
     _process: Process = field(init=False)
+    told: list[Notification] = field(default_factory=list, init=False)  # demand findings for this tick
 
     def __post_init__(self) -> None:
         self._process = self.idempotent(self.process) if self.idempotent else self.process
@@ -90,7 +92,9 @@ class Scaler:
     def process(self, *, trigger: AlarmEvent | ScheduleTick, policy: FleetPolicy, now: datetime) -> dict[str, Any]:
         broken: list[Notification] = []
         if isinstance(trigger, ScheduleTick):
+            self.told = []
             decisions = self.reconcile(trigger, policy, now)
+            broken = self.told
         else:
             decisions = [self.on_alarm(trigger, policy, now)]
             broken = broken_alarm_notes(trigger, decisions, self.ctx.region)
@@ -156,7 +160,7 @@ class Scaler:
         if alarm.state is AlarmState.ALARM and target.direction is Direction.IN:
             obs = with_instance_metrics(self.metrics, [obs], now, policy)[0]
             if self.demand is not None:  # no scale-in while work waits; never a node running a GPU pod
-                obs = self.demand.attach([(obs, settings)], now)[0][0]
+                obs = self.demand.attach([(obs, settings)], now, spot_fallbacks(policy))[0][0]
         dry = self.ctx.dry(policy)
         decision = decide_alarm(obs, settings, state, now, alarm=alarm, direction=target.direction, global_dry_run=dry)
         decision = decision.model_copy(update={"reason": f"{decision.reason} [{target.found_by}]"})
@@ -219,31 +223,27 @@ class Scaler:
                 obs, settings, state, now, event_id=tick.event_id, firing_alarms=alarms, global_dry_run=dry
             )
 
+        def isolated(obs: GroupObservation, settings: GroupSettings) -> Decision:
+            return _isolated(decide, obs, settings, self.ctx.logger, tick.event_id, now)
+
         pairs = [(obs.model_copy(update={"gpu_utilization": utils.get(obs.ref.key)}), s) for obs, s in managed]
         if self.demand is not None:
-            pairs = self.demand.attach(pairs, now)
-        first = [decide(obs, s) for obs, s in pairs]
+            pairs = self.demand.attach(pairs, now, spot_fallbacks(policy))
+            self.told.extend(demand_notes([obs for obs, _ in pairs], now, self.ctx.region))
+        first = [isolated(obs, s) for obs, s in pairs]
         want = [i for i, d in enumerate(first) if d.needs_instance_metrics]
         if want:
-            enriched = with_instance_metrics(self.metrics, [pairs[i][0] for i in want], now, policy)
+            enriched = _metrics_or_none(self.metrics, [pairs[i][0] for i in want], now, policy, self.ctx.logger)
             for i, obs in zip(want, enriched, strict=True):
+                if obs is None:  # without the metrics no victim can be told idle: this group holds
+                    first[i] = _held_without_metrics(first[i])
+                    continue
                 pairs[i] = (obs, pairs[i][1])
-                first[i] = decide(obs, pairs[i][1])
+                first[i] = isolated(obs, pairs[i][1])
         return [
-            self._act(d, obs, states[obs.ref.key], tick.event_id, now) for d, (obs, _) in zip(first, pairs, strict=True)
+            _act(self.ctx, d, obs, states[obs.ref.key], tick.event_id, now)
+            for d, (obs, _) in zip(first, pairs, strict=True)
         ]
-
-    def _act(
-        self, decision: Decision, obs: GroupObservation, state: GroupState, event_id: str, now: datetime
-    ) -> Decision:
-        """Finish a change left in progress, or carry out this decision; an error is this group's alone."""
-        try:
-            return self.ctx.executor.resume(obs, state, event_id, now) or self.ctx.executor.execute(
-                decision, obs, state
-            )
-        except Exception as exc:
-            self.ctx.logger.exception("group failed; the others carry on", extra={"group": obs.ref.key})
-            return decision.model_copy(update={"outcome": Outcome.FAILED, "detail": f"{type(exc).__name__}: {exc}"})
 
     def carry_out(self, decision: Decision, obs: GroupObservation, state: GroupState) -> Decision:
         """A change decided by another controller (the spot fallback) carried out like the scaler's own:
@@ -331,4 +331,56 @@ def firing_alarms(
     return out
 
 
-# ---- shared ----
+def _act(
+    ctx: ControlContext, decision: Decision, obs: GroupObservation, state: GroupState, event_id: str, now: datetime
+) -> Decision:
+    """Finish a change left in progress, or carry out this decision; an error is this group's alone."""
+    try:
+        return ctx.executor.resume(obs, state, event_id, now) or ctx.executor.execute(decision, obs, state)
+    except Exception as exc:
+        ctx.logger.exception("group failed; the others carry on", extra={"group": obs.ref.key})
+        return decision.model_copy(update={"outcome": Outcome.FAILED, "detail": f"{type(exc).__name__}: {exc}"})
+
+
+def _isolated(
+    decide: Callable[[GroupObservation, GroupSettings], Decision],
+    obs: GroupObservation,
+    settings: GroupSettings,
+    logger: Logger,
+    event_id: str,
+    now: datetime,
+) -> Decision:
+    """One group's decision; whatever it raises is this group's alone and the tick goes on."""
+    try:
+        return decide(obs, settings)
+    except Exception as exc:
+        logger.exception("group decision failed; the others carry on", extra={"group": obs.ref.key})
+        return _no_action(obs.ref.key, _RECONCILE, event_id, now, f"no decision: {type(exc).__name__}: {exc}")
+
+
+def _metrics_or_none(
+    metrics: GpuMetricsReader, observations: list[GroupObservation], now: datetime, policy: FleetPolicy, logger: Logger
+) -> list[GroupObservation | None]:
+    """The groups with their instances' GPU metrics, or None each when those cannot be read."""
+    try:
+        return list(with_instance_metrics(metrics, observations, now, policy))
+    except Exception:
+        logger.exception("instance metrics unreadable; scale-in waits", extra={"groups": len(observations)})
+        return [None] * len(observations)
+
+
+def _held_without_metrics(decision: Decision) -> Decision:
+    reason = f"{decision.reason}, but the instances' GPU metrics cannot be read: none removed"
+    return decision.model_copy(update={"action": Action.HOLD, "needs_instance_metrics": False, "reason": reason})
+
+
+def spot_fallbacks(policy: FleetPolicy) -> frozenset[str]:
+    """Keys of the groups that are another group's on-demand fallback: they share a backlog after it."""
+    out = set()
+    for spot in policy.spot.groups:
+        if spot.fallback is not None:
+            try:
+                out.add(GroupRef.parse_key(spot.fallback.group).key)
+            except ValueError:
+                out.add(spot.fallback.group)
+    return frozenset(out)
