@@ -23,6 +23,7 @@ from gpufleet.domain.models import Outcome
 from gpufleet.notify.model import Notification, NotificationKind, Severity, note
 from gpufleet.runtime import build_guard, build_notifier, build_scaler, build_spot_watch
 from gpufleet_node import schema
+from gpufleet_node.busy import AsgProtection
 from gpufleet_node.identity import Identity
 from gpufleet_node.nvml import SimulatedBackend
 from gpufleet_node.publisher import Publisher, simulate
@@ -193,11 +194,16 @@ class ScaleInTwoVictims(_ScalerWorld):
 
 
 class DemandScaleOut(_ScalerWorld):
-    """Three 8-GPU jobs wait in the group's SQS queue: one reconcile tick scales 2 -> 5 in one change."""
+    """Three 8-GPU jobs wait in the group's SQS queue while the group's two nodes work on two more (in
+    flight: they hold those nodes, issue 28): one reconcile tick scales 2 -> 5 in one change."""
 
     def __init__(self, tmp: Path) -> None:
         sqs = boto3.client("sqs")
         self.queue = queue = sqs.create_queue(QueueName="train-jobs")["QueueUrl"]
+        for i in range(2):  # taken by the two runners, never deleted while the scenario runs
+            sqs.send_message(QueueUrl=queue, MessageBody=json.dumps({"job": f"running-{i}"}))
+        running = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=2, VisibilityTimeout=3600)
+        assert len(running["Messages"]) == 2
         for i in range(3):
             sqs.send_message(QueueUrl=queue, MessageBody=json.dumps({"job": i}))
         policy = (
@@ -222,6 +228,49 @@ class DemandScaleOut(_ScalerWorld):
         return ([f"desired {got}, expected 2 -> 5 in one change"] if got != 5 else []) + self.change_told_and_audited(
             "asg:train-spot"
         )
+
+
+class QueueScaleIn(_ScalerWorld):
+    """An SQS-driven group of four idle-reading 8-GPU nodes; one job is in flight (a runner received it and
+    is still downloading, its GPUs idle) and nothing is visible. Its runner protected its node from scale-in
+    (`gpufleet-node busy`'s own SetInstanceProtection). One reconcile tick releases the three unprotected
+    idle nodes in one change, down to the one node the in-flight job holds; the protected node stays."""
+
+    def __init__(self, tmp: Path, now: datetime) -> None:
+        sqs = boto3.client("sqs")
+        self.queue = queue = sqs.create_queue(QueueName="train-jobs")["QueueUrl"]
+        sqs.send_message(QueueUrl=queue, MessageBody=json.dumps({"job": 1}))
+        taken = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=1, VisibilityTimeout=3600)
+        assert len(taken["Messages"]) == 1  # in flight for the whole run: received, never deleted
+        policy = (
+            "groups:\n  - {name: train-spot, kind: asg, demand: "
+            f'{{sqs: {{queue_url: "{queue}", gpus_per_message: 8}}, gpus_per_node: 8}}}}\n'
+        )
+        super().__init__(policy, tmp, desired=4)
+        ids = self.instances()
+        self.runner = ids[0]
+        AsgProtection(self.clients.autoscaling, self.runner, "train-spot").set(True)
+        # Every node reads idle, the runner's too (its job is still downloading), as their publishers keep
+        # reporting through the later runs (a run that finds no fresh datum removes nobody).
+        for minute in range(-25, 6):
+            for iid in ids:
+                self.put_gpu(iid, 0, 1, now - timedelta(minutes=minute))
+
+    def deliver(self, now: datetime) -> None:
+        tick = {"gpufleet": "reconcile", "execution_id": "queue-in-1", "scheduled_time": now.isoformat()}
+        self.scaler.handle(tick, now)
+
+    def violations(self) -> list[str]:
+        problems = self.change_told_and_audited("asg:train-spot")
+        left, got = self.instances(), self.desired()
+        if self.runner not in left:
+            problems.append(f"the protected runner {self.runner} (its job in flight) was removed")
+        if left != [self.runner] or got != 1:
+            problems.append(f"expected exactly the 3 unprotected idle nodes removed: left {left}, desired {got}")
+        changes = [d for d in self.audited("asg:train-spot") if d.changes_capacity]
+        if [(d.current, d.desired) for d in changes] != [(4, 1)]:
+            problems.append(f"expected one change 4 -> 1, audited {[(d.current, d.desired) for d in changes]}")
+        return problems
 
 
 class ScheduleWindow(_ScalerWorld):
