@@ -17,6 +17,7 @@ from rehearsal.moto import moto_server
 from rehearsal.moto_ext import ENV_LOGS_NOW
 from rehearsal.scenario import SLACK_CHANNEL, START, Rehearsal, write_outputs
 from rehearsal.slack import slack_receiver
+from rehearsal.trust_scene import TrustScenes
 
 
 def main() -> int:
@@ -41,6 +42,16 @@ def main() -> int:
             f"cluster ml's Kubernetes API [emulated]: {kube[1]}\n"
         )
         result = Rehearsal(out, slack, minutes=args.minutes, kube=kube).run()
+        print(
+            "\ndemand you can trust (rehearsal/trust_scene.py): moto reset, three more groups, each scene on its own "
+            "clock from its nodes' LaunchTime [emulated]"
+        )
+        server.reset()
+        trust = TrustScenes(out, kube, TOKEN).run()
+    result.lines += ["", *trust.lines]
+    result.decisions += trust.decisions
+    result.checks += trust.checks
+    result.failures += trust.failures
     write_outputs(result, out)
     if recorder is not None:
         recorder.dump(os.environ[ENV_RECORD])

@@ -49,10 +49,13 @@ def create_state_table(dynamodb: Any, name: str) -> None:
 _IMAGES: dict[str, str] = {}  # endpoint -> a moto AMI id (moto ships the same images after every reset)
 
 
-def _launch_template(ec2: Any, market: str | None = None, reservation: str | None = None) -> str:
+def _launch_template(
+    ec2: Any, market: str | None = None, reservation: str | None = None, instance_type: str = INSTANCE_TYPE
+) -> str:
     """The GPU node launch template; `market="spot"` sets InstanceMarketOptions as a spot group's has,
     `reservation` targets a capacity reservation (a Capacity Block: market "capacity-block")."""
     name = "gpufleet-gpu-node" + (f"-{market}" if market else "") + (f"-{reservation}" if reservation else "")
+    name += f"-{instance_type}" if instance_type != INSTANCE_TYPE else ""
     existing = ec2.describe_launch_templates(Filters=[{"Name": "launch-template-name", "Values": [name]}])
     if existing["LaunchTemplates"]:
         return name
@@ -60,7 +63,7 @@ def _launch_template(ec2: Any, market: str | None = None, reservation: str | Non
         ec2.meta.endpoint_url,
         ec2.describe_images()["Images"][0]["ImageId"],  # moto's list is long: read once
     )
-    data: dict[str, Any] = {"ImageId": image, "InstanceType": INSTANCE_TYPE}
+    data: dict[str, Any] = {"ImageId": image, "InstanceType": instance_type}
     if market:
         data["InstanceMarketOptions"] = {"MarketType": market}
     if reservation:
@@ -79,8 +82,9 @@ def create_asg(
     tags: dict[str, str] | None = None,
     market: str | None = None,
     reservation: str | None = None,
+    instance_type: str = INSTANCE_TYPE,
 ) -> None:
-    template = _launch_template(clients.ec2, market, reservation)
+    template = _launch_template(clients.ec2, market, reservation, instance_type)
     clients.autoscaling.create_auto_scaling_group(
         AutoScalingGroupName=name,
         LaunchTemplate={"LaunchTemplateName": template, "Version": "$Latest"},
@@ -96,7 +100,15 @@ def create_asg(
 
 
 def create_nodegroup(
-    clients: Clients, cluster: str, name: str, *, min_size: int, max_size: int, desired: int, tags: dict[str, str]
+    clients: Clients,
+    cluster: str,
+    name: str,
+    *,
+    min_size: int,
+    max_size: int,
+    desired: int,
+    tags: dict[str, str],
+    instance_type: str = INSTANCE_TYPE,
 ) -> str:
     """An EKS managed node group plus (emulated) its backing ASG, tagged the way EKS tags it; returns the
     ASG's name."""
@@ -113,7 +125,7 @@ def create_nodegroup(
         nodeRole=role,
         subnets=[subnet_id],
         scalingConfig={"minSize": min_size, "maxSize": max_size, "desiredSize": desired},
-        instanceTypes=[INSTANCE_TYPE],
+        instanceTypes=[instance_type],
         capacityType="ON_DEMAND",
         tags=tags,
     )["nodegroup"]
@@ -125,6 +137,7 @@ def create_nodegroup(
         max_size=max_size,
         desired=desired,
         tags=eks_backing_asg_tags(cluster, name),
+        instance_type=instance_type,
     )
     return asg_name
 

@@ -81,11 +81,15 @@ def pod(
     tolerations: list[dict[str, Any]] | None = None,
     owner: str = "Job",
     image: str = "public.ecr.aws/example/trainer:1.0",
+    requests: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """A pod waiting for GPUs: what `kubectl run NAME --image IMAGE --dry-run=client -o json` prints (plus
     the GPU limit, selectors and an owner), then what the API server and the scheduler add: uid,
-    creationTimestamp, phase Pending and PodScheduled False/Unschedulable."""
-    resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
+    creationTimestamp, phase Pending and PodScheduled False/Unschedulable. `requests`: its container's
+    other requests (cpu, memory, ...), as quantities."""
+    resources: dict[str, Any] = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
+    if requests:
+        resources["requests"] = dict(requests)
     spec: dict[str, Any] = {
         "containers": [{"name": name.split("-")[0], "image": image, "resources": resources}],
         "restartPolicy": "Never" if owner == "Job" else "Always",

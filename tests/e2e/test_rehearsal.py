@@ -60,6 +60,14 @@ def test_rehearsal_meets_its_expected_outcomes(tmp_path: Path) -> None:
         "(eval-1 loading its weights, GPUs idle): 'passed over 1 running a GPU pod'",
         "asg:train-slurm: Slurm/PendingGPUs 10 -> one scale-out at minute 25 (10 GPU(s) requested by waiting jobs: "
         "scale out 0 -> 3 (4 GPUs per node))",
+        # demand you can trust (rehearsal/trust_scene.py, issue 28)
+        "asg:queue-runners: 3 jobs in flight on 3 of 5 nodes, every GPU idle: the tick at minute 3 kept the 3 "
+        "runners holding jobs and released the 2 free nodes (5 -> 3); the jobs done, minute 6 released the runners "
+        "(3 -> 0)",
+        "no second node at +5 and +10 min (on its way); at +16 min one GPU-health incident, gpu-not-ready/i-",
+        "never became GPU-ready' (delivered at +1",
+        "min), told once over 3 ticks; its job got a new node at +16 min (1 -> 2)",
+        "eks:ml/gpu-infer: 3 pods (cpu 4, memory 16Gi, 1 GPU) fit no g5.xlarge: nothing launched, told once in 3 ticks",
     ):
         assert expected in out
     assert "FAIL" not in out
@@ -75,5 +83,9 @@ def test_rehearsal_meets_its_expected_outcomes(tmp_path: Path) -> None:
     assert "owed back to spot: 0 | fallback group: asg:train-ondemand at 0 (was 1)" in timeline
     assert "[emulated kube-scheduler] bound team-a/train-a-0 -> ip-" in timeline  # a node's name: its private DNS
     assert "no pods waiting (cluster ml): 1 idle node(s) not needed: scale in 1 -> 0" in timeline
+    # the runners holding jobs were passed over as protected; the incident names the node's age
+    assert "3 node(s) held by running messages: 2 idle node(s) not needed: scale in 5 -> 3" in timeline
+    assert "passed over 3 scale-in protected" in timeline
+    assert "launched 16 min ago and is not GPU-ready" in timeline
     posted = sorted((tmp_path / "slack").glob("*.json"))
     assert posted and all(json.loads(p.read_text())["blocks"][0]["type"] == "header" for p in posted)
