@@ -1,5 +1,6 @@
 """Issue 28's failures of the demand path, each as it was found, through the reader's glue (fakes for SQS,
-CloudWatch and the cluster) and the decision core. Each test failed on the code before the issue."""
+CloudWatch and the cluster) and the decision core. Each test failed on the code before the issue, except
+where its docstring says it guards a behaviour that held."""
 
 from __future__ import annotations
 
@@ -334,3 +335,123 @@ def test_a_node_not_gpu_ready_is_on_the_way_and_past_the_timeout_an_incident_not
     [notice] = late.demand.never_ready
     assert "i-00" in notice.text and "16 min" in notice.text
     assert decide(late, s, state).desired == 2  # it no longer counts: the pod gets a node that can serve it
+
+
+def test_one_gpu_is_said_in_the_singular() -> None:
+    """Before: "1x1 GPUs" and "1 GPUs per node"."""
+    from gpufleet.scaling.demand import describe_waiting
+
+    assert describe_waiting((WaitingWork(name="p", gpus=1),), NOW) == "1 pod (1x1 GPU) unschedulable"
+    s = GroupSettings(min=0, max=10, demand=DemandSource(kubernetes=KubernetesDemand()))
+    obs = GroupObservation(
+        ref=GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster="ml", name="gpu"),
+        min_size=0,
+        max_size=10,
+        desired=0,
+        demand=Demand(source="cluster ml", waiting=(WaitingWork(name="p", gpus=1),), gpus_per_node=1),
+    )
+    assert "(1 GPU per node)" in decide(obs, s).reason
+
+
+def test_pods_that_fit_no_group_are_said_in_the_decision_and_told_once() -> None:
+    """Before: a pod too big for the node got a node launched, kept idle, told to nobody. Now the group's
+    decision says it (what `gpufleet explain` shows) and one notification per pod set is built, whose id
+    does not change from tick to tick."""
+    from gpufleet.domain.models import UnfitWork
+    from gpufleet.scaling.notes import demand_notes
+
+    text = (
+        "3 pods of serving/infer (cpu 4, memory 16Gi, 1 GPU) fit no group: eks:ml/gpu-infer's g5.xlarge has "
+        "3.92 CPU and 14.5 GiB allocatable"
+    )
+    unfit = (UnfitWork(key="serving/infer|cpu=4", count=3, text=text),)
+    s = GroupSettings(min=0, max=10, demand=DemandSource(kubernetes=KubernetesDemand()))
+    obs = GroupObservation(
+        ref=GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster="ml", name="gpu-infer"),
+        min_size=0,
+        max_size=10,
+        desired=0,
+        demand=Demand(source="cluster ml", gpus_per_node=1, knows_nodes=True, unfit=unfit),
+    )
+    d = decide(obs, s)
+    assert d.action is Action.HOLD and d.desired == 0 and text in d.reason
+    first, again = (
+        demand_notes([obs, obs], NOW, "us-east-1"),
+        demand_notes([obs], NOW + timedelta(minutes=1), "us-east-1"),
+    )
+    assert len(first) == 1 and first[0].notification_id == again[0].notification_id
+    assert "3.92 CPU" in first[0].reason
+
+
+def test_a_ten_minute_boot_and_a_three_minute_device_plugin_launch_no_duplicate() -> None:
+    """Minute by minute: one 8-GPU pod waits at 0 nodes. The node launched for it is Pending for 10
+    minutes (boot), then InService without GPUs for 3 (driver and device plugin), then reports GPUs and
+    takes the pod. Elsewhere this launches duplicates (gpu-operator#708: ~4 nodes for one pod); here the
+    group stays at 1 throughout. (The code before the issue passed this too, by counting the not-ready node
+    as room, which is what kept a node that never becomes ready as room forever: the test above.)"""
+    s = GroupSettings(min=0, max=10, demand=DemandSource(kubernetes=KubernetesDemand()))
+    ref = GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster="ml", name="gpu")
+    launched: datetime | None = None
+    desired, state, scale_outs = 0, GroupState(), 0
+    for minute in range(20):
+        now = NOW + timedelta(minutes=minute)
+        age = None if launched is None else (now - launched).total_seconds() / 60
+        bound = age is not None and age >= 13
+        pods = ClusterPods(
+            cluster="ml",
+            waiting=() if bound else (WaitingPod(namespace="a", name="p", gpus=8),),
+            gpu_nodes=frozenset({"ip-1.ec2.internal"}) if bound else frozenset(),
+        )
+        state_name = "Pending" if age is not None and age < 10 else "InService"
+        obs = GroupObservation(
+            ref=ref,
+            min_size=0,
+            max_size=10,
+            desired=desired,
+            instances=tuple(InstanceObservation(instance_id="i-1", lifecycle_state=state_name) for _ in range(desired)),
+        )
+        ready = {"i-1": NodeReadiness(launched_at=launched, gpus_reported=age is not None and age >= 13)}
+        r = reader(
+            cluster_pods=lambda c, res, pods=pods: pods,
+            instances_of=lambda names: {"ip-1.ec2.internal": "i-1"},
+            readiness=lambda ids, now, young, ready=ready: ready,
+        )
+        [(seen, _)] = r.attach([(obs, s)], now)
+        d = decide_reconcile(seen, s, state, now, event_id=f"t{minute}")
+        if d.action is Action.SCALE_OUT:
+            scale_outs += 1
+            desired, launched = d.desired, launched or now
+            state = GroupState(last_scale_out_at=now, last_scale_out_added=d.desired - d.current)
+    assert (scale_outs, desired) == (1, 1)
+
+
+def test_a_free_runner_about_to_take_a_waiting_message_is_not_released() -> None:
+    """Found by the demo: the free room covered the visible message, so nothing 'waited', and the release
+    removed that very room (2 -> 1, the new runner terminated)."""
+    s = queue_settings(band=False)
+    [(seen, _)] = reader(sqs=FakeSqs(visible=1, in_flight=0)).attach([(asg("runners", 1), s)], NOW)
+    d = decide(seen, s)
+    assert d.action is Action.HOLD and d.victims == ()
+
+
+def test_the_band_never_removes_a_node_running_work_holds() -> None:
+    """Runners downloading their inputs read idle: the band's low must not take them either."""
+    s = queue_settings(band=True)
+    [(seen, _)] = reader(sqs=FakeSqs(visible=0, in_flight=3)).attach([(asg("runners", 3, util=0), s)], NOW)
+    seen = seen.model_copy(update={"gpu_utilization": 0.0})
+    d = decide(seen, s)
+    assert d.action is Action.HOLD and d.victims == () and "3 node(s) running work holds" in d.reason
+
+
+def test_nodes_removed_since_the_last_scale_out_are_not_counted_as_booting() -> None:
+    """Found by the demo: after a scale-in, the warm-up estimate still said '1 node(s) booting will take
+    them' for a node that was gone."""
+    s = queue_settings()
+    state = GroupState(
+        last_scale_out_at=NOW - timedelta(minutes=2),
+        last_scale_out_added=1,
+        last_scale_in_at=NOW - timedelta(minutes=1),
+    )
+    [(seen, _)] = reader(sqs=FakeSqs(visible=1, in_flight=1)).attach([(asg("runners", 1), s)], NOW)
+    d = decide(seen, s, state)
+    assert (d.action, d.desired) == (Action.SCALE_OUT, 2)

@@ -236,8 +236,9 @@ _shapes = st.dictionaries(
     st.dictionaries(st.sampled_from("abc"), st.integers(0, 5)),
 )
 def test_assignment_invariants(pods: list[WaitingPod], shapes: dict[str, NodeShape], room: dict[str, int]) -> None:
-    """A pod owned by a group fits it; each pod counts once (owned, told or expendable); a told pod is
-    never owned; expendable pods are neither."""
+    """A pod owned by a group fits it; each pod counts once (owned, told, expendable, or another
+    autoscaler's: its selectors match no managed group); a told pod is never owned; expendable pods are
+    neither."""
     got = assign(pods, shapes, room)
     by_name = {p.key: p for p in pods}
     owned = [(key, w) for key, ws in got.owners.items() for w in ws]
@@ -246,7 +247,7 @@ def test_assignment_invariants(pods: list[WaitingPod], shapes: dict[str, NodeSha
         assert w.whole_node or not by_name[w.name].one_per_node
     names = [w.name for _, w in owned]
     assert len(names) == len(set(names))
-    assert len(names) + sum(u.count for u in got.unfit) + got.expendable == len(pods)
+    assert len(names) + sum(u.count for u in got.unfit) + got.expendable + got.elsewhere == len(pods)
     assert got.expendable == sum(1 for p in pods if p.priority < -10)
     for p in pods:
         if p.key not in names and p.priority >= -10:

@@ -38,7 +38,7 @@ from gpufleet.domain.models import (
 )
 from gpufleet.domain.policy import GroupSettings, IdleThreshold, Owner, ScheduleWindow
 from gpufleet.events.model import AlarmEvent
-from gpufleet.scaling.demand import describe_waiting, pack, waiting_sizes
+from gpufleet.scaling.demand import describe_waiting, gpus_text, pack, waiting_sizes
 
 INTERRUPTED = "interrupted:"  # the group's ledger key prefix for replacements launched before an interruption
 
@@ -218,8 +218,14 @@ class _Ctx(_Group):
 
     @property
     def low_water(self) -> int:
-        """No scale-in goes below this: min, or an open window's desired."""
-        return max(self.bounds.min, self.bounds.floor or 0)
+        """No scale-in goes below this: min, an open window's desired, or the nodes that running work of
+        the group's source holds (a queue's in-flight messages: their runners may read idle)."""
+        return max(self.bounds.min, self.bounds.floor or 0, self.held)
+
+    @property
+    def held(self) -> int:
+        d = self.obs.demand
+        return d.held_nodes if d is not None and d.known else 0
 
     def scale_in_by(self, count: int, trigger: Trigger, why: str) -> Decision:
         """Remove up to `count` idle instances, never below min or an open window's desired."""
@@ -229,6 +235,10 @@ class _Ctx(_Group):
             return self.decision(Action.HOLD, trigger, f"{why}, but no node may be removed: {closed}")
         if current <= low_water:
             what = f"schedule '{b.window}' desired {b.floor}" if b.floor and b.floor > b.min else f"min {b.min}"
+            if self.held > max(b.min, b.floor or 0):
+                what = (
+                    f"the {self.held} node(s) running work holds ({self.obs.demand.source if self.obs.demand else ''})"
+                )
             return self.decision(Action.HOLD, trigger, f"{why}, but already at {what}")
         room = min(count, current - low_water)
         if not self.obs.instance_metrics_loaded:
@@ -291,7 +301,7 @@ class _Ctx(_Group):
         booting = self.on_the_way(d)
         sizes = waiting_sizes(d.waiting, d.gpus_per_node)
         packing = pack(sizes, d.gpus_per_node, d.free_gpus, booting)
-        per_node = f"{d.gpus_per_node:g} GPUs per node"
+        per_node = f"{gpus_text(d.gpus_per_node)} per node"
         if packing.unplaceable == sum(sizes.values()):
             return self.decision(Action.HOLD, trigger, f"{what}, but none fits a node of this group ({per_node})")
         if packing.new_nodes == 0:
@@ -307,7 +317,7 @@ class _Ctx(_Group):
         d = self.obs.demand
         if d is None or not d.known or d.waiting:
             return None
-        keep = max(self.low_water, d.held_nodes)
+        keep = self.low_water
         if self.obs.desired <= keep:
             return None
         room = self.obs.desired - keep
@@ -348,8 +358,10 @@ class _Ctx(_Group):
         listed = self.obs.instances
         coming = sum(1 for i in listed if i.lifecycle_state.startswith("Pending")) + len(d.not_ready)
         coming += max(0, self.obs.desired - sum(1 for i in listed if not i.lifecycle_state.startswith("Terminat")))
-        last = self.state.last_scale_out_at
+        last, removed = self.state.last_scale_out_at, self.state.last_scale_in_at
         if d.knows_nodes or last is None or (self.now - last).total_seconds() >= self.settings.warmup_s:
+            return coming
+        if removed is not None and removed >= last:  # a scale-in since: the estimate no longer holds
             return coming
         return max(coming, min(self.state.last_scale_out_added, len(listed)))
 
@@ -432,9 +444,20 @@ def group_rule(
         obs: GroupObservation, settings: GroupSettings, state: GroupState, now: datetime, /, *a: P.args, **kw: P.kwargs
     ) -> Decision:
         group = _Group(obs, settings, state, now)
-        return group.owned(decide(group, *a, **kw))
+        return _told_unfit(group.owned(decide(group, *a, **kw)), obs)
 
     return decide_on
+
+
+def _told_unfit(decision: Decision, obs: GroupObservation) -> Decision:
+    """Work of the group's source that fits no group asks for nothing: the decision says so (and
+    `gpufleet explain` shows it), the first two sets with their numbers."""
+    unfit = obs.demand.unfit if obs.demand is not None else ()
+    if not unfit:
+        return decision
+    more = f" (and {len(unfit) - 2} more sets)" if len(unfit) > 2 else ""
+    said = "; ".join(u.text for u in unfit[:2])
+    return decision.model_copy(update={"reason": f"{decision.reason}; not asked for: {said}{more}"})
 
 
 def alarm_hold_reason(alarm: AlarmEvent) -> str | None:

@@ -92,6 +92,11 @@ def _gpus(value: float) -> str:
     return f"{value:g}"
 
 
+def gpus_text(value: float) -> str:
+    """'1 GPU', '8 GPUs', '0.5 GPUs'."""
+    return f"{value:g} GPU" + ("" if value == 1 else "s")
+
+
 def as_work(pod: WaitingPod) -> WaitingWork:
     return WaitingWork(name=pod.key, gpus=pod.gpus, since=pod.since)
 
@@ -112,8 +117,9 @@ def describe_waiting(pods: Sequence[WaitingWork], now: datetime, noun: str = "po
     if not pods:
         return f"no {noun}s waiting"
     shapes = waiting_sizes(pods)
-    parts = [f"{n}x{_gpus(g)}" for g, n in sorted(shapes.items(), key=lambda s: -s[0])]
-    parts[0] += " GPUs"
+    ordered = sorted(shapes.items(), key=lambda s: -s[0])
+    parts = [f"{n}x{_gpus(g)}" for g, n in ordered]
+    parts[0] += " GPU" if ordered[0][0] == 1 else " GPUs"  # "1x1 GPU", "2x8 GPUs"
     waits = [now - p.since for p in pods if p.since is not None]
     for_how_long = f" for {max(0, int(max(waits).total_seconds() // 60))} min" if waits else ""
     total = sum(shapes.values())

@@ -62,13 +62,15 @@ def split_backlog(sharers: Sequence[Sharer], visible: int, in_flight: int) -> di
     per_node = max((s.per_node for s in ordered), default=0)
     held_total = -(-in_flight // per_node) if per_node else 0
     free_units = max(0, sum(s.in_service for s in ordered) - held_total) * per_node
+    # Free runners about to take the waiting messages are held too: they are the room those messages use.
+    taking = -(-min(visible, free_units) // per_node) if per_node else 0
     left = max(0, visible - free_units)
     out: dict[str, Share] = {}
     for i, s in enumerate(ordered):
         last = i == len(ordered) - 1
         take = left if last else min(left, (s.coming + s.growth) * s.per_node)
         left -= take
-        out[s.key] = Share(key=s.key, waiting=take, held_nodes=min(s.in_service, held_total))
+        out[s.key] = Share(key=s.key, waiting=take, held_nodes=min(s.in_service, held_total + taking))
     return out
 
 

@@ -72,6 +72,7 @@ class Assignment(Frozen):
     owners: dict[str, list[WaitingWork]] = Field(default_factory=dict)  # group key -> its waiting work
     unfit: list[UnfitWork] = Field(default_factory=list)  # one per pod set, with the numbers
     expendable: int = Field(default=0, ge=0)  # pods below the cut-off: they ask for nothing
+    elsewhere: int = Field(default=0, ge=0)  # pods whose selectors or taints match no managed group's nodes
 
 
 # ---- labels and taints ----
@@ -301,7 +302,7 @@ def assign(
     owners: dict[str, list[WaitingWork]] = {}
     unfit: dict[str, _UnfitSet] = {}
     verdicts: dict[tuple[object, ...], list[tuple[str, _Verdict]]] = {}
-    expendable = 0
+    expendable = elsewhere = 0
     for pod in sorted(waiting, key=lambda p: -p.priority):  # stable: the listing's order within a priority
         if pod.priority < expendable_priority:
             expendable += 1
@@ -310,6 +311,9 @@ def assign(
         if kind not in verdicts:
             verdicts[kind] = [(key, _verdict(pod, shape, rooms[key])) for key, shape in ordered]
         fitting = [key for key, v in verdicts[kind] if v.why is None]
+        if not fitting and verdicts[kind] and all(v.kind == "placement" for _, v in verdicts[kind]):
+            elsewhere += 1  # it selects nodes no managed group has: another autoscaler's pod, not ours to tell
+            continue
         if not fitting:
             sig = signature(pod)
             entry = unfit.setdefault(f"{pod.pod_set} ({sig})", _UnfitSet(pod.pod_set, sig))
@@ -324,7 +328,7 @@ def assign(
         work = WaitingWork(name=pod.key, gpus=pod.gpus, since=pod.since, whole_node=whole)
         owners.setdefault(chosen, []).append(work)
     told = [UnfitWork(key=key, count=s.count, text=_unfit_text(s)) for key, s in sorted(unfit.items())]
-    return Assignment(owners=owners, unfit=told, expendable=expendable)
+    return Assignment(owners=owners, unfit=told, expendable=expendable, elsewhere=elsewhere)
 
 
 def _unfit_text(s: _UnfitSet) -> str:
