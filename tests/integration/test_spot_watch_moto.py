@@ -145,3 +145,39 @@ def test_sweep_reads_only_groups_short_of_capacity_and_only_new_activities(gpu_f
 
 def _desired(gpu_fleet: Fleet, asg: str) -> int:
     return gpu_fleet.desired(asg)
+
+
+def test_the_hand_back_never_takes_a_fallback_runner_that_holds_a_job(gpu_fleet: Fleet) -> None:
+    """Issue 28 (found by the probe): the spot fallback's hand-back decided on the fallback group without
+    its demand, so on-demand runners holding queue jobs (GPUs idle while they download) were handed back.
+    The same group read with its queue keeps the node its in-flight job holds."""
+    import boto3
+
+    stack = fleet.create_notification_stack(slack_secret=None)
+    w = watch(gpu_fleet, stack.queue_url)
+    sqs = boto3.client("sqs")
+    jobs = sqs.create_queue(QueueName="train-jobs")["QueueUrl"]
+    gpu_fleet.policy_path.write_text(
+        POLICY
+        + f"""groups:
+  - {{name: train-ondemand, kind: asg, demand: {{sqs: {{queue_url: "{jobs}", gpus_per_message: 4}}, gpus_per_node: 4}},
+     target: {{enabled: false}}}}
+"""
+    )
+    spot_outage(gpu_fleet, 5)
+    fleet.inject_failed_launch(gpu_fleet.endpoint, "train-spot", NOW - timedelta(minutes=1), SPOT_FULL)
+    w.sweep(NOW, "tick-1")
+    later = NOW + timedelta(minutes=6)
+    fleet.inject_failed_launch(gpu_fleet.endpoint, "train-spot", later - timedelta(seconds=20), SPOT_FULL)
+    w.sweep(later, "tick-2")
+    assert _desired(gpu_fleet, "train-ondemand") == 3
+    sqs.send_message(QueueUrl=jobs, MessageBody="job")
+    sqs.receive_message(QueueUrl=jobs, VisibilityTimeout=3600)  # a runner took it: in flight
+    fleet.deliver_held(gpu_fleet.clients.autoscaling, "train-spot")
+    recovered_at = later + timedelta(minutes=2)
+    for iid in gpu_fleet.instances("train-ondemand"):  # every GPU idle: the runner is downloading
+        for minute in (1, 2, 3):
+            gpu_fleet.put_instance_gpu(iid, 0, 1, recovered_at - timedelta(minutes=minute))
+    spot = next(g for g in w.sweep(recovered_at, "tick-3")["groups"] if g["group"] == "asg:train-spot")
+    assert len(spot["fallback_action"]["victims"]) == 2, spot["fallback_action"]
+    assert _desired(gpu_fleet, "train-ondemand") == 1  # the node the in-flight job holds stays

@@ -130,7 +130,7 @@ def demand_reader(settings: Settings, clients: AwsClients, logger: Logger, sessi
     in GPUFLEET_KUBE_ENDPOINTS), queues, backlog metrics. Clients are made here; nothing is read until a
     group's policy names a source."""
     from gpufleet.aws.eks_nodes import instances_by_node_name, node_shape
-    from gpufleet.aws.kubernetes import PodReader
+    from gpufleet.aws.kubernetes import PodReader, TickBudget
     from gpufleet.aws.readiness import node_readiness
 
     own = session or Session()
@@ -138,11 +138,12 @@ def demand_reader(settings: Settings, clients: AwsClients, logger: Logger, sessi
     overrides = settings.kube_endpoints
 
     readers: dict[frozenset[tuple[str, float]], PodReader] = {}  # one per GPU resource table (its STS client kept)
+    budget = TickBudget()
 
     def cluster_pods(cluster: str, resources: Mapping[str, float]) -> ClusterPods:
         key = frozenset(resources.items())
         reader = readers.setdefault(key, PodReader(clients.eks, own, overrides, resources))
-        return reader.read(cluster)
+        return reader.read(cluster, budget.for_cluster(cluster))
 
     return DemandReader(
         sqs=client("sqs", session),
@@ -154,6 +155,7 @@ def demand_reader(settings: Settings, clients: AwsClients, logger: Logger, sessi
         instances_of=lambda names: instances_by_node_name(ec2, names),
         logger=logger,
         readiness=lambda ids, now, young: node_readiness(ec2, GpuMetricsReader(clients.cloudwatch), ids, now, young),
+        tick_started=budget.start,
     )
 
 

@@ -455,3 +455,158 @@ def test_nodes_removed_since_the_last_scale_out_are_not_counted_as_booting() -> 
     [(seen, _)] = reader(sqs=FakeSqs(visible=1, in_flight=1)).attach([(asg("runners", 1), s)], NOW)
     d = decide(seen, s, state)
     assert (d.action, d.desired) == (Action.SCALE_OUT, 2)
+
+
+# ---- found by the independent probe of this issue's change ----
+
+
+def test_runners_not_gpu_ready_yet_still_hold_their_jobs() -> None:
+    """5 jobs in flight on 5 runners, 3 of them too young to have reported GPUs, the 2 old ones downloading
+    (GPUs idle): the held count must not shrink to the ready nodes (it terminated the 2 busy runners)."""
+    s = queue_settings(band=False)
+    old = [InstanceObservation(instance_id=f"i-old{i}", gpu_utilization=0.0, gpu_memory_percent=0.0) for i in range(2)]
+    young = [InstanceObservation(instance_id=f"i-new{i}") for i in range(3)]
+    obs = asg("runners", 5).model_copy(update={"instances": tuple(old + young)})
+
+    def probe(ids: Any, now: Any, window: Any) -> dict[str, NodeReadiness]:
+        age = {True: 5, False: 300}
+        return {
+            i: NodeReadiness(launched_at=NOW - timedelta(minutes=age["new" in i]), gpus_reported="old" in i)
+            for i in ids
+        }
+
+    [(seen, _)] = reader(sqs=FakeSqs(visible=0, in_flight=5), readiness=probe).attach([(obs, s)], NOW)
+    d = decide(seen, s)
+    assert seen.demand is not None and seen.demand.held_nodes == 5
+    assert d.victims == () and d.desired == 5
+
+
+def test_small_jobs_spread_one_per_runner_hold_every_runner() -> None:
+    """1-GPU jobs on 8-GPU runners, 8 in flight, one per runner (jobs end unevenly): the fewest nodes they
+    could fit is 1, but which nodes run them is not said, so all 8 stay (it removed 7 busy runners)."""
+    s = GroupSettings(
+        min=0,
+        max=20,
+        target=TargetBand(enabled=False),
+        demand=DemandSource(sqs=QueueDemand(queue_url=QUEUE, gpus_per_message=1), gpus_per_node=8),
+    )
+    [(seen, _)] = reader(sqs=FakeSqs(visible=0, in_flight=8)).attach([(asg("runners", 8), s)], NOW)
+    d = decide(seen, s)
+    assert d.victims == () and d.desired == 8
+
+
+def test_groups_of_different_node_sizes_on_one_queue_count_their_own_room() -> None:
+    """An 8-GPU group (order 0, at 0 nodes) and a 4-GPU group (order 1, 2 runners busy with 8 jobs) on
+    one queue of 1-GPU jobs, 8 visible: the small group's busy runners are no room, so the big group
+    launches (before, room was counted at the largest group's size and 8 messages waited with no launch)."""
+
+    def settings(gpn: int, order: int) -> GroupSettings:
+        source = DemandSource(sqs=QueueDemand(queue_url=QUEUE, gpus_per_message=1), gpus_per_node=gpn, order=order)
+        return GroupSettings(min=0, max=10, demand=source, target=TargetBand(enabled=False))
+
+    big, small = settings(8, 0), settings(4, 1)
+    pairs = [(asg("big", 0), big), (asg("small", 2), small)]
+    seen = {o.ref.name: o for o, _ in reader(sqs=FakeSqs(visible=8, in_flight=8)).attach(pairs, NOW)}
+    assert decide(seen["big"], big).desired == 1
+    assert decide(seen["small"], small).victims == ()
+
+
+def test_a_message_bigger_than_a_node_holds_the_nodes_it_needs() -> None:
+    """16-GPU messages on 8-GPU nodes (a 2-node job, on nodes an operator or a schedule provided): one in
+    flight holds 2 nodes (it held 0 and both were released)."""
+    s = GroupSettings(
+        min=0,
+        max=10,
+        target=TargetBand(enabled=False),
+        demand=DemandSource(sqs=QueueDemand(queue_url=QUEUE, gpus_per_message=16), gpus_per_node=8),
+    )
+    [(seen, _)] = reader(sqs=FakeSqs(visible=0, in_flight=1)).attach([(asg("runners", 2), s)], NOW)
+    assert decide(seen, s).victims == ()
+
+
+def test_nodes_full_under_custom_hostnames_still_get_waiting_pods_a_node() -> None:
+    """3 full nodes whose names EC2 cannot map (custom hostnames) and 2 more pods waiting: the doubt is
+    one node of room less per unmapped name, so the pods get nodes (before the probe's fix: 'room on the
+    group's nodes will take them', forever)."""
+    pods = ClusterPods(
+        cluster="ml",
+        waiting=(WaitingPod(namespace="a", name="p1", gpus=8), WaitingPod(namespace="a", name="p2", gpus=8)),
+        gpu_nodes=frozenset({"gpu-a", "gpu-b", "gpu-c"}),
+    )
+    s = GroupSettings(min=0, max=10, demand=DemandSource(kubernetes=KubernetesDemand()))
+    obs = GroupObservation(
+        ref=GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster="ml", name="gpu"),
+        min_size=0,
+        max_size=10,
+        desired=3,
+        instances=instances(3),
+        instance_metrics_loaded=True,
+    )
+    [(seen, _)] = reader(cluster_pods=lambda c, r: pods).attach([(obs, s)], NOW)
+    d = decide(seen, s)
+    assert (d.action, d.desired) == (Action.SCALE_OUT, 5) and d.victims == ()
+
+
+def test_a_readiness_probe_that_raises_leaves_every_group_decided() -> None:
+    def broken(ids: Any, now: Any, window: Any) -> Any:
+        raise KeyError("InstanceId")
+
+    s = queue_settings()
+    [(seen, _)] = reader(sqs=FakeSqs(visible=3), readiness=broken).attach([(asg("runners", 1), s)], NOW)
+    assert seen.demand is not None and seen.demand.known and decide(seen, s).desired == 3
+
+
+def test_a_node_that_never_becomes_ready_stays_overdue_and_is_replaced_once() -> None:
+    """Found by the probe: past twice the timeout the broken node was no longer probed, counted as room
+    again, and the pod waited forever behind 'room on the group's nodes will take them'. Now it stays
+    overdue; and when its replacement never becomes ready either, that one is told but launches nothing
+    more (replaced once, not one node every 15 minutes up to max)."""
+    pods = ClusterPods(cluster="ml", waiting=(WaitingPod(namespace="a", name="p", gpus=8),))
+    s = GroupSettings(min=0, max=10, demand=DemandSource(kubernetes=KubernetesDemand()))
+
+    def group(n: int) -> GroupObservation:
+        return GroupObservation(
+            ref=GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster="ml", name="gpu"),
+            min_size=0,
+            max_size=10,
+            desired=n,
+            instances=instances(n),
+        )
+
+    ages = {"i-00": 60, "i-01": 31}  # minutes since launch; neither ever reported GPUs
+    probe_calls: list[list[str]] = []
+
+    def probe(ids: Any, now: Any, within: Any) -> dict[str, NodeReadiness]:
+        probe_calls.append(sorted(ids))
+        return {i: NodeReadiness(launched_at=NOW - timedelta(minutes=ages[i])) for i in ids if i in ages}
+
+    [(one, _)] = reader(cluster_pods=lambda c, r: pods, readiness=probe).attach([(group(1), s)], NOW)
+    assert one.demand is not None and [n.instance_id for n in one.demand.never_ready] == ["i-00"]
+    assert decide(one, s).desired == 2  # at 60 min still overdue: its work gets a node that can serve it
+    [(two, _)] = reader(cluster_pods=lambda c, r: pods, readiness=probe).attach([(group(2), s)], NOW)
+    assert two.demand is not None and {n.instance_id for n in two.demand.never_ready} == {"i-00", "i-01"}
+    assert two.demand.not_ready == ("i-01",) and decide(two, s).desired == 2  # replaced once, no third node
+
+
+def test_a_node_that_reported_its_gpus_is_not_probed_again() -> None:
+    calls: list[list[str]] = []
+
+    def probe(ids: Any, now: Any, within: Any) -> dict[str, NodeReadiness]:
+        calls.append(sorted(ids))
+        return {i: NodeReadiness(launched_at=NOW - timedelta(minutes=3), gpus_reported=True) for i in ids}
+
+    r = reader(readiness=probe, sqs=FakeSqs())
+    s = queue_settings()
+    for _ in range(3):
+        r.attach([(asg("runners", 2), s)], NOW)
+    assert calls == [["i-00", "i-01"]]
+
+
+@pytest.mark.parametrize("value", [-5.0, float("nan")])
+def test_a_negative_or_nan_backlog_datum_is_unreadable_not_nothing_waits(value: float) -> None:
+    """Found by the probe: -5 read as 'nothing waits' and released idle nodes."""
+    metric = DemandSource(metric=MetricDemand(namespace="Slurm", metric_name="PendingGPUs"), gpus_per_node=8)
+    ms = GroupSettings(min=0, max=10, demand=metric)
+    [(seen, _)] = reader(cloudwatch=FakeCloudWatch(value)).attach([(asg("slurm", 2), ms)], NOW)
+    assert seen.demand is not None and "not a count of GPUs" in str(seen.demand.unreadable)
+    assert decide(seen, ms).victims == ()

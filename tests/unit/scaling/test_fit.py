@@ -252,3 +252,60 @@ def test_assignment_invariants(pods: list[WaitingPod], shapes: dict[str, NodeSha
     for p in pods:
         if p.key not in names and p.priority >= -10:
             assert all(not fits(p, s) for s in shapes.values())
+
+
+def test_a_daemonset_kept_off_gpu_nodes_is_not_charged_to_them() -> None:
+    """Found by the probe of issue 28: a DaemonSet's pods carry only the controller's pin to their node
+    (their template's node affinity is replaced), so one kept off GPU nodes looked like it ran there and
+    a pod that fits (cpu 3 on a g5.xlarge's 3.92) was told it fits no group. The DaemonSets' own templates
+    say where they run."""
+    from gpufleet.events.kubernetes import daemonsets_of
+
+    template = {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "node-type", "operator": "In", "values": ["cpu"]}]}
+                    ]
+                }
+            }
+        },
+        "containers": [{"name": "agent", "resources": {"requests": {"cpu": "1"}}}],
+        "tolerations": [{"operator": "Exists"}],  # node agents tolerate every taint
+    }
+    ds = {"metadata": {"namespace": "ops", "name": "cpu-agent"}, "spec": {"template": {"spec": template}}}
+    pinned = {  # one of its pods as the API lists it
+        "metadata": {
+            "namespace": "ops",
+            "name": "cpu-agent-x1",
+            "uid": "u1",
+            "ownerReferences": [{"kind": "DaemonSet", "name": "cpu-agent", "uid": "d1"}],
+        },  # fmt: skip
+        "spec": {
+            "nodeName": "ip-10-0-0-1.ec2.internal",
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["ip-10-0-0-1"]}]}
+                        ]
+                    }
+                }
+            },
+            "containers": template["containers"],
+            "tolerations": template["tolerations"],
+        },
+        "status": {"phase": "Running"},
+    }
+    pod = WaitingPod(
+        namespace="serving",
+        name="infer-0",
+        gpus=1,
+        requests=(("cpu", 3.0), ("nvidia.com/gpu", 1.0)),
+        tolerations=(Toleration(key="nvidia.com/gpu", operator="Exists"),),
+    )
+    assert misfit(pod, shape()) is None
+    from_pods = cluster_pods("ml", [pinned], 1).daemonsets
+    assert "cpu 3 > 2.92" in str(misfit(pod, shape(), from_pods))  # the pods' view charges it (the probe's case)
+    assert misfit(pod, shape(), daemonsets_of([ds])) is None

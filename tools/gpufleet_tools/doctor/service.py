@@ -199,4 +199,6 @@ class DemandProbe:
                 source=source,
                 doubt=f"no datum in the last 5 minutes on {where}: is its publisher running?",
             )
+        if value != value or value < 0:  # NaN or negative: the scaler reads it as unreadable
+            return DemandView(group=group, source=source, problem=f"the latest datum is {value:g}, not a count of GPUs")
         return DemandView(group=group, source=source, found=f"{value:g} GPU(s) requested by waiting jobs now")

@@ -60,7 +60,7 @@ def latest_values(
     now: datetime,
 ) -> list[float | None]:
     """The latest Maximum of each (namespace, name, dimensions) within the last few minutes, one call for
-    all of them; None where no datum came (nothing published: read as nothing waiting by the caller)."""
+    all of them; None where no datum came, NaN where the data were no finite number."""
     if not metrics:
         return []
     queries: list[Any] = [
@@ -87,7 +87,10 @@ def latest_values(
         raise BacklogUnreadable("metric backlog", f"GetMetricData failed ({error_code(err)})") from None
     latest: dict[str, float] = {}
     for result in answer.get("MetricDataResults", []):
-        values = [v for v in result.get("Values", []) if math.isfinite(v)]
-        if values:
-            latest[str(result.get("Id"))] = max(0.0, float(values[0]))
+        found = result.get("Values", [])
+        values = [float(v) for v in found if math.isfinite(v)]
+        if values:  # the newest datum as it is: a negative backlog is the caller's to refuse
+            latest[str(result.get("Id"))] = values[0]
+        elif found:  # data, none of it a finite number
+            latest[str(result.get("Id"))] = math.nan
     return [latest.get(f"m{i}") for i in range(len(metrics))]

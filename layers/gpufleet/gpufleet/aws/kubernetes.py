@@ -8,6 +8,10 @@ pods (Pending with a node, Running, Unknown), while finished pods (the bulk of a
 the server. An expired `continue` token (410 Gone) restarts the listing once, from the start, so each pod
 is still counted once.
 
+After the pods, one `GET /apis/apps/v1/daemonsets` (a few pages at most): what each DaemonSet's pods take
+from a node, and where they run as their templates say (their pods' own node affinity is replaced by a pin
+to one node). If it cannot be read, the fit uses what the DaemonSets' pods show.
+
 The cluster must let the function's role in: an EKS access entry with AmazonEKSViewPolicy, cluster scope
 (the template makes them for the clusters named in its EksClusters parameter). That policy does not cover
 nodes, so a pod's node (`spec.nodeName`, the EC2 private DNS name) is mapped to its instance through EC2
@@ -20,7 +24,8 @@ never the token); the caller logs one WARNING and falls back to the utilization 
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -34,7 +39,9 @@ from gpufleet.events.kubernetes import (
     DEFAULT_GPU_RESOURCES,
     ClusterPods,
     ClusterUnreadable,
+    DaemonSetPod,
     PodTally,
+    daemonsets_of,
 )
 from gpufleet.settings import KubeEndpoint
 
@@ -52,6 +59,11 @@ UNFINISHED = "status.phase!=Succeeded,status.phase!=Failed"
 # core, so 50,000 pods are ~9 s of CPU at 1 vCPU (1,769 MB) and ~30 s at 512 MB's 0.29 vCPU.
 PAGE_SIZE = 500  # kubectl's own chunk size; smaller pages only add round trips, larger ones memory
 TIMEOUT_S = 2.0  # to connect, and for each wait on the API server (cut to the time the budget has left)
+# Every cluster of one tick together: the scaler's 120 s timeout less what deciding and acting need, so
+# several large or slow clusters cannot let the Lambda be killed before any group is decided.
+TICK_BUDGET_S = 60.0
+DAEMONSETS_PATH = "/apis/apps/v1/daemonsets"
+DAEMONSET_PAGES = 4  # 2,000 DaemonSets: more than any cluster runs; past it the pods' view is used
 BUDGET_S = 30.0  # one cluster's whole listing: 50k pods at >= 1,024 MB with the API server's own time
 MAX_PODS = 100_000  # distinct pods in one listing: more is not a cluster the scaler can read in a tick
 MAX_PAGES = 1_000  # pages in one listing: a server that never stops paging ends here, whatever its pods
@@ -137,12 +149,15 @@ class PodReader:
         self.max_pods, self.max_pages = max_pods, max_pages
         self._sts: Any = None
 
-    def read(self, cluster: str) -> ClusterPods:
+    def read(self, cluster: str, budget_s: float | None = None) -> ClusterPods:
+        """`budget_s`: this listing's time when less than the reader's own (what a tick has left)."""
         server = self.server(cluster)
         try:
-            connection = Connection(server, self.timeout_s, self.budget_s)
+            connection = Connection(server, self.timeout_s, min(self.budget_s, budget_s or self.budget_s))
             try:
-                return self._list(cluster, connection)
+                pods = self._list(cluster, connection)
+                found = self._daemonsets(connection)
+                return pods if found is None else pods.model_copy(update={"daemonsets": found})
             finally:
                 connection.close()
         except HttpProblem as problem:
@@ -179,6 +194,29 @@ class PodReader:
             status = found.get("status", "unknown")
             raise ClusterUnreadable(cluster, f"the cluster has no API endpoint yet (status {status})", "describe")
         return endpoint, found.get("certificateAuthority", {}).get("data")
+
+    def _daemonsets(self, connection: Connection) -> tuple[DaemonSetPod, ...] | None:
+        """The cluster's DaemonSets as their templates say (`GET /apis/apps/v1/daemonsets`, covered by
+        AmazonEKSViewPolicy), so the fit subtracts only those that would run on a group's nodes. None when
+        they cannot be read (refused, too many, malformed): the fit then uses what their pods show."""
+        query: dict[str, str | int] = {"limit": self.page_size}
+        items: list[Any] = []
+        for _ in range(DAEMONSET_PAGES):
+            try:
+                page = connection.get_json(DAEMONSETS_PATH, query)
+            except HttpProblem as problem:
+                if problem.kind == "timeout":
+                    raise
+                return None
+            if page.get("kind") != "DaemonSetList" or not isinstance(page.get("items"), list):
+                return None
+            items += page["items"]
+            metadata = page.get("metadata")
+            token = metadata.get("continue") if isinstance(metadata, dict) else None
+            if not token:
+                return daemonsets_of(items)
+            query["continue"] = str(token)
+        return None
 
     def _list(self, cluster: str, connection: Connection) -> ClusterPods:
         """Every unfinished pod, page by page, each page reduced to what waits and which nodes run GPU pods
@@ -237,3 +275,26 @@ def _too_large(problem: HttpProblem) -> bool:
         return True
     said = str(problem.document.get("message") or "").lower()
     return problem.status is not None and ("too large" in said or "larger than max" in said)
+
+
+class TickBudget:
+    """The time the clusters of one tick may take together (`TICK_BUDGET_S`). `start()` at the tick's
+    start; `left()` what remains; a cluster read when nothing is left is unreadable, never waited for."""
+
+    def __init__(self, total_s: float = TICK_BUDGET_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.total_s, self._clock = total_s, clock
+        self._until = clock() + total_s
+
+    def start(self) -> None:
+        self._until = self._clock() + self.total_s
+
+    def left(self) -> float:
+        return max(0.0, self._until - self._clock())
+
+    def for_cluster(self, cluster: str) -> float:
+        """The budget for one more cluster's listing; ClusterUnreadable when the tick's is spent."""
+        left = self.left()
+        if left < 1.0:
+            why = f"the tick's {self.total_s:g} s for reading clusters is spent (other clusters were slow)"
+            raise ClusterUnreadable(cluster, why, "timeout")
+        return left

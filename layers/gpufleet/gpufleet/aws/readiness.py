@@ -1,7 +1,7 @@
-"""Is a new node GPU-ready (adapter): when each instance launched (EC2 DescribeInstances) and whether its
-publisher has reported GPUs (any GPUUtilization datum on the instance's own series lately). Only young
-nodes are asked about, so the cost stays with the nodes that are starting: one DescribeInstances page and
-one GetMetricData series per young node a tick, batched.
+"""Is a node GPU-ready (adapter): when each instance launched (EC2 DescribeInstances) and whether its
+publisher has reported GPUs (any GPUUtilization datum on the instance's own series lately). The demand
+reader asks only about nodes it does not know to be ready yet, so the cost stays with the nodes that are
+starting (or never start): one DescribeInstances page and one GetMetricData series each a tick, batched.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from gpufleet.scaling.demand_share import NodeReadiness
 from gpufleet_node import schema
 
 IDS_PER_CALL = 200  # DescribeInstances' filter values
-REPORTED_WITHIN = timedelta(minutes=10)
 
 
 def launch_times(ec2: Any, instance_ids: Iterable[str]) -> dict[str, datetime]:
@@ -32,16 +31,12 @@ def launch_times(ec2: Any, instance_ids: Iterable[str]) -> dict[str, datetime]:
 
 
 def node_readiness(
-    ec2: Any, metrics: GpuMetricsReader, instance_ids: Iterable[str], now: datetime, young: timedelta
+    ec2: Any, metrics: GpuMetricsReader, instance_ids: Iterable[str], now: datetime, within: timedelta
 ) -> Mapping[str, NodeReadiness]:
-    """Each instance's launch time; for those launched within `young`, whether GPUs were reported."""
+    """Each instance's launch time, and whether it sent a GPU metric within `within` (one series each:
+    the caller asks only about nodes not yet known to be ready)."""
     launched = launch_times(ec2, instance_ids)
-    fresh = sorted(iid for iid, at in launched.items() if now - at <= young)
-    queries = [
-        SeriesQuery(iid, schema.GPU_UTILIZATION, ((schema.DIM_INSTANCE_ID, iid),), "SampleCount") for iid in fresh
-    ]
-    values = metrics.fetch(queries, now - REPORTED_WITHIN, now) if queries else {}
-    return {
-        iid: NodeReadiness(launched_at=at, gpus_reported=bool(values.get(iid)) if iid in fresh else True)
-        for iid, at in launched.items()
-    }
+    ids = sorted(launched)
+    queries = [SeriesQuery(iid, schema.GPU_UTILIZATION, ((schema.DIM_INSTANCE_ID, iid),), "SampleCount") for iid in ids]
+    values = metrics.fetch(queries, now - within, now) if queries else {}
+    return {iid: NodeReadiness(launched_at=launched[iid], gpus_reported=bool(values.get(iid))) for iid in ids}

@@ -216,6 +216,7 @@ class SpotWatch:
                 "fallback group missing or not managed", extra={"fallback": settings.fallback.group}
             )
             return None, None, after.fallback_added
+        fb = self.scaler.with_demand(fb, fb_settings, now, policy)  # hand-back: never a node running work
         fb_state = self.ctx.states([fb], policy)[fb.ref.key]
         owed = fb_state.owed.get(obs.ref.key, 0)
         resumed = self.ctx.executor.resume(fb, fb_state, event_id, now)  # a change a crash left half done

@@ -158,6 +158,7 @@ class CapacityWarnings:
                 global_dry_run=self.ctx.dry(policy),
             )
 
+        obs = self.scaler.with_demand(obs, settings, now, policy)  # never a node running work
         decision = decide(obs)
         if decision.needs_instance_metrics:
             obs = with_instance_metrics(self.scaler.metrics, [obs], now, policy)[0]

@@ -330,6 +330,27 @@ def daemonset_pod(pod: Mapping[str, Any], gpu_resources: Mapping[str, float] = D
     )
 
 
+def daemonsets_of(items: Iterable[Mapping[str, Any]]) -> tuple[DaemonSetPod, ...]:
+    """What each DaemonSet's pods take from a node, from the DaemonSets themselves (a DaemonSetList page):
+    their template's placement as written. A DaemonSet's pods cannot say it: the controller replaces their
+    required node affinity with a pin to one node (kubernetes pkg/controller/daemon/util,
+    ReplaceDaemonSetPodNodeNameNodeAffinity), so a DaemonSet kept off GPU nodes looks like it runs there."""
+    out: list[DaemonSetPod] = []
+    for item in items:
+        if not isinstance(item, Mapping):
+            continue
+        meta = _map(item.get("metadata"))
+        spec = _map(_map(_map(item.get("spec")).get("template")).get("spec"))
+        out.append(
+            DaemonSetPod(
+                namespace=str(meta.get("namespace", "default")),
+                name=str(meta.get("name", "")),
+                **_placement(spec, pod_requests(spec)),
+            )
+        )
+    return tuple(sorted(out, key=lambda d: (d.namespace, d.name)))
+
+
 def _daemonset_uid(meta: Mapping[str, Any]) -> str | None:
     for o in _list(meta.get("ownerReferences")):
         if o.get("kind") == "DaemonSet":

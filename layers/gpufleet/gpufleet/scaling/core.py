@@ -306,7 +306,8 @@ class _Ctx(_Group):
             return self.decision(Action.HOLD, trigger, f"{what}, but none fits a node of this group ({per_node})")
         if packing.new_nodes == 0:
             room = f"{booting} node(s) booting" if booting else "room on the group's nodes"
-            return self.decision(Action.HOLD, trigger, f"{what}: {room} will take them, no new node needed")
+            doubt = f" (no node may be removed: {d.scale_in_closed})" if d.scale_in_closed else ""
+            return self.decision(Action.HOLD, trigger, f"{what}: {room} will take them, no new node needed{doubt}")
         on_way = f", {booting} already booting" if booting else ""
         return self.scale_out_to(self.obs.desired + packing.new_nodes, trigger, what, f" ({per_node}{on_way})")
 

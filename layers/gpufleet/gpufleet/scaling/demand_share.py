@@ -33,7 +33,9 @@ class Sharer(Frozen):
     order: int | None = None
     fallback: bool = False  # another group's spot fallback: served after the groups it covers
     per_node: int = Field(ge=0)  # units of work one node takes at once (0: one unit is bigger than a node)
-    in_service: int = Field(default=0, ge=0)  # nodes that serve (GPU-ready), busy or not
+    nodes_per_unit: int = Field(default=1, ge=1)  # nodes one unit needs (more than 1 only when per_node is 0)
+    ready: int = Field(default=0, ge=0)  # InService nodes that can serve GPUs: room for waiting units
+    in_service: int = Field(default=0, ge=0)  # every InService node, ready or not: any may run a unit
     coming: int = Field(default=0, ge=0)  # nodes booting or asked for
     growth: int = Field(default=0, ge=0)  # nodes it may still add (effective max - desired)
 
@@ -57,20 +59,32 @@ def bounded_count(value: float | int) -> int:
 
 
 def split_backlog(sharers: Sequence[Sharer], visible: int, in_flight: int) -> dict[str, Share]:
-    """Each group's share of a backlog of `visible` waiting units and `in_flight` running ones."""
+    """Each group's share of a backlog of `visible` waiting units and `in_flight` running ones.
+
+    Held (fail closed): which nodes run the in-flight units is not said, so each group keeps as many of its
+    InService nodes as those units could be spread over (one node each, or the nodes a unit bigger than a
+    node needs), ready or not. Room (for waiting units): the running units are taken to fill the groups'
+    ready nodes first, in order, each group at its own units per node; the nodes left take waiting units,
+    and those nodes are held too (they are the room the waiting units use)."""
     ordered = share_order(sharers)
-    per_node = max((s.per_node for s in ordered), default=0)
-    held_total = -(-in_flight // per_node) if per_node else 0
-    free_units = max(0, sum(s.in_service for s in ordered) - held_total) * per_node
-    # Free runners about to take the waiting messages are held too: they are the room those messages use.
-    taking = -(-min(visible, free_units) // per_node) if per_node else 0
-    left = max(0, visible - free_units)
+    busy_left, cover_left = in_flight, visible
+    taking: dict[str, int] = {}
+    for s in ordered:
+        if s.per_node == 0:
+            taking[s.key] = 0
+            continue
+        busy = min(s.ready, -(-busy_left // s.per_node))
+        busy_left = max(0, busy_left - busy * s.per_node)
+        covered = min(cover_left, (s.ready - busy) * s.per_node)
+        cover_left -= covered
+        taking[s.key] = -(-covered // s.per_node)
     out: dict[str, Share] = {}
     for i, s in enumerate(ordered):
         last = i == len(ordered) - 1
-        take = left if last else min(left, (s.coming + s.growth) * s.per_node)
-        left -= take
-        out[s.key] = Share(key=s.key, waiting=take, held_nodes=min(s.in_service, held_total + taking))
+        take = cover_left if last else min(cover_left, (s.coming + s.growth) * s.per_node)
+        cover_left -= take
+        running = in_flight * s.nodes_per_unit
+        out[s.key] = Share(key=s.key, waiting=take, held_nodes=min(s.in_service, running + taking[s.key]))
     return out
 
 
@@ -89,6 +103,7 @@ class NotReady(Frozen):
     age_s: int = Field(ge=0)
     overdue: bool  # past the GPU-ready timeout: an incident, and no longer capacity on the way
     said: str  # what the node did report, for the incident
+    again: bool = False  # overdue, but another of the group's nodes already counts as nothing: on the way
 
 
 def not_gpu_ready(
@@ -97,19 +112,28 @@ def not_gpu_ready(
     now: datetime,
     timeout_s: int,
 ) -> list[NotReady]:
-    """InService nodes that cannot serve GPUs yet: no GPU work bound to them, no GPUs reported, and
-    launched within twice the timeout (older ones are not probed: what is not known is not claimed).
-    Within the timeout they are on the way; past it they are overdue (told, and counted as nothing)."""
+    """InService nodes that cannot serve GPUs yet: no GPU work bound to them and no GPUs reported. Within
+    the timeout they are on the way; past it they are overdue. Only the oldest overdue node of a group is
+    counted as nothing (its work gets one new node); the others stay counted as on the way, so nodes that
+    never become ready are replaced once, not one more every timeout up to max."""
     out: list[NotReady] = []
-    window = timedelta(seconds=2 * timeout_s)
     for inst in instances:
         r = readiness.get(inst.instance_id)
         if not inst.in_service or inst.runs_gpu_work or r is None or r.gpus_reported or r.launched_at is None:
             continue
         age = now - r.launched_at
-        if age < timedelta(0) or age > window:
+        if age < timedelta(0):  # a launch time ahead of the clock: not known, not claimed
             continue
         seconds = int(age.total_seconds())
         said = "no GPU metrics from its publisher and no GPU pod bound to it"
         out.append(NotReady(instance_id=inst.instance_id, age_s=seconds, overdue=seconds > timeout_s, said=said))
-    return out
+    overdue = sorted((n for n in out if n.overdue), key=lambda n: (-n.age_s, n.instance_id))
+    again = {n.instance_id for n in overdue[1:]}
+    return [
+        n.model_copy(
+            update={"said": f"{n.said}; not replaced again (one node of the group already was)", "again": True}
+        )
+        if n.instance_id in again
+        else n
+        for n in out
+    ]

@@ -20,6 +20,7 @@ A new node is room only once it is GPU-ready (`scaling.demand_share.not_gpu_read
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +49,9 @@ from gpufleet.scaling.demand_share import (
 from gpufleet.scaling.fit import Assignment, NodeShape, assign
 
 Pair = tuple[GroupObservation, GroupSettings]
+# A node that sent no GPU metric in this long has not reported its GPUs (CloudWatch bills the series read,
+# not the window, so a long window costs what a short one does).
+READY_WITHIN = timedelta(hours=3)
 Member = tuple[GroupObservation, GroupSettings, DemandSource]
 
 
@@ -86,14 +90,18 @@ class DemandReader(_Warnings):
     # cluster, node group[, allocatable overrides] -> what its nodes offer
     node_shape: Callable[..., NodeShape]
     instances_of: Callable[[Iterable[str]], dict[str, str]]  # node names -> instance ids
-    # instance ids, now, how young -> launch time and whether GPUs were reported (None: not probed)
+    # instance ids, now, within -> launch time and whether GPUs were reported within (None: not probed)
     readiness: Callable[[Sequence[str], datetime, timedelta], Mapping[str, NodeReadiness]] | None = None
+    tick_started: Callable[[], None] | None = None  # starts the time every cluster of one tick shares
+    _gpu_ready: set[str] = field(default_factory=set, init=False)  # nodes that have reported GPUs
 
     def attach(self, pairs: Sequence[Pair], now: datetime, fallbacks: frozenset[str] = frozenset()) -> list[Pair]:
         """`fallbacks`: keys of groups that are another group's spot fallback (served after it)."""
         sourced: list[Member] = [(obs, s, s.demand) for obs, s in pairs if s.demand is not None]
         if not sourced:
             return list(pairs)
+        if self.tick_started is not None:
+            self.tick_started()
         ready = self._readiness([(o, s) for o, s, _ in sourced], now)
         run = _Tick(now, fallbacks, ready)
         found: dict[str, GroupObservation] = {}
@@ -121,19 +129,24 @@ class DemandReader(_Warnings):
     # ---- GPU-ready nodes ----
 
     def _readiness(self, groups: Sequence[Pair], now: datetime) -> dict[str, list[NotReady]]:
-        """Per group, its InService nodes that are not GPU-ready yet (a probe that fails: none known)."""
+        """Per group, its InService nodes that are not GPU-ready (a probe that fails: none known). A node
+        that has reported GPUs once is ready for good in this container and is not asked about again, so
+        the probe costs a series only for nodes that are starting or never became ready."""
         if self.readiness is None:
             return {}
-        young = timedelta(seconds=2 * max(s.gpu_ready_timeout_s for _, s in groups))
-        ids = [i.instance_id for obs, _ in groups for i in obs.instances if i.in_service]
+        serving = {i.instance_id for obs, _ in groups for i in obs.instances if i.in_service}
+        self._gpu_ready &= serving  # bounded: only nodes that still serve are remembered
+        ids = sorted(serving - self._gpu_ready)
         if not ids:
             return {}
         try:
-            probed = self.readiness(ids, now, young)
-        except AWS_FAILURES as err:
-            self._warn_once("gpu-ready probe", f"failed ({error_code(err)})", "GPU-ready probe unreadable")
+            probed = self.readiness(ids, now, READY_WITHIN)
+        except Exception as err:  # the probe is advice: without it every node counts as ready, as before
+            why = f"failed ({error_code(err) if isinstance(err, AWS_FAILURES) else type(err).__name__})"
+            self._warn_once("gpu-ready probe", why, "GPU-ready probe unreadable")
             return {}
         self._read_well("gpu-ready probe")
+        self._gpu_ready |= {iid for iid, r in probed.items() if r.gpus_reported}
         return {obs.ref.key: not_gpu_ready(obs.instances, probed, now, s.gpu_ready_timeout_s) for obs, s in groups}
 
     # ---- Kubernetes ----
@@ -161,7 +174,7 @@ class DemandReader(_Warnings):
                 shapes[obs.ref.key] = shape or self.node_shape(cluster, obs.ref.name)
             except ShapeUnknown as err:
                 out[obs.ref.key] = self._unreadable(obs, f"node group {obs.ref.key}", str(err))
-        running, closed = self._running(cluster, pods)
+        running, closed, unmapped = self._running(cluster, pods)
         # What each group can still bring: nodes it may add, and its idle serving nodes.
         room = {
             o.ref.key: _growth(o, s, run.now)
@@ -176,22 +189,22 @@ class DemandReader(_Warnings):
         for obs, _, _ in eks:
             shape = shapes.get(obs.ref.key)
             if shape is not None:
-                out[obs.ref.key] = _pod_demand(obs, shape, (running, closed), assigned, source, run)
+                out[obs.ref.key] = _pod_demand(obs, shape, (running, closed, unmapped), assigned, source, run)
         return out
 
-    def _running(self, cluster: str, pods: ClusterPods) -> tuple[set[str], str | None]:
+    def _running(self, cluster: str, pods: ClusterPods) -> tuple[set[str], str | None, int]:
         """Instance ids bound to GPU pods, and why no node may be removed when that cannot be told for
         every GPU pod (a node name EC2 does not map, EC2 unreadable). The ids found still mark their nodes;
         the others' room is left as it is."""
         if not pods.gpu_nodes:
-            return set(), None
+            return set(), None, 0
         source = f"nodes of cluster {cluster}"
         try:
             found = self.instances_of(pods.gpu_nodes)
         except AWS_FAILURES as err:
             why = f"DescribeInstances failed ({error_code(err)}): which nodes run GPU pods is unknown"
             self._warn_once(source, why, "demand source partly unreadable")
-            return set(), why
+            return set(), why, 0
         unmapped = sorted(set(pods.gpu_nodes) - set(found))
         if unmapped:
             why = (
@@ -199,9 +212,9 @@ class DemandReader(_Warnings):
                 "one of them may be this group's"
             )
             self._warn_once(source, why, "demand source partly unreadable")
-            return set(found.values()), why
+            return set(found.values()), why, len(unmapped)
         self._read_well(source)
-        return set(found.values()), None
+        return set(found.values()), None, 0
 
     # ---- queues and metrics ----
 
@@ -254,6 +267,10 @@ class DemandReader(_Warnings):
             why = "no datum in the last 5 minutes: is its publisher running?"
             out.update({m[0].ref.key: self._unreadable(m[0], source, why, g) for m, g in sized})
             return out
+        if math.isnan(value) or value < 0:  # never "nothing waits": a backlog is a count
+            why = f"the latest datum is {value:g}, not a count of GPUs"
+            out.update({m[0].ref.key: self._unreadable(m[0], source, why, g) for m, g in sized})
+            return out
         self._read_well(source)
         per = {m[0].ref.key: 1.0 for m, _ in sized}
         out.update(_shared(sized, run, source, "GPU", per, bounded_count(value), 0, room=False))
@@ -293,7 +310,8 @@ class _Tick:
             for n in found
             if n.overdue
         )
-        return _Starting(ids=tuple(n.instance_id for n in found if not n.overdue), notices=notices)
+        on_the_way = tuple(n.instance_id for n in found if not n.overdue or n.again)
+        return _Starting(ids=on_the_way, notices=notices)
 
 
 def _shared(
@@ -312,17 +330,21 @@ def _shared(
     for (obs, s, d), gpn in sized:
         key = obs.ref.key
         starting[key] = run.not_ready(key, obs.instances)
-        serving = sum(1 for i in obs.instances if i.in_service and i.instance_id not in starting[key].no_room)
+        serving = [i for i in obs.instances if i.in_service]
+        ready = sum(1 for i in serving if i.instance_id not in starting[key].no_room)
         listed = sum(1 for i in obs.instances if not i.lifecycle_state.startswith("Terminat"))
         pending = sum(1 for i in obs.instances if i.lifecycle_state.startswith("Pending"))
         coming = pending + max(0, obs.desired - listed) + len(starting[key].ids)
+        per_node = int((gpn + 1e-9) // unit_gpus[key])
         sharers.append(
             Sharer(
                 key=key,
                 order=d.order,
                 fallback=key in run.fallbacks,
-                per_node=int((gpn + 1e-9) // unit_gpus[key]),
-                in_service=serving if room else 0,
+                per_node=per_node,
+                nodes_per_unit=1 if per_node else max(1, math.ceil(unit_gpus[key] / gpn - 1e-9)),
+                ready=ready if room else 0,
+                in_service=len(serving),
                 coming=coming,
                 growth=_growth(obs, s, run.now),
             )
@@ -361,21 +383,25 @@ def _gpus_per_node(node_shape: Callable[[str, str], NodeShape], obs: GroupObserv
 def _pod_demand(
     obs: GroupObservation,
     shape: NodeShape,
-    nodes: tuple[set[str], str | None],
+    nodes: tuple[set[str], str | None, int],
     assigned: Assignment,
     source: str,
     run: _Tick,
 ) -> GroupObservation:
     """One node group's demand from its cluster's pods: the pods it owns, its nodes that run GPU pods
-    (`nodes`: instance ids, and why scale-in is closed if that is not known for every GPU pod), and room."""
-    running, closed = nodes
+    (`nodes`: instance ids, why scale-in is closed if that is not known for every GPU pod, and how many
+    GPU node names did not map), and room."""
+    running, closed, unmapped = nodes
     instances = tuple(i.model_copy(update={"runs_gpu_work": i.instance_id in running}) for i in obs.instances)
     starting = run.not_ready(obs.ref.key, instances)
     # An InService, GPU-ready node without a GPU pod is room: a pod that still waits beside it will not be
-    # placed by one more node either (it waits for CPU, a volume's zone, ...): no runaway scale-out.
-    free = tuple(
-        shape.gpus for i in instances if i.in_service and not i.runs_gpu_work and i.instance_id not in starting.no_room
-    )
+    # placed by one more node either (it waits for CPU, a volume's zone, ...): no runaway scale-out. A GPU
+    # pod on a node name EC2 does not map may be on one of them (a custom hostname): one node of room less
+    # per such name, so a doubt launches at most that many nodes, once, and never hides a full group.
+    free_nodes = [
+        i for i in instances if i.in_service and not i.runs_gpu_work and i.instance_id not in starting.no_room
+    ]
+    free = tuple(shape.gpus for _ in free_nodes[: max(0, len(free_nodes) - unmapped)])
     demand = Demand(
         source=source,
         waiting=tuple(assigned.owners.get(obs.ref.key, ())),

@@ -22,6 +22,7 @@ from gpufleet.domain.models import (
     Action,
     AlarmState,
     Decision,
+    Demand,
     Direction,
     GroupObservation,
     GroupRef,
@@ -159,8 +160,7 @@ class Scaler:
             return resumed
         if alarm.state is AlarmState.ALARM and target.direction is Direction.IN:
             obs = with_instance_metrics(self.metrics, [obs], now, policy)[0]
-            if self.demand is not None:  # no scale-in while work waits; never a node running a GPU pod
-                obs = self.demand.attach([(obs, settings)], now, spot_fallbacks(policy))[0][0]
+            obs = self.with_demand(obs, settings, now, policy)  # no scale-in while work waits or runs
         dry = self.ctx.dry(policy)
         decision = decide_alarm(obs, settings, state, now, alarm=alarm, direction=target.direction, global_dry_run=dry)
         decision = decision.model_copy(update={"reason": f"{decision.reason} [{target.found_by}]"})
@@ -228,8 +228,7 @@ class Scaler:
 
         pairs = [(obs.model_copy(update={"gpu_utilization": utils.get(obs.ref.key)}), s) for obs, s in managed]
         if self.demand is not None:
-            pairs = self.demand.attach(pairs, now, spot_fallbacks(policy))
-            self.told.extend(demand_notes([obs for obs, _ in pairs], now, self.ctx.region))
+            pairs = self._with_demand_all(pairs, now, policy)
         first = [isolated(obs, s) for obs, s in pairs]
         want = [i for i, d in enumerate(first) if d.needs_instance_metrics]
         if want:
@@ -244,6 +243,39 @@ class Scaler:
             _act(self.ctx, d, obs, states[obs.ref.key], tick.event_id, now)
             for d, (obs, _) in zip(first, pairs, strict=True)
         ]
+
+    def _with_demand_all(
+        self, pairs: list[tuple[GroupObservation, GroupSettings]], now: datetime, policy: FleetPolicy
+    ) -> list[tuple[GroupObservation, GroupSettings]]:
+        """Every group's demand, and what it must tell. The reader isolates its sources; should it fail as a
+        whole, the groups with a source are closed for scale-in and the others decide as they would."""
+        assert self.demand is not None
+        try:
+            attached = self.demand.attach(pairs, now, spot_fallbacks(policy))
+        except Exception:
+            self.ctx.logger.exception("demand reader failed; groups with a source fail closed")
+            closed = Demand(source="demand", unreadable="the demand reader failed")
+            return [(o.model_copy(update={"demand": closed}) if s.demand else o, s) for o, s in pairs]
+        try:
+            self.told.extend(demand_notes([obs for obs, _ in attached], now, self.ctx.region))
+        except Exception:
+            self.ctx.logger.exception("demand findings could not be told this tick")
+        return attached
+
+    def with_demand(
+        self, obs: GroupObservation, settings: GroupSettings, now: datetime, policy: FleetPolicy
+    ) -> GroupObservation:
+        """The group with its demand attached, for another controller's scale-in (the spot fallback's
+        hand-back): nodes running work are marked and a source that cannot say closes scale-in, as for the
+        scaler's own. A reader that fails leaves the group as it was (its decision then sees no source)."""
+        if self.demand is None or settings.demand is None:
+            return obs
+        try:
+            return self.demand.attach([(obs, settings)], now, spot_fallbacks(policy))[0][0]
+        except Exception:
+            self.ctx.logger.exception("demand unreadable for another controller's change", extra={"group": obs.ref.key})
+            closed = Demand(source="demand", unreadable="the demand reader failed")
+            return obs.model_copy(update={"demand": closed})
 
     def carry_out(self, decision: Decision, obs: GroupObservation, state: GroupState) -> Decision:
         """A change decided by another controller (the spot fallback) carried out like the scaler's own:
