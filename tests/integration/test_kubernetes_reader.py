@@ -92,6 +92,11 @@ def record_waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 Answer = tuple[int, dict[str, Any]]
 
 
+def pod_gets(kube: Any) -> list[dict[str, Any]]:
+    """The loopback API's requests for pods (the reader also lists the DaemonSets once, after them)."""
+    return [r for r in kube.requests if r["path"] != DAEMONSETS_PATH]
+
+
 @contextmanager
 def scripted(
     answer: Callable[[dict[str, str]], Answer], drip_s: float | None = None
@@ -182,7 +187,7 @@ def test_a_page_too_big_is_asked_again_with_half_the_limit(
     monkeypatch.setattr(kube_http, "MAX_BODY", 6 * one_pod)
     found = reader(url, page_size=8).read("ml")
     assert len(found.waiting) == 20
-    assert [r["query"]["limit"] for r in kube.requests if r["path"] != DAEMONSETS_PATH] == ["8", "4", "4", "4", "4", "4"]
+    assert [r["query"]["limit"] for r in pod_gets(kube)] == ["8", "4", "4", "4", "4", "4"]
 
 
 def test_a_page_still_too_big_at_half_the_limit_is_unreadable(
@@ -194,7 +199,7 @@ def test_a_page_still_too_big_at_half_the_limit_is_unreadable(
     with pytest.raises(ClusterUnreadable, match=r"the answer is over 0 MiB|inflates past") as err:
         reader(url, page_size=8).read("ml")
     assert err.value.kind == "too_large"
-    assert [r["query"]["limit"] for r in kube.requests if r["path"] != DAEMONSETS_PATH] == ["8", "4"]
+    assert [r["query"]["limit"] for r in pod_gets(kube)] == ["8", "4"]
 
 
 def test_a_413_answer_is_asked_again_with_half_the_limit() -> None:
@@ -230,8 +235,8 @@ def test_a_paged_listing_returns_every_waiting_pod_once(api: tuple[KubeApi, str]
     assert sorted(p.key for p in found.waiting) == ["team-a/train-0", "team-a/train-1", "team-a/train-2"]
     assert found.gpu_nodes == {"ip-10-0-1-7.ec2.internal", "ip-10-0-1-8.ec2.internal"}
     assert found.pages == 3  # 6 unfinished pods, 2 a page: the finished one stayed on the server
-    assert [r["query"].get("continue") is None for r in kube.requests if r["path"] != DAEMONSETS_PATH] == [True, False, False]
-    assert {(r["path"], r["query"]["fieldSelector"], r["query"]["limit"]) for r in kube.requests if r["path"] != DAEMONSETS_PATH} == {
+    assert [r["query"].get("continue") is None for r in pod_gets(kube)] == [True, False, False]
+    assert {(r["path"], r["query"]["fieldSelector"], r["query"]["limit"]) for r in pod_gets(kube)} == {
         ("/api/v1/pods", UNFINISHED, "2")
     }
 
@@ -243,7 +248,7 @@ def test_an_expired_continue_token_restarts_the_listing_once(api: tuple[KubeApi,
     found = reader(url, page_size=2).read("ml")
     assert sorted(p.key for p in found.waiting) == ["team-a/train-0", "team-a/train-1", "team-a/train-2"]
     assert found.pages == 1 + 3
-    assert [r["query"].get("continue") is None for r in kube.requests if r["path"] != DAEMONSETS_PATH] == [True, False, True, False, False]
+    assert [r["query"].get("continue") is None for r in pod_gets(kube)] == [True, False, True, False, False]
 
 
 def test_expiring_again_is_unreadable(api: tuple[KubeApi, str]) -> None:

@@ -281,7 +281,7 @@ def test_a_daemonset_kept_off_gpu_nodes_is_not_charged_to_them() -> None:
             "name": "cpu-agent-x1",
             "uid": "u1",
             "ownerReferences": [{"kind": "DaemonSet", "name": "cpu-agent", "uid": "d1"}],
-        },  # fmt: skip
+        },
         "spec": {
             "nodeName": "ip-10-0-0-1.ec2.internal",
             "affinity": {

@@ -145,6 +145,42 @@ class _Group:
     state: GroupState
     now: datetime
 
+    def replacing(self) -> list[str]:
+        """Nodes EC2 is about to interrupt, still running, whose replacement gpufleet launched early: the
+        group's spare node is spoken for until they go (then the replacement is given back if idle)."""
+        running = {i.instance_id for i in self.obs.instances if i.in_service}
+        return sorted(
+            iid
+            for ledger, owed in self.state.owed.items()
+            if owed > 0 and ledger.startswith(INTERRUPTED) and (iid := ledger.removeprefix(INTERRUPTED)) in running
+        )
+
+    def on_the_way(self, d: Demand) -> int:
+        """Nodes that will take waiting work without a launch: instances still Pending and those asked for but
+        not listed yet; within the warm-up, for a source that cannot tell which nodes work (Kubernetes
+        offers idle nodes as `free_gpus`), also the last scale-out's (InService, not polling yet)."""
+        listed = self.obs.instances
+        coming = sum(1 for i in listed if i.lifecycle_state.startswith("Pending")) + len(d.not_ready)
+        coming += max(0, self.obs.desired - sum(1 for i in listed if not i.lifecycle_state.startswith("Terminat")))
+        last, removed = self.state.last_scale_out_at, self.state.last_scale_in_at
+        if d.knows_nodes or last is None or (self.now - last).total_seconds() >= self.settings.warmup_s:
+            return coming
+        if removed is not None and removed >= last:  # a scale-in since: the estimate no longer holds
+            return coming
+        return max(coming, min(self.state.last_scale_out_added, len(listed)))
+
+    def booting(self) -> int:
+        """Nodes asked for but not serving yet - not InService, or InService without GPU metrics when
+        those were read - counted only within the warm-up after gpufleet's last scale-out (after it, a
+        node that never came is spot_watch's business, not capacity on the way)."""
+        last = self.state.last_scale_out_at
+        if last is None or (self.now - last).total_seconds() >= self.settings.warmup_s:
+            return 0
+        serving = [i for i in self.obs.instances if i.in_service]
+        if self.obs.instance_metrics_loaded:
+            serving = [i for i in serving if i.gpu_utilization is not None]
+        return max(0, self.obs.desired - len(serving))
+
     def on(self, event_id: str, global_dry_run: bool) -> _Ctx:
         """The context for deciding on this group for one event: its id and the dry run (the group's own
         or everyone's) go on every decision."""
@@ -341,42 +377,6 @@ class _Ctx(_Group):
             return None
         why = f"no {d.noun}s waiting ({d.source}){held}: {len(choice.victims)} idle node(s) not needed"
         return self.cooling(Direction.IN, trigger, why) or self.scale_in_by(room, trigger, why)
-
-    def replacing(self) -> list[str]:
-        """Nodes EC2 is about to interrupt, still running, whose replacement gpufleet launched early: the
-        group's spare node is spoken for until they go (then the replacement is given back if idle)."""
-        running = {i.instance_id for i in self.obs.instances if i.in_service}
-        return sorted(
-            iid
-            for ledger, owed in self.state.owed.items()
-            if owed > 0 and ledger.startswith(INTERRUPTED) and (iid := ledger.removeprefix(INTERRUPTED)) in running
-        )
-
-    def on_the_way(self, d: Demand) -> int:
-        """Nodes that will take waiting work without a launch: instances still Pending and those asked for but
-        not listed yet; within the warm-up, for a source that cannot tell which nodes work (Kubernetes
-        offers idle nodes as `free_gpus`), also the last scale-out's (InService, not polling yet)."""
-        listed = self.obs.instances
-        coming = sum(1 for i in listed if i.lifecycle_state.startswith("Pending")) + len(d.not_ready)
-        coming += max(0, self.obs.desired - sum(1 for i in listed if not i.lifecycle_state.startswith("Terminat")))
-        last, removed = self.state.last_scale_out_at, self.state.last_scale_in_at
-        if d.knows_nodes or last is None or (self.now - last).total_seconds() >= self.settings.warmup_s:
-            return coming
-        if removed is not None and removed >= last:  # a scale-in since: the estimate no longer holds
-            return coming
-        return max(coming, min(self.state.last_scale_out_added, len(listed)))
-
-    def booting(self) -> int:
-        """Nodes asked for but not serving yet - not InService, or InService without GPU metrics when
-        those were read - counted only within the warm-up after gpufleet's last scale-out (after it, a
-        node that never came is spot_watch's business, not capacity on the way)."""
-        last = self.state.last_scale_out_at
-        if last is None or (self.now - last).total_seconds() >= self.settings.warmup_s:
-            return 0
-        serving = [i for i in self.obs.instances if i.in_service]
-        if self.obs.instance_metrics_loaded:
-            serving = [i for i in serving if i.gpu_utilization is not None]
-        return max(0, self.obs.desired - len(serving))
 
     def bounds_fix(self) -> Decision | None:
         """Desired outside [min, max] or below an open window's desired: put it back inside."""

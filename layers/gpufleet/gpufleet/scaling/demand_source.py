@@ -326,29 +326,8 @@ def _shared(
 ) -> dict[str, GroupObservation]:
     """A backlog read by one or more groups, split in order; `room`: the groups' serving nodes take
     waiting work first (a queue's runners do; a scheduler's pending jobs already found none)."""
-    sharers, starting = [], {}
-    for (obs, s, d), gpn in sized:
-        key = obs.ref.key
-        starting[key] = run.not_ready(key, obs.instances)
-        serving = [i for i in obs.instances if i.in_service]
-        ready = sum(1 for i in serving if i.instance_id not in starting[key].no_room)
-        listed = sum(1 for i in obs.instances if not i.lifecycle_state.startswith("Terminat"))
-        pending = sum(1 for i in obs.instances if i.lifecycle_state.startswith("Pending"))
-        coming = pending + max(0, obs.desired - listed) + len(starting[key].ids)
-        per_node = int((gpn + 1e-9) // unit_gpus[key])
-        sharers.append(
-            Sharer(
-                key=key,
-                order=d.order,
-                fallback=key in run.fallbacks,
-                per_node=per_node,
-                nodes_per_unit=1 if per_node else max(1, math.ceil(unit_gpus[key] / gpn - 1e-9)),
-                ready=ready if room else 0,
-                in_service=len(serving),
-                coming=coming,
-                growth=_growth(obs, s, run.now),
-            )
-        )
+    starting = {obs.ref.key: run.not_ready(obs.ref.key, obs.instances) for (obs, _, _), _ in sized}
+    sharers = [_sharer(m, gpn, unit_gpus[m[0].ref.key], starting[m[0].ref.key], run, room) for m, gpn in sized]
     shares = split_backlog(sharers, visible, in_flight)
     said = f"{source}: {visible} waiting, {in_flight} running" if noun == "message" else source
     out: dict[str, GroupObservation] = {}
@@ -378,6 +357,27 @@ def _gpus_per_node(node_shape: Callable[[str, str], NodeShape], obs: GroupObserv
         except ShapeUnknown:
             return None
     return None
+
+
+def _sharer(m: Member, gpn: float, unit: float, starting: _Starting, run: _Tick, room: bool) -> Sharer:
+    """One group of a shared backlog: its units per node, its ready and serving nodes, what is coming."""
+    obs, s, d = m
+    serving = [i for i in obs.instances if i.in_service]
+    ready = sum(1 for i in serving if i.instance_id not in starting.no_room)
+    listed = sum(1 for i in obs.instances if not i.lifecycle_state.startswith("Terminat"))
+    pending = sum(1 for i in obs.instances if i.lifecycle_state.startswith("Pending"))
+    per_node = int((gpn + 1e-9) // unit)
+    return Sharer(
+        key=obs.ref.key,
+        order=d.order,
+        fallback=obs.ref.key in run.fallbacks,
+        per_node=per_node,
+        nodes_per_unit=1 if per_node else max(1, math.ceil(unit / gpn - 1e-9)),
+        ready=ready if room else 0,
+        in_service=len(serving),
+        coming=pending + max(0, obs.desired - listed) + len(starting.ids),
+        growth=_growth(obs, s, run.now),
+    )
 
 
 def _pod_demand(

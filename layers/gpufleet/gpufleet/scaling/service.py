@@ -11,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from aws_lambda_powertools import Logger
@@ -180,23 +181,10 @@ class Scaler:
         else:
             obs, settings = found
             state = self.ctx.states([obs], policy)[obs.ref.key]
+            step = partial(decide_request, event_id=event_id, direction=direction, trigger=trigger, why=why)
+            decided = step(obs, settings, state, now, global_dry_run=self.ctx.dry(policy))
             resumed = self.ctx.executor.resume(obs, state, event_id, now)
-            dry = self.ctx.dry(policy)
-            decision = resumed or self.ctx.executor.execute(
-                decide_request(
-                    obs,
-                    settings,
-                    state,
-                    now,
-                    event_id=event_id,
-                    direction=direction,
-                    trigger=trigger,
-                    why=why,
-                    global_dry_run=dry,
-                ),
-                obs,
-                state,
-            )
+            decision = resumed or self.ctx.executor.execute(decided, obs, state)
         self.finish([decision], policy)
         return decision
 
@@ -228,7 +216,7 @@ class Scaler:
 
         pairs = [(obs.model_copy(update={"gpu_utilization": utils.get(obs.ref.key)}), s) for obs, s in managed]
         if self.demand is not None:
-            pairs = self._with_demand_all(pairs, now, policy)
+            pairs, self.told = _attached(self.demand, self.ctx.logger, pairs, now, policy, self.ctx.region)
         first = [isolated(obs, s) for obs, s in pairs]
         want = [i for i, d in enumerate(first) if d.needs_instance_metrics]
         if want:
@@ -244,38 +232,15 @@ class Scaler:
             for d, (obs, _) in zip(first, pairs, strict=True)
         ]
 
-    def _with_demand_all(
-        self, pairs: list[tuple[GroupObservation, GroupSettings]], now: datetime, policy: FleetPolicy
-    ) -> list[tuple[GroupObservation, GroupSettings]]:
-        """Every group's demand, and what it must tell. The reader isolates its sources; should it fail as a
-        whole, the groups with a source are closed for scale-in and the others decide as they would."""
-        assert self.demand is not None
-        try:
-            attached = self.demand.attach(pairs, now, spot_fallbacks(policy))
-        except Exception:
-            self.ctx.logger.exception("demand reader failed; groups with a source fail closed")
-            closed = Demand(source="demand", unreadable="the demand reader failed")
-            return [(o.model_copy(update={"demand": closed}) if s.demand else o, s) for o, s in pairs]
-        try:
-            self.told.extend(demand_notes([obs for obs, _ in attached], now, self.ctx.region))
-        except Exception:
-            self.ctx.logger.exception("demand findings could not be told this tick")
-        return attached
-
     def with_demand(
         self, obs: GroupObservation, settings: GroupSettings, now: datetime, policy: FleetPolicy
     ) -> GroupObservation:
         """The group with its demand attached, for another controller's scale-in (the spot fallback's
         hand-back): nodes running work are marked and a source that cannot say closes scale-in, as for the
-        scaler's own. A reader that fails leaves the group as it was (its decision then sees no source)."""
+        scaler's own."""
         if self.demand is None or settings.demand is None:
             return obs
-        try:
-            return self.demand.attach([(obs, settings)], now, spot_fallbacks(policy))[0][0]
-        except Exception:
-            self.ctx.logger.exception("demand unreadable for another controller's change", extra={"group": obs.ref.key})
-            closed = Demand(source="demand", unreadable="the demand reader failed")
-            return obs.model_copy(update={"demand": closed})
+        return _attached(self.demand, self.ctx.logger, [(obs, settings)], now, policy, self.ctx.region)[0][0][0]
 
     def carry_out(self, decision: Decision, obs: GroupObservation, state: GroupState) -> Decision:
         """A change decided by another controller (the spot fallback) carried out like the scaler's own:
@@ -361,6 +326,29 @@ def firing_alarms(
         else:
             logger.info("firing alarm ignored", extra={"alarm": alarm.alarm_name, "why": target.found_by})
     return out
+
+
+def _attached(
+    reader: DemandReader,
+    logger: Logger,
+    pairs: list[tuple[GroupObservation, GroupSettings]],
+    now: datetime,
+    policy: FleetPolicy,
+    region: str,
+) -> tuple[list[tuple[GroupObservation, GroupSettings]], list[Notification]]:
+    """Every group's demand, and what it must tell. The reader isolates its sources; should it fail as a
+    whole, the groups with a source are closed for scale-in and the others decide as they would."""
+    try:
+        attached = reader.attach(pairs, now, spot_fallbacks(policy))
+    except Exception:
+        logger.exception("demand reader failed; groups with a source fail closed")
+        closed = Demand(source="demand", unreadable="the demand reader failed")
+        return [(o.model_copy(update={"demand": closed}) if s.demand else o, s) for o, s in pairs], []
+    try:
+        return attached, demand_notes([obs for obs, _ in attached], now, region)
+    except Exception:
+        logger.exception("demand findings could not be told this tick")
+        return attached, []
 
 
 def _act(
