@@ -183,51 +183,35 @@ def demand_notes(observations: Sequence[GroupObservation], now: datetime, region
     """What the demand path must tell, once each (the notification id is the finding's, so every later
     tick's copy is the same notification): work that fits no group, with the numbers, and nodes that never
     became GPU-ready (an incident per instance)."""
-    out: list[Notification] = []
-    told: set[str] = set()
+    found: dict[str, tuple[NotificationKind, str, str, str, dict[str, str], str]] = {}
     for obs in observations:
         d = obs.demand
         if d is None:
             continue
-        for unfit in d.unfit:
-            if unfit.key in told:
-                continue
-            told.add(unfit.key)
-            out.append(
-                note(
-                    NotificationKind.SCALING,
-                    Severity.WARNING,
-                    obs.ref.key,
-                    f"{unfit.count} {_plural(unfit.count, 'pod')} fit no group ({d.source}): nothing launched",
-                    at=now,
-                    source="scaler",
-                    id_parts=("unfit", unfit.key),
-                    reason=unfit.text,
-                    facts={"source": d.source, "waiting": str(unfit.count)},
-                    incident_key=f"unfit/{unfit.key}",
-                    links=console_links(obs.ref.key, region),
-                )
-            )
-        for stuck in d.never_ready:
-            if stuck.key in told:
-                continue
-            told.add(stuck.key)
-            out.append(
-                note(
-                    NotificationKind.GPU_HEALTH,
-                    Severity.WARNING,
-                    obs.ref.key,
-                    f"{obs.ref.key}: {stuck.instance_id} never became GPU-ready",
-                    at=now,
-                    source="scaler",
-                    id_parts=(stuck.key,),
-                    reason=stuck.text,
-                    facts={"instance": stuck.instance_id},
-                    incident_key=stuck.key,
-                    links=console_links(obs.ref.key, region),
-                )
-            )
-    return out
+        for u in d.unfit:
+            title = f"{u.count} {_plural(u.count, 'pod')} fit no group ({d.source}): nothing launched"
+            facts = {"source": d.source, "waiting": str(u.count)}
+            found.setdefault(f"unfit/{u.key}", (NotificationKind.SCALING, obs.ref.key, title, u.text, facts, "unfit"))
+        for n in d.never_ready:
+            title = f"{obs.ref.key}: {n.instance_id} never became GPU-ready"
+            facts = {"instance": n.instance_id}
+            found.setdefault(n.key, (NotificationKind.GPU_HEALTH, obs.ref.key, title, n.text, facts, "gpu-ready"))
+    return [
+        note(
+            kind,
+            Severity.WARNING,
+            group,
+            title,
+            at=now,
+            source="scaler",
+            id_parts=(what, key),
+            reason=text,
+            facts=facts,
+            incident_key=key,
+            links=console_links(group, region),
+        )
+        for key, (kind, group, title, text, facts, what) in found.items()
+    ]
 
 
 def _plural(n: int, noun: str) -> str:
