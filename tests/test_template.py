@@ -260,15 +260,18 @@ def test_the_docs_say_what_the_stack_creates_as_the_template_does() -> None:
 
 def test_each_named_eks_cluster_lets_the_scaler_view_its_pods(template: dict[str, Any]) -> None:
     """EksClusters has three slots (CloudFormation cannot loop): entry i exists when the list has an i-th
-    name, and gives the scaler's own role AmazonEKSViewPolicy over that cluster, nothing wider."""
+    name, and gives the scaler's own role AmazonEKSViewPolicy over that cluster, nothing wider; spot_watch's
+    role the same (its fallback hand-back reads the group's pods as the scaler does)."""
     res = template["Resources"]
     entries = {n: r for n, r in res.items() if r["Type"] == "AWS::EKS::AccessEntry"}
-    assert sorted(entries) == ["ScalerEksAccess1", "ScalerEksAccess2", "ScalerEksAccess3"]
-    for i, (name, entry) in enumerate(sorted(entries.items())):
+    roles = {"ScalerEksAccess": "ScalerFunctionRole.Arn", "SpotWatchEksAccess": "SpotWatchFunctionRole.Arn"}
+    assert sorted(entries) == sorted(f"{p}{i}" for p in roles for i in (1, 2, 3))
+    for name, entry in sorted(entries.items()):
+        i = int(name[-1]) - 1
         props = entry["Properties"]
         assert entry["Condition"] == f"HasEksCluster{i + 1}"
         assert props["ClusterName"] == {"Select": [i, {"Split": [",", {"Sub": "${EksClusters},,"}]}]}, name
-        assert props["PrincipalArn"] == {"GetAtt": "ScalerFunctionRole.Arn"}
+        assert props["PrincipalArn"] == {"GetAtt": roles[name[:-1]]}
         assert props["Type"] == "STANDARD"
         assert props["AccessPolicies"] == [
             {
