@@ -196,7 +196,8 @@ def test_a_command_still_running_after_its_helper_was_killed_keeps_the_node(node
     run, fake = node
     state = tmp_path / "busy"
     state.mkdir()
-    orphan = subprocess.Popen([PY, "-c", "import time; time.sleep(60)"])
+    # Alive until the test ends it: it waits on its stdin, which only the test closes.
+    orphan = subprocess.Popen([PY, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     try:
         processes = [
             {"pid": finished_pid(), "started": None},

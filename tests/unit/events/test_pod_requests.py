@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpufleet.domain.quantity import parse_quantity, show
 from gpufleet.events.kubernetes import PodTally, cluster_pods, pod_requests, waiting_pod, waiting_pods
-from gpufleet.events.quantity import parse_quantity, show
 
 PODS: list[dict[str, Any]] = json.loads(
     (Path(__file__).parents[2] / "fixtures" / "kubernetes" / "pods-fit.json").read_text()

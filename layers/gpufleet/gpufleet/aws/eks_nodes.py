@@ -10,13 +10,13 @@ DescribeInstances filtered on `private-dns-name` (paged, 200 names a filter) map
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gpufleet.aws.clients import AWS_FAILURES, error_code
 from gpufleet.aws.eks_shape import GPU_LABELS, InstanceType, allocatable, instance_type, shape_labels
 from gpufleet.domain.errors import one_line
-from gpufleet.events.quantity import parse_quantity
+from gpufleet.domain.quantity import parse_quantity
 from gpufleet.scaling.fit import REGION_LABEL, ZONE_LABEL, NodeShape
 
 if TYPE_CHECKING:
@@ -44,22 +44,26 @@ class ShapeUnknown(ValueError):
         super().__init__(one_line(f"node group {cluster}/{nodegroup}: {why}"))
 
 
+def described_instances(ec2: Any, name: str, values: Iterable[str], *also: Mapping[str, Any]) -> Iterator[Any]:
+    """Every instance DescribeInstances finds with filter `name` in `values` (and the filters `also`),
+    paged, the values in chunks of the 200 one filter takes."""
+    wanted = sorted(set(values))
+    for start in range(0, len(wanted), FILTER_VALUES_MAX):
+        filters = [{"Name": name, "Values": wanted[start : start + FILTER_VALUES_MAX]}, *also]
+        for page in ec2.get_paginator("describe_instances").paginate(Filters=filters):
+            for reservation in page.get("Reservations", []):
+                yield from reservation.get("Instances", [])
+
+
 def instances_by_node_name(ec2: Any, node_names: Iterable[str]) -> dict[str, str]:
     """Kubernetes node name (EC2 private DNS name) -> instance id, for the names EC2 knows; the others (a
     node gone, or one named otherwise by a custom AMI) are left out."""
-    names = sorted(set(node_names))
-    found: dict[str, str] = {}
-    for start in range(0, len(names), FILTER_VALUES_MAX):
-        filters = [
-            {"Name": "private-dns-name", "Values": names[start : start + FILTER_VALUES_MAX]},
-            {"Name": "instance-state-name", "Values": LIVE_STATES},
-        ]
-        for page in ec2.get_paginator("describe_instances").paginate(Filters=filters):
-            for reservation in page.get("Reservations", []):
-                for instance in reservation.get("Instances", []):
-                    if instance.get("PrivateDnsName"):
-                        found[instance["PrivateDnsName"]] = instance["InstanceId"]
-    return found
+    live = {"Name": "instance-state-name", "Values": LIVE_STATES}
+    return {
+        i["PrivateDnsName"]: i["InstanceId"]
+        for i in described_instances(ec2, "private-dns-name", node_names, live)
+        if i.get("PrivateDnsName")
+    }
 
 
 def instance_types(ec2: Any, names: Iterable[str]) -> dict[str, InstanceType]:

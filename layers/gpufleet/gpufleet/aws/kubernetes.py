@@ -211,11 +211,10 @@ class PodReader:
             if page.get("kind") != "DaemonSetList" or not isinstance(page.get("items"), list):
                 return None
             items += page["items"]
-            metadata = page.get("metadata")
-            token = metadata.get("continue") if isinstance(metadata, dict) else None
+            token = _continue_token(page)
             if not token:
                 return daemonsets_of(items)
-            query["continue"] = str(token)
+            query["continue"] = token
         return None
 
     def _list(self, cluster: str, connection: Connection) -> ClusterPods:
@@ -251,11 +250,9 @@ class PodReader:
                     if tally.pods > self.max_pods:
                         why = f"over {self.max_pods:,} pods: more than the scaler reads in one tick"
                         raise ClusterUnreadable(cluster, why, "too_big")
-                    metadata = page.get("metadata")
-                    token = metadata.get("continue") if isinstance(metadata, dict) else None
+                    token = _continue_token(page)
                     if not token:
                         return tally.result(pages)
-                    token = str(token)
                     if token in tokens:
                         why = f"the API server gave the same continue token twice (page {pages}): the listing loops"
                         raise ClusterUnreadable(cluster, why, "loop")
@@ -266,6 +263,13 @@ class PodReader:
                     raise
                 limit = int(query["limit"])
         raise AssertionError("unreachable")  # pragma: no cover (the second attempt returns or raises)
+
+
+def _continue_token(page: Mapping[str, Any]) -> str | None:
+    """The list's continue token: the next page is asked for with it; none on the last page."""
+    metadata = page.get("metadata")
+    token = metadata.get("continue") if isinstance(metadata, Mapping) else None
+    return str(token) if token else None
 
 
 def _too_large(problem: HttpProblem) -> bool:

@@ -10,24 +10,18 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from gpufleet.aws.eks_nodes import described_instances
 from gpufleet.aws.metrics import GpuMetricsReader, SeriesQuery
 from gpufleet.scaling.demand_share import NodeReadiness
 from gpufleet_node import schema
 
-IDS_PER_CALL = 200  # DescribeInstances' filter values
-
 
 def launch_times(ec2: Any, instance_ids: Iterable[str]) -> dict[str, datetime]:
-    ids = sorted(set(instance_ids))
-    found: dict[str, datetime] = {}
-    for start in range(0, len(ids), IDS_PER_CALL):
-        filters = [{"Name": "instance-id", "Values": ids[start : start + IDS_PER_CALL]}]
-        for page in ec2.get_paginator("describe_instances").paginate(Filters=filters):
-            for reservation in page.get("Reservations", []):
-                for instance in reservation.get("Instances", []):
-                    if isinstance(instance.get("LaunchTime"), datetime):
-                        found[instance["InstanceId"]] = instance["LaunchTime"]
-    return found
+    return {
+        i["InstanceId"]: i["LaunchTime"]
+        for i in described_instances(ec2, "instance-id", instance_ids)
+        if isinstance(i.get("LaunchTime"), datetime)
+    }
 
 
 def node_readiness(

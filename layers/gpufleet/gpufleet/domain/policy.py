@@ -23,6 +23,7 @@ from gpufleet.capacity.policy import SpotPolicy
 from gpufleet.domain import defaults
 from gpufleet.domain.errors import PolicyError, describe_validation_error, one_line
 from gpufleet.domain.models import Direction, Frozen, GroupKind, GroupRef
+from gpufleet.domain.quantity import is_quantity
 from gpufleet.domain.values import LONE_SURROGATE, is_storable
 from gpufleet.guard.policy import GuardPolicy
 from gpufleet.notify.policy import NotificationPolicy
@@ -163,13 +164,10 @@ class KubernetesDemand(Frozen):
         bad = [name for name, units in self.gpu_resources.items() if not 0 < units <= 1000]
         if bad:
             raise ValueError(f"gpu_resources units per GPU must be in (0, 1000]: {', '.join(bad)}")
-        wrong = [k for k, v in (self.allocatable or {}).items() if not _QUANTITY.fullmatch(str(v))]
+        wrong = [k for k, v in (self.allocatable or {}).items() if not is_quantity(v)]
         if wrong:
             raise ValueError(f"allocatable must be Kubernetes quantities (4, 3500m, 16Gi): {', '.join(wrong)}")
         return self
-
-
-_QUANTITY = re.compile(r"\d{1,15}(\.\d{1,9})?(Ki|Mi|Gi|Ti|Pi|Ei|[mkMGTPE])?")
 
 
 class QueueDemand(Frozen):

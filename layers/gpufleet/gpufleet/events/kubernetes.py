@@ -24,8 +24,8 @@ from pydantic import Field
 
 from gpufleet.domain.errors import one_line
 from gpufleet.domain.models import Frozen
+from gpufleet.domain.quantity import parse_quantity
 from gpufleet.domain.values import EARLIEST, LATEST, Timestamp
-from gpufleet.events.quantity import parse_quantity
 
 NVIDIA_GPU = "nvidia.com/gpu"
 # Extended resources that stand for (shares of) GPUs, and how many of each make one GPU. The default is

@@ -53,6 +53,8 @@ Pair = tuple[GroupObservation, GroupSettings]
 # not the window, so a long window costs what a short one does).
 READY_WITHIN = timedelta(hours=3)
 Member = tuple[GroupObservation, GroupSettings, DemandSource]
+Sized = tuple[Member, float]  # a group of a backlog source, with its GPUs per node
+_NO_GPN = "GPUs per node unknown: set demand.gpus_per_node (its instance types say none)"
 
 
 @dataclass
@@ -170,8 +172,8 @@ class DemandReader(_Warnings):
         for obs, _, d in eks:
             overrides = d.kubernetes.allocatable if d.kubernetes else None
             try:
-                shape = self.node_shape(cluster, obs.ref.name, overrides) if overrides else None
-                shapes[obs.ref.key] = shape or self.node_shape(cluster, obs.ref.name)
+                extra = (overrides,) if overrides else ()  # the shape callable takes them when there are some
+                shapes[obs.ref.key] = self.node_shape(cluster, obs.ref.name, *extra)
             except ShapeUnknown as err:
                 out[obs.ref.key] = self._unreadable(obs, f"node group {obs.ref.key}", str(err))
         running, closed, unmapped = self._running(cluster, pods)
@@ -219,62 +221,58 @@ class DemandReader(_Warnings):
     # ---- queues and metrics ----
 
     def _queues(self, members: list[Member], run: _Tick) -> dict[str, GroupObservation]:
-        url = str(members[0][2].sqs.queue_url) if members[0][2].sqs else ""
-        source = f"queue {url.rstrip('/').rsplit('/', 1)[-1]}"
-        out: dict[str, GroupObservation] = {}
-        sized: list[tuple[Member, float]] = []
-        for m in members:
-            gpn = _gpus_per_node(self.node_shape, m[0], m[2])
-            if gpn is None:
-                why = "GPUs per node unknown: set demand.gpus_per_node (its instance types say none)"
-                out[m[0].ref.key] = self._unreadable(m[0], source, why)
-            else:
-                sized.append((m, gpn))
+        d = members[0][2]
+        assert d.sqs is not None
+        source = _source_name(d)
+        out, sized = self._sized(members, source)
         if not sized:
             return out
         try:
-            visible, in_flight = queue_counts(self.sqs, url)
+            visible, in_flight = queue_counts(self.sqs, d.sqs.queue_url)
         except BacklogUnreadable as err:
-            out.update({m[0].ref.key: self._unreadable(m[0], source, err.why, g) for m, g in sized})
-            return out
+            return out | self._all_unreadable(sized, source, err.why)
         self._read_well(source)
-        visible, in_flight = bounded_count(visible), bounded_count(in_flight)
         per = {m[0].ref.key: (m[2].sqs.gpus_per_message if m[2].sqs else 1.0) for m, _ in sized}
-        out.update(_shared(sized, run, source, "message", per, visible, in_flight))
-        return out
+        return out | _shared(sized, run, source, "message", per, bounded_count(visible), bounded_count(in_flight))
 
     def _metrics(self, members: list[Member], run: _Tick) -> dict[str, GroupObservation]:
         d = members[0][2]
         assert d.metric is not None
         dims = d.metric.dimensions if d.metric.dimensions is not None else group_dimensions(members[0][0].ref)
         source = _source_name(d)
-        out: dict[str, GroupObservation] = {}
-        sized: list[tuple[Member, float]] = []
-        for m in members:
-            gpn = _gpus_per_node(self.node_shape, m[0], m[2])
-            if gpn is None:
-                out[m[0].ref.key] = self._unreadable(m[0], source, "demand.gpus_per_node is not set for this group")
-            else:
-                sized.append((m, gpn))
+        out, sized = self._sized(members, source, "demand.gpus_per_node is not set for this group")
         if not sized:
             return out
         try:
             [value] = latest_values(self.cloudwatch, [(d.metric.namespace, d.metric.metric_name, dims)], run.now)
         except BacklogUnreadable as err:
-            out.update({m[0].ref.key: self._unreadable(m[0], source, err.why, g) for m, g in sized})
-            return out
+            return out | self._all_unreadable(sized, source, err.why)
         if value is None:  # a dead publisher must not read as "nothing waits" (and mute the band)
-            why = "no datum in the last 5 minutes: is its publisher running?"
-            out.update({m[0].ref.key: self._unreadable(m[0], source, why, g) for m, g in sized})
-            return out
+            return out | self._all_unreadable(
+                sized, source, "no datum in the last 5 minutes: is its publisher running?"
+            )
         if math.isnan(value) or value < 0:  # never "nothing waits": a backlog is a count
-            why = f"the latest datum is {value:g}, not a count of GPUs"
-            out.update({m[0].ref.key: self._unreadable(m[0], source, why, g) for m, g in sized})
-            return out
+            return out | self._all_unreadable(sized, source, f"the latest datum is {value:g}, not a count of GPUs")
         self._read_well(source)
         per = {m[0].ref.key: 1.0 for m, _ in sized}
-        out.update(_shared(sized, run, source, "GPU", per, bounded_count(value), 0, room=False))
-        return out
+        return out | _shared(sized, run, source, "GPU", per, bounded_count(value), 0, room=False)
+
+    def _sized(
+        self, members: list[Member], source: str, why: str = _NO_GPN
+    ) -> tuple[dict[str, GroupObservation], list[Sized]]:
+        """The groups whose GPUs per node are known, with them; the others unreadable, saying `why`."""
+        out: dict[str, GroupObservation] = {}
+        sized: list[Sized] = []
+        for m in members:
+            gpn = _gpus_per_node(self.node_shape, m[0], m[2])
+            if gpn is None:
+                out[m[0].ref.key] = self._unreadable(m[0], source, why)
+            else:
+                sized.append((m, gpn))
+        return out, sized
+
+    def _all_unreadable(self, sized: list[Sized], source: str, why: str) -> dict[str, GroupObservation]:
+        return {m[0].ref.key: self._unreadable(m[0], source, why, gpn) for m, gpn in sized}
 
 
 @dataclass(frozen=True)
@@ -315,7 +313,7 @@ class _Tick:
 
 
 def _shared(
-    sized: list[tuple[Member, float]],
+    sized: list[Sized],
     run: _Tick,
     source: str,
     noun: str,

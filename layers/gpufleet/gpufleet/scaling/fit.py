@@ -31,8 +31,8 @@ from pydantic import Field
 from gpufleet.domain.defaults import DEFAULT_EXPENDABLE_PRIORITY
 from gpufleet.domain.errors import one_line
 from gpufleet.domain.models import Frozen, UnfitWork, WaitingWork
+from gpufleet.domain.quantity import is_bytes, show
 from gpufleet.events.kubernetes import DaemonSetPod, Placement, SelectorTerm, Toleration, WaitingPod
-from gpufleet.events.quantity import is_bytes, show
 
 _EPSILON = 1e-9
 ZONE_LABEL = "topology.kubernetes.io/zone"

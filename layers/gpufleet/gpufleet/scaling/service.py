@@ -64,7 +64,6 @@ class Scaler:
     # Reads the groups' demand sources (waiting pods, queues, backlog metrics); None: utilization rules only.
     demand: DemandReader | None = None
     _process: Process = field(init=False)
-    told: list[Notification] = field(default_factory=list, init=False)  # demand findings for this tick
 
     def __post_init__(self) -> None:
         self._process = self.idempotent(self.process) if self.idempotent else self.process
@@ -94,9 +93,7 @@ class Scaler:
     def process(self, *, trigger: AlarmEvent | ScheduleTick, policy: FleetPolicy, now: datetime) -> dict[str, Any]:
         broken: list[Notification] = []
         if isinstance(trigger, ScheduleTick):
-            self.told = []
-            decisions = self.reconcile(trigger, policy, now)
-            broken = self.told
+            decisions, broken = self.reconcile(trigger, policy, now)
         else:
             decisions = [self.on_alarm(trigger, policy, now)]
             broken = broken_alarm_notes(trigger, decisions, self.ctx.region)
@@ -190,13 +187,15 @@ class Scaler:
 
     # ---- reconcile path ----
 
-    def reconcile(self, tick: ScheduleTick, policy: FleetPolicy, now: datetime) -> list[Decision]:
+    def reconcile(
+        self, tick: ScheduleTick, policy: FleetPolicy, now: datetime
+    ) -> tuple[list[Decision], list[Notification]]:
         """Every managed group: finish a change left in progress, else decide (bounds and windows, work
-        waiting for it, alarms still firing, the GPU target band) and act. One group's failure never stops
-        the others."""
+        waiting for it, alarms still firing, the GPU target band) and act; and what the demand path must
+        tell (work that fits no group, nodes never GPU-ready). One group's failure never stops the others."""
         managed = self.ctx.managed(policy)
         if not managed:
-            return []
+            return [], []
         states = self.ctx.states([obs for obs, _ in managed], policy)
         watch_owners(self.ctx, [obs for obs, _ in managed], states, now)
         tracked = [obs.ref for obs, s in managed if s.target.enabled]
@@ -215,8 +214,9 @@ class Scaler:
             return _isolated(decide, obs, settings, self.ctx.logger, tick.event_id, now)
 
         pairs = [(obs.model_copy(update={"gpu_utilization": utils.get(obs.ref.key)}), s) for obs, s in managed]
+        told: list[Notification] = []
         if self.demand is not None:
-            pairs, self.told = _attached(self.demand, self.ctx.logger, pairs, now, policy, self.ctx.region)
+            pairs, told = _attached(self.demand, self.ctx.logger, pairs, now, policy, self.ctx.region)
         first = [isolated(obs, s) for obs, s in pairs]
         want = [i for i, d in enumerate(first) if d.needs_instance_metrics]
         if want:
@@ -227,10 +227,11 @@ class Scaler:
                     continue
                 pairs[i] = (obs, pairs[i][1])
                 first[i] = isolated(obs, pairs[i][1])
-        return [
+        acted = [
             _act(self.ctx, d, obs, states[obs.ref.key], tick.event_id, now)
             for d, (obs, _) in zip(first, pairs, strict=True)
         ]
+        return acted, told
 
     def with_demand(
         self, obs: GroupObservation, settings: GroupSettings, now: datetime, policy: FleetPolicy

@@ -39,6 +39,12 @@ def parse_quantity(text: Any) -> float:
     return value if value > 0 and not math.isnan(value) else 0.0
 
 
+def is_quantity(text: Any) -> bool:
+    """Whether the text is a non-negative quantity as the API writes one (what a policy may give)."""
+    s = str(text).strip()
+    return len(s) <= _LONGEST and _QUANTITY.match(s) is not None and not s.startswith("-")
+
+
 def is_bytes(resource: str) -> bool:
     return resource in BYTE_RESOURCES or resource.startswith("hugepages-")
 
