@@ -457,7 +457,10 @@ class Rehearsal:
         # detail=adaptive and attribution on: the deployed defaults
         backend, sender = SimulatedBackend(gpus=GPUS_PER_NODE), Sender(self.clients.cloudwatch)
         usage = self.usage.tracker(instance_id, identity, backend, sender)
-        publisher = Publisher(backend, identity, sender, detail="adaptive", usage=usage)
+        # caller: the instance profile's aws:userid, as sts:GetCallerIdentity gives it on the node (its GPU
+        # faults go into its own namespace too, which the guard needs before it replaces it)
+        caller = f"AROAREHEARSAL:{instance_id}"
+        publisher = Publisher(backend, identity, sender, detail="adaptive", usage=usage, caller=caller)
         publisher.start(xid_thread=False)
         return publisher
 

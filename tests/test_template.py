@@ -191,7 +191,8 @@ def test_every_function_gets_both_layers(template: dict[str, Any]) -> None:
 def test_node_policy_puts_metrics_only_in_the_schema_namespace(template: dict[str, Any]) -> None:
     statements = template["Resources"]["NodePublisherPolicy"]["Properties"]["PolicyDocument"]["Statement"]
     put = next(s for s in statements if s["Action"] == "cloudwatch:PutMetricData")
-    assert put["Condition"] == {"StringEquals": {"cloudwatch:namespace": schema.NAMESPACE}}
+    own = schema.node_namespace("${aws:userid}")  # the node's own namespace (tests/iam/test_node_policy.py)
+    assert put["Condition"] == {"StringEquals": {"cloudwatch:namespace": [schema.NAMESPACE, own]}}
     actions = {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
     assert actions == {
         "cloudwatch:PutMetricData",

@@ -446,7 +446,8 @@ class OomReplacement(_Fleet):
         """Five minutes of the real publisher (adaptive detail, as deployed): a GPU falls off the bus."""
         backend = SimulatedBackend(gpus=2)
         identity = Identity(instance_id, "us-east-1", asg_name="train-spot")
-        pub = Publisher(backend, identity, Sender(self.clients.cloudwatch), detail=schema.DETAIL_ADAPTIVE)
+        own = f"AROACRASH:{instance_id}"  # the instance profile's aws:userid: its faults confirmed in its own namespace
+        pub = Publisher(backend, identity, Sender(self.clients.cloudwatch), detail=schema.DETAIL_ADAPTIVE, caller=own)
         pub.start(xid_thread=False)
         start = now - timedelta(minutes=5)
         for m in range(5):

@@ -9,6 +9,12 @@ Supported: Action/NotAction and Resource/NotResource with `*`/`?` wildcards (act
 resources case-sensitive); Condition operators StringEquals, StringNotEquals, StringLike, StringNotLike,
 ArnEquals, ArnLike, Bool, Null; the ForAllValues:/ForAnyValue: set qualifiers and the IfExists suffix.
 Within one operator every key must match (AND); a key matches when any of its values matches (OR).
+
+Policy variables (IAM User Guide, "IAM policy elements: Variables and tags"): `${key}` in a Resource and in
+the values of string and ARN conditions is replaced by the request context's value of `key` (e.g.
+`${aws:userid}`, "ROLEID:i-0123..." for an instance profile's credentials); `${*}`, `${?}` and `${$}` stand
+for the literal characters. A variable the request has no value for matches nothing (AWS: "the entire
+statement" may not apply), and a substituted value is literal: its `*` or `?` is no wildcard.
 """
 
 from __future__ import annotations
@@ -25,19 +31,55 @@ def _list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list | tuple) else [value]
 
 
-def _glob(pattern: str, value: str, case_sensitive: bool = True) -> bool:
+# A pattern after substitution: (text, literal) pieces; literal text never holds wildcards.
+Parts = list[tuple[str, bool]]
+_VARIABLE = re.compile(r"\$\{([^}]*)\}")
+_LITERALS = {"*": "*", "?": "?", "$": "$"}
+
+
+def substitute(text: str, context: Mapping[str, Any]) -> Parts | None:
+    """`text` with its policy variables replaced from the request context; None when one has no value."""
+    present = {k.lower(): v for k, v in context.items()}
+    parts: Parts = []
+    at = 0
+    for m in _VARIABLE.finditer(text):
+        parts.append((text[at : m.start()], False))
+        name = m.group(1).strip()
+        if name in _LITERALS:
+            parts.append((_LITERALS[name], True))
+        elif "," in name:
+            raise ValueError(f"policy variable defaults ({m.group(0)}) are not supported by this evaluator")
+        else:
+            value = present.get(name.lower())
+            if value is None or isinstance(value, list | tuple):  # a multivalued key cannot be substituted
+                return None
+            parts.append((str(value), True))
+        at = m.end()
+    parts.append((text[at:], False))
+    return parts
+
+
+def _glob(pattern: str | Parts, value: str, case_sensitive: bool = True) -> bool:
+    parts = [(pattern, False)] if isinstance(pattern, str) else pattern
     if not case_sensitive:
-        pattern, value = pattern.lower(), value.lower()
-    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+        parts, value = [(t.lower(), lit) for t, lit in parts], value.lower()
+    regex = "".join(
+        re.escape(text) if literal else "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in text)
+        for text, literal in parts
+    )
     return re.fullmatch(regex, value, re.DOTALL) is not None
 
 
-def _match_one(operator: str, context_value: Any, policy_value: Any) -> bool:
-    c, p = str(context_value), str(policy_value)
-    if operator in ("StringEquals", "ArnEquals"):
-        return c == p
-    if operator in ("StringLike", "ArnLike"):
-        return _glob(p, c)
+def _match_one(operator: str, context_value: Any, policy_value: Any, context: Mapping[str, Any]) -> bool:
+    c = str(context_value)
+    if operator in ("StringEquals", "ArnEquals", "StringLike", "ArnLike"):
+        parts = substitute(str(policy_value), context)
+        if parts is None:
+            return False
+        if operator in ("StringEquals", "ArnEquals"):
+            return c == "".join(t for t, _ in parts)
+        return _glob(parts, c)
+    p = str(policy_value)
     if operator == "Bool":
         return c.lower() == p.lower()
     raise ValueError(f"condition operator {operator} is not supported by this evaluator")
@@ -60,7 +102,7 @@ def _key_matches(operator: str, key: str, policy_values: list[Any], context: Map
     values = _list(value)
 
     def hit(v: Any) -> bool:
-        return any(_match_one(base, v, p) for p in policy_values)
+        return any(_match_one(base, v, p, context) for p in policy_values)
 
     if qualifier == "ForAllValues":
         result = all(hit(v) for v in values)
@@ -79,15 +121,20 @@ def conditions_match(conditions: Mapping[str, Mapping[str, Any]], context: Mappi
     )
 
 
-def _applies(statement: Statement, action: str, resource: str) -> bool:
+def _resource_matches(pattern: str, resource: str, context: Mapping[str, Any]) -> bool:
+    parts = substitute(pattern, context)
+    return parts is not None and _glob(parts, resource)
+
+
+def _applies(statement: Statement, action: str, resource: str, context: Mapping[str, Any]) -> bool:
     if "Action" in statement:
         action_ok = any(_glob(a, action, case_sensitive=False) for a in _list(statement["Action"]))
     else:
         action_ok = not any(_glob(a, action, case_sensitive=False) for a in _list(statement["NotAction"]))
     if "Resource" in statement:
-        resource_ok = any(_glob(r, resource) for r in _list(statement["Resource"]))
+        resource_ok = any(_resource_matches(r, resource, context) for r in _list(statement["Resource"]))
     else:
-        resource_ok = not any(_glob(r, resource) for r in _list(statement["NotResource"]))
+        resource_ok = not any(_resource_matches(r, resource, context) for r in _list(statement["NotResource"]))
     return action_ok and resource_ok
 
 
@@ -103,7 +150,7 @@ def evaluate(statements: Iterable[Statement], action: str, resource: str, contex
     for s in statements:
         if (
             s.get("Effect") == "Deny"
-            and _applies(s, action, resource)
+            and _applies(s, action, resource, context)
             and conditions_match(s.get("Condition", {}), context)
         ):
             return Verdict(False, f"explicitly denied by {s.get('Sid', 'a Deny statement')}")
@@ -111,7 +158,7 @@ def evaluate(statements: Iterable[Statement], action: str, resource: str, contex
     for s in statements:
         if s.get("Effect") != "Allow":
             continue
-        if _applies(s, action, resource):
+        if _applies(s, action, resource, context):
             if conditions_match(s.get("Condition", {}), context):
                 return Verdict(True, f"allowed by {s.get('Sid', 'a statement')}")
             near.append(

@@ -79,3 +79,68 @@ def test_documented_evaluation_rules(
 def test_a_denial_says_which_grant_fell_short() -> None:
     verdict = evaluate([TAGGED], "autoscaling:SetDesiredCapacity", ASG, {})
     assert "grants it but its condition" in verdict.why and "gpufleet:managed" in verdict.why
+
+
+OWN = {
+    "Effect": "Allow",
+    "Action": "cloudwatch:PutMetricData",
+    "Resource": "*",
+    "Condition": {"StringEquals": {"cloudwatch:namespace": ["GPUFleet", "GPUFleet/Node/${aws:userid}"]}},
+}
+STREAM = {  # a variable in a Resource (IAM User Guide, "Where you can use policy variables")
+    "Effect": "Allow",
+    "Action": "logs:PutLogEvents",
+    "Resource": "arn:aws:logs:us-east-1:123456789012:log-group:/g:log-stream:${aws:userid}",
+}
+FORGER = {"aws:userid": "AROAX:i-forger"}
+
+
+@pytest.mark.parametrize(
+    ("statements", "action", "resource", "context", "allowed"),
+    [
+        (
+            [OWN],
+            "cloudwatch:PutMetricData",
+            "*",
+            {**FORGER, "cloudwatch:namespace": "GPUFleet/Node/AROAX:i-forger"},
+            True,
+        ),
+        (
+            [OWN],
+            "cloudwatch:PutMetricData",
+            "*",
+            {**FORGER, "cloudwatch:namespace": "GPUFleet/Node/AROAX:i-victim"},
+            False,
+        ),
+        ([OWN], "cloudwatch:PutMetricData", "*", {**FORGER, "cloudwatch:namespace": "GPUFleet"}, True),
+        ([OWN], "cloudwatch:PutMetricData", "*", {"cloudwatch:namespace": "GPUFleet/Node/AROAX:i-victim"}, False),
+        (
+            [OWN],
+            "cloudwatch:PutMetricData",
+            "*",
+            {"AWS:UserId": "AROAX:i-victim", "cloudwatch:namespace": "GPUFleet/Node/AROAX:i-victim"},
+            True,
+        ),
+        ([STREAM], "logs:PutLogEvents", STREAM["Resource"].replace("${aws:userid}", "AROAX:i-forger"), FORGER, True),
+        ([STREAM], "logs:PutLogEvents", STREAM["Resource"].replace("${aws:userid}", "AROAX:i-victim"), FORGER, False),
+        ([STREAM], "logs:PutLogEvents", STREAM["Resource"].replace("${aws:userid}", "AROAX:i-forger"), {}, False),
+        (  # a substituted value is literal: a '*' in it is no wildcard
+            [{**OWN, "Condition": {"StringLike": {"cloudwatch:namespace": "GPUFleet/Node/${aws:userid}"}}}],
+            "cloudwatch:PutMetricData",
+            "*",
+            {"aws:userid": "AROAX:*", "cloudwatch:namespace": "GPUFleet/Node/AROAX:i-victim"},
+            False,
+        ),
+        (  # ${*} is a literal '*'
+            [{**OWN, "Condition": {"StringLike": {"cloudwatch:namespace": "GPUFleet/${*}"}}}],
+            "cloudwatch:PutMetricData",
+            "*",
+            {"cloudwatch:namespace": "GPUFleet/x"},
+            False,
+        ),
+    ],
+)
+def test_policy_variables(
+    statements: list[dict[str, Any]], action: str, resource: str, context: dict[str, Any], allowed: bool
+) -> None:
+    assert evaluate(statements, action, resource, context).allowed is allowed

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from samtranslator.yaml_helper import yaml_parse
 
+from gpufleet_node import schema
 from rehearsal.calls import ACCOUNT, REGION
 from tests.iam.evaluator import evaluate
 from tests.iam.template_roles import PARAMETERS, PHYSICAL, ROOT, _Resolver
@@ -54,3 +55,45 @@ def test_nodes_may_only_protect_instances_of_managed_groups(
 ) -> None:
     verdict = evaluate(node_policy, action, ASG.format("train-jobs"), tags)
     assert verdict.allowed is allowed, verdict.why
+
+
+# ---- PutMetricData: the shared namespace, and the node's own (GPU fault corroboration) ----
+FORGER = {
+    "aws:userid": "AROAX:i-0f0f0f0f0f0f0f0f0",
+    "ec2:SourceInstanceARN": f"arn:aws:ec2:{REGION}:{ACCOUNT}:instance/i-0f0f0f0f0f0f0f0f0",
+}
+VICTIM_NAMESPACE = schema.node_namespace("AROAX:i-0123456789abcdef0")
+
+
+@pytest.mark.parametrize(
+    ("namespace", "caller", "allowed"),
+    [
+        (schema.NAMESPACE, FORGER, True),  # every node writes the shared namespace (any dimension)
+        (schema.node_namespace(FORGER["aws:userid"]), FORGER, True),  # and its own
+        (VICTIM_NAMESPACE, FORGER, False),  # never another instance's, same role or not
+        (schema.node_namespace("AROAY:i-0123456789abcdef0"), FORGER, False),  # nor a made-up role id's
+        (schema.node_namespace("*"), FORGER, False),  # a literal '*' is no wildcard in StringEquals
+        (schema.NODE_NAMESPACE_PREFIX + FORGER["aws:userid"] + "/x", FORGER, False),
+        (VICTIM_NAMESPACE, {}, False),  # no aws:userid in the request: the variable matches nothing
+        ("GPUFleet/Controller", FORGER, False),  # the controller's own metrics
+    ],
+)
+def test_a_node_writes_only_the_shared_namespace_and_its_own(
+    node_policy: list[dict[str, Any]], namespace: str, caller: dict[str, str], allowed: bool
+) -> None:
+    verdict = evaluate(node_policy, "cloudwatch:PutMetricData", "*", {**caller, "cloudwatch:namespace": namespace})
+    assert verdict.allowed is allowed, verdict.why
+
+
+def test_a_forged_namespace_never_passes_the_guards_shape_check() -> None:
+    """What the policy lets a forger write never reads as the victim's own namespace to the guard."""
+    assert schema.namespace_instance(schema.node_namespace(FORGER["aws:userid"])) == "i-0f0f0f0f0f0f0f0f0"
+    assert schema.namespace_instance(VICTIM_NAMESPACE) == "i-0123456789abcdef0"
+    assert schema.namespace_instance(schema.NAMESPACE) is None
+
+
+def test_describe_tags_needs_instance_profile_credentials(node_policy: list[dict[str, Any]]) -> None:
+    """DescribeTags takes no resource ARN (Resource "*" is required): the one limit IAM offers is who asks."""
+    assert evaluate(node_policy, "ec2:DescribeTags", "*", FORGER).allowed
+    assert not evaluate(node_policy, "ec2:DescribeTags", "*", {"aws:userid": "AIDAUSER"}).allowed
+    assert not evaluate(node_policy, "ec2:DescribeInstances", "*", FORGER).allowed

@@ -36,12 +36,15 @@ def publish(
     lost_at: int | None = None,
     identity: Identity | None = None,
     xid_at: int | None = None,
+    caller: str | None = "",
 ) -> None:
     """`minutes` of 2-GPU data ending now; memory(minute, gpu) -> percent used. The node is in train-spot
-    unless `identity` says otherwise; `xid_at`: GPU 1 reports critical XID 94 (uncontained ECC) then."""
+    unless `identity` says otherwise; `xid_at`: GPU 1 reports critical XID 94 (uncontained ECC) then.
+    `caller` is the credentials' aws:userid: the instance's own profile unless given (None: no STS answer)."""
     backend = SimulatedBackend(gpus=2)
     identity = identity or Identity(instance_id, "us-east-1", asg_name="train-spot")
-    pub = Publisher(backend, identity, Sender(boto3.client("cloudwatch")), detail="adaptive")
+    caller = f"AROAEXAMPLE:{instance_id}" if caller == "" else caller
+    pub = Publisher(backend, identity, Sender(boto3.client("cloudwatch")), detail="adaptive", caller=caller)
     pub.start(xid_thread=False)
     start = NOW - timedelta(minutes=minutes)
     for m in range(minutes):
@@ -83,10 +86,11 @@ def test_leak_and_lost_gpu_become_incidents_and_the_instance_is_replaced(gpu_fle
     # Cheapest first: 3 series for the group, then per instance of a group at risk, then the suspects'
     # GPUs (ListMetrics per suspect instance: a GPU has series of its own only while in detail): memory
     # percent, then size and top process for the GPU at risk and health counters on the sick instance.
-    # Two more ListMetrics find the nodes publishing outside managed groups (none here).
-    assert calls["cloudwatch:ListMetrics"] == 2 + 2
+    # Two more ListMetrics find the nodes publishing outside managed groups (none here). The replacement
+    # candidate costs one more of each: its own namespace, listed and read (the fault confirmed there).
+    assert calls["cloudwatch:ListMetrics"] == 2 + 2 + 1
     assert result["unmanaged"] == 0
-    assert calls["cloudwatch:GetMetricData"] == 4
+    assert calls["cloudwatch:GetMetricData"] == 4 + 1
     risky = result["at_risk"][f"{healthy_node}/gpu0"]
     assert risky.startswith("critical: ") and "full in ~3 min" in risky
     assert f"{healthy_node}/gpu1" not in result["at_risk"]

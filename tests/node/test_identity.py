@@ -1,6 +1,7 @@
 """IMDSv2 identity against a fake IMDS on 127.0.0.1 (never 169.254.169.254). Python >= 3.9."""
 
 import json
+import logging
 import os
 
 import pytest
@@ -105,3 +106,22 @@ def test_the_detail_tag_is_read_with_the_group_tags():
     ec2 = FakeEc2(dict(tags, **{"gpufleet:detail": "off"}))
     with FakeImds(META, instance_tags=None) as imds:
         assert not discover(Imds(imds.url), lambda region: ec2).detail_on()
+
+
+def test_the_describe_tags_fallback_asks_for_its_own_instance_only_and_is_said_once(caplog):
+    """IAM cannot narrow DescribeTags (no resource types, no condition keys): the call itself does."""
+    caplog.set_level(logging.INFO, logger="gpufleet.publisher")
+    seen = []
+
+    class Recording(FakeEc2):
+        def describe_tags(self, Filters):
+            seen.append({f["Name"]: f["Values"] for f in Filters})
+            return super().describe_tags(Filters)
+
+    ec2 = Recording({"aws:autoscaling:groupName": "train-spot", "Owner": "someone"})
+    with FakeImds(META, instance_tags=None) as imds:
+        reader = TagReader(Imds(imds.url), lambda: ec2, "i-0123")
+        assert reader.read() == {"aws:autoscaling:groupName": "train-spot"}
+        assert reader.read() is not None
+    assert all(f["resource-id"] == ["i-0123"] and "Owner" not in f["key"] for f in seen) and len(seen) == 2
+    assert caplog.text.count("InstanceMetadataTags") == 1

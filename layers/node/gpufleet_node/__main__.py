@@ -18,7 +18,7 @@ from gpufleet_node import config as config_mod
 from gpufleet_node.identity import IdentityUnavailable, Imds, TagReader, TagRefresher, discover
 from gpufleet_node.nvml import NvmlBackend, NvmlUnavailable
 from gpufleet_node.publisher import Publisher
-from gpufleet_node.sender import LogSender, Sender, cloudwatch_client, logs_client
+from gpufleet_node.sender import LogSender, Sender, caller_userid, cloudwatch_client, logs_client
 from gpufleet_node.tracker import UsageTracker
 
 EXIT_OK = 0
@@ -83,6 +83,7 @@ def build(cfg: Dict[str, Any], backend: Any) -> Tuple[Publisher, TagRefresher]:
         memory_on_percent=float(cfg["detail_memory_on_percent"]),
         memory_off_percent=float(cfg["detail_memory_off_percent"]),
         usage=usage_tracker(cfg, backend, identity, sender) if cfg["attribution"] else None,
+        caller=caller_userid(cfg["region"] or identity.region, cfg["endpoint_url"]),  # GPU fault corroboration
     )
     backend.clocks = bool(cfg["prometheus"])
     reader = TagReader(imds, lambda: _ec2(cfg["region"] or identity.region, cfg["endpoint_url"]), identity.instance_id)

@@ -6,6 +6,13 @@ tags when the launch template enables them, else from ec2:DescribeTags. ASG memb
 `aws:autoscaling:groupName`; EKS managed node group members `eks:cluster-name` and `eks:nodegroup-name`;
 `gpufleet:detail=on` switches per-GPU detail on for the instance.
 
+ec2:DescribeTags is the fallback only. IAM cannot scope it: the action has no resource types and no
+condition keys of its own (Service Authorization Reference), so the node policy grants it on "*" (every EC2
+tag in the region, to instance-profile credentials only). With instance metadata tags on
+(`InstanceMetadataTags: enabled` in the launch template) it is never called and the policy's
+`ReadOwnGroupTags` statement can be dropped (docs/node-publisher.md, "Permissions"); the publisher says
+once when it has to fall back. Its own call asks for its own instance's few tag keys only.
+
 A tag lookup that fails (no network yet at boot, IAM not yet propagated, an IMDS 500) is retried, and
 the identity is not cached without its group: otherwise one bad minute at first boot would keep the node
 out of its group's series for the instance's whole life. `TagRefresher` keeps retrying in the background
@@ -220,10 +227,19 @@ class TagReader:
         self.ec2_factory = ec2_factory
         self.instance_id = instance_id
         self._ec2: Any = None
+        self.fell_back = False  # said once: instance metadata tags are off, DescribeTags is in use
 
     def read(self) -> Optional[Dict[str, str]]:
         tags = self._from_imds()
-        return tags if tags is not None else self._from_ec2()
+        if tags is not None:
+            return tags
+        if not self.fell_back:
+            self.fell_back = True
+            log.info(
+                "instance metadata tags are off or unreadable: reading tags with ec2:DescribeTags (enable "
+                "InstanceMetadataTags in the launch template to need no EC2 permission)"
+            )
+        return self._from_ec2()
 
     def _from_imds(self) -> Optional[Dict[str, str]]:
         """None when instance metadata tags are not enabled for this instance, or IMDS failed."""

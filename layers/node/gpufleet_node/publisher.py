@@ -5,6 +5,9 @@ it; `run()` calls it on the wall clock until stopped, with the sender on a threa
 network never delays a sample. Tests, the rehearsal and the benchmarks drive `step` with a simulated
 clock (windows are then sent inline). XID events are counted by a background thread into the current
 window. In `detail: adaptive` a `DetailSelector` decides at each close which GPUs send their own series.
+With `caller` (the credentials' aws:userid) a window with a GPU fault also sends that fault into the node's
+own namespace (schema.node_namespace), which only this instance's credentials may write: the OOM guard
+replaces an instance for a GPU fault only when it finds it there (docs/node-publisher.md, "IAM").
 Python >= 3.9.
 """
 
@@ -29,6 +32,49 @@ _ADAPTIVE_ONLY = schema.ADAPTIVE_INSTANCE_METRICS + schema.DETAIL_GPU_METRICS + 
 
 
 _AGGREGATED = {schema.DETAIL_ESSENTIAL: schema.ESSENTIAL_METRICS, schema.DETAIL_ADAPTIVE: _ADAPTIVE_ONLY}
+_FAULTS = frozenset(m.name for m in schema.HEALTH_EVENT_METRICS)  # what the guard replaces an instance for
+
+
+def fault_datums(window: Window) -> List[Dict[str, Any]]:
+    """The window's non-zero GPU fault counters, per GPU, as GPUFaultReported{InstanceId, GpuIndex, Fault}
+    (what the guard reads back to corroborate a finding). Empty in a healthy window, so the own namespace
+    costs nothing while the GPUs are well."""
+    out: List[Dict[str, Any]] = []
+    for (name, dims), total in sorted(window.counters.items()):
+        if name in _FAULTS and total > 0 and tuple(k for k, _ in dims) == schema.GPU_DIMENSIONS:
+            out.append(
+                {
+                    "MetricName": schema.GPU_FAULT_REPORTED.name,
+                    "Dimensions": [{"Name": k, "Value": v} for k, v in (*dims, (schema.DIM_FAULT, name))],
+                    "Timestamp": window.start,
+                    "Unit": schema.GPU_FAULT_REPORTED.unit,
+                    "Value": total,
+                }
+            )
+    return out
+
+
+def _corroborate(witness: Optional[Sender], window: Window, now: datetime) -> None:
+    """A minute's GPU faults also into the node's own namespace (nothing sent while healthy)."""
+    faults = fault_datums(window) if witness is not None and window.storage_resolution == 60 else []
+    if witness is not None and faults:
+        witness.submit(window.start, faults, now)
+
+
+def witness_sender(sender: Sender, caller: Optional[str], instance_id: str) -> Optional[Sender]:
+    """A sender into the node's own namespace, when `caller` is this instance's own aws:userid
+    ("ROLEID:<instance id>"); None otherwise, said once (other credentials could not corroborate it)."""
+    if not caller:
+        return None
+    if not caller.endswith(":" + instance_id):
+        log.warning(
+            "credentials are not this instance's profile (aws:userid %s does not end in :%s); publishing without "
+            "GPU fault corroboration: the OOM guard will not replace this node for a GPU fault",
+            caller,
+            instance_id,
+        )
+        return None
+    return Sender(sender.cloudwatch, max_buffer_age=sender.max_buffer_age, namespace=schema.node_namespace(caller))
 
 
 def _check(detail: str, detail_gpus: str, sender: Sender, window_s: int) -> None:
@@ -62,8 +108,10 @@ class Publisher:
         memory_on_percent: float = schema.DETAIL_MEMORY_ON_PERCENT,
         memory_off_percent: float = schema.DETAIL_MEMORY_OFF_PERCENT,
         usage: Optional[UsageTracker] = None,
+        caller: Optional[str] = None,
     ) -> None:
         _check(detail, detail_gpus, sender, window_s)
+        self.witness = witness_sender(sender, caller, identity.instance_id)  # the node's own namespace
         self.usage = usage  # attribution: who holds each GPU, one record per usage window
         self.latest: Dict[int, Any] = {}  # the last sample per GPU (the Prometheus endpoint reads it)
         self.last_xid: Dict[int, int] = {}
@@ -181,6 +229,7 @@ class Publisher:
                     self.selector.update(window, self.gpus)
                 keep = self.selector.keep()
             sender.submit(window.start, window.datums(window.start, keep), now)
+            _corroborate(self.witness, window, now)
 
     def finish(self, now: datetime) -> None:
         """Close the open windows (on shutdown) and make a last attempt to send."""
@@ -219,7 +268,7 @@ class Publisher:
     def run(self, sample_interval_s: float = 1.0, clock: WallClock = utcnow, monotonic: Ticks = time.monotonic) -> None:
         """Sample on a fixed cadence (no drift: the next round is scheduled from the monotonic clock);
         the senders run on their own thread meanwhile, their buffer ages on the same monotonic clock."""
-        extra = (self.usage.log_sender,) if self.usage is not None else ()
+        extra = [s for s in (self.usage.log_sender if self.usage else None, self.witness) if s is not None]
         senders = {id(s): s for s in (self.sender, self.hr_sender, *extra)}.values()
         for sender in senders:
             sender.start_background(clock, monotonic=monotonic)

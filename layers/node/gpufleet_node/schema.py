@@ -8,6 +8,35 @@ from typing import Dict, Tuple
 
 NAMESPACE = "GPUFleet"
 
+# ---- A node's own namespace: corroboration a forger cannot write ----
+# IAM has no condition key for dimensions, so any node may write any InstanceId into NAMESPACE. The node
+# policy also lets each node write NODE_NAMESPACE_PREFIX + its own aws:userid, and nothing else there:
+# `cloudwatch:namespace` must equal "GPUFleet/Node/${aws:userid}" (a policy variable in a string
+# condition). For an instance profile's credentials aws:userid is "ROLEID:i-..." (the role's unique id,
+# then the session name EC2 sets to the instance id; IAM User Guide, policy variables, "Principal key
+# values"). A namespace that ends in ":<instance id>" was therefore written by that instance's own
+# credentials. The publisher writes a GPU fault there too (only in windows with one: CloudWatch bills a
+# series by the hours it receives data), and the OOM guard replaces an instance only when its own
+# namespace confirms the fault. CloudWatch namespaces take any ASCII but control characters, ':' included.
+NODE_NAMESPACE_PREFIX = NAMESPACE + "/Node/"
+
+
+def node_namespace(userid: str) -> str:
+    """The namespace only the credentials with this aws:userid may write (see above)."""
+    return NODE_NAMESPACE_PREFIX + userid
+
+
+def namespace_instance(namespace: str) -> "str | None":
+    """The instance whose own credentials wrote `namespace` ("GPUFleet/Node/ROLEID:i-..." -> "i-..."), or
+    None when it is not a node's own namespace of that exact shape (one ':', a non-empty id on each side)."""
+    if not namespace.startswith(NODE_NAMESPACE_PREFIX):
+        return None
+    role, sep, session = namespace[len(NODE_NAMESPACE_PREFIX) :].partition(":")
+    if not sep or not role or not session.startswith("i-") or ":" in session or "/" in role + session:
+        return None
+    return session
+
+
 # Dimension names. Per GPU: (InstanceId, GpuIndex); per instance: (InstanceId,); per group: one of
 # GROUP_DIMENSIONS_ASG / GROUP_DIMENSIONS_EKS, so that one alarm covers a whole group.
 DIM_INSTANCE_ID = "InstanceId"
@@ -78,6 +107,17 @@ GPU_REMAPPED_ROWS_UNCORRECTABLE = Metric(
 )
 GPU_LOST = Metric("GPULost", "Count", "1 if NVML reported the GPU lost (fell off the bus) in the window", COUNTER)
 NVML_UP = Metric("NVMLUp", "Count", "1 while NVML answers on the instance, 0 when it does not", COUNTER)
+# In a node's own namespace only (NODE_NAMESPACE_PREFIX): one series per GPU and fault, dimensions
+# WITNESS_DIMENSIONS, the fault being the shared counter's name (HEALTH_EVENT_METRICS). A name of its own,
+# so the own namespace is never read as, or summed with, the shared series.
+DIM_FAULT = "Fault"
+WITNESS_DIMENSIONS = (DIM_INSTANCE_ID, DIM_GPU_INDEX, DIM_FAULT)
+GPU_FAULT_REPORTED = Metric(
+    "GPUFaultReported",
+    "Count",
+    "A GPU fault counted in the window, written with the instance's own credentials",
+    COUNTER,
+)
 GPU_HEALTH_EVENTS = Metric(
     "GPUHealthEvents",
     "Count",

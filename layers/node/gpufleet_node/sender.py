@@ -77,6 +77,22 @@ def logs_client(region: str, endpoint_url: Optional[str] = None) -> Any:
     return _client("logs", region, endpoint_url)
 
 
+def caller_userid(region: str, endpoint_url: Optional[str] = None) -> Optional[str]:
+    """This process's aws:userid ("ROLEID:i-..." on an instance profile), from sts:GetCallerIdentity, which
+    needs no IAM permission; None (said once, here) when STS cannot be asked: the node then publishes
+    without corroboration, and the OOM guard will not replace it for a GPU fault (docs/node-publisher.md)."""
+    try:
+        userid = _client("sts", region, endpoint_url).get_caller_identity().get("UserId")
+    except Exception as exc:  # no network, no credentials yet: publish anyway, without corroboration
+        log.warning(
+            "sts:GetCallerIdentity failed (%s); publishing without GPU fault corroboration: the OOM guard will "
+            "not replace this node for a GPU fault",
+            exc,
+        )
+        return None
+    return str(userid) if userid else None
+
+
 def _error(exc: BaseException) -> Tuple[Optional[int], str]:
     """(HTTP status, error code) of an AWS error botocore raised; (None, "") for anything else."""
     response = getattr(exc, "response", None)
@@ -220,8 +236,10 @@ class Sender:
         max_backoff_s: float = 300.0,
         rng: Optional[random.Random] = None,
         monotonic: Optional[Ticks] = None,
+        namespace: str = schema.NAMESPACE,
     ) -> None:
         self.cloudwatch = cloudwatch
+        self.namespace = namespace  # schema.NAMESPACE, or the node's own (schema.node_namespace)
         self.max_buffer_age = max_buffer_age
         self.base_backoff_s = base_backoff_s
         self.max_backoff_s = max_backoff_s
@@ -303,7 +321,7 @@ class Sender:
             self.buffer.extendleft(reversed(put_back))
 
     def _request(self, datums: List[Dict[str, Any]]) -> Dict[str, Any]:
-        return {"Namespace": schema.NAMESPACE, "MetricData": datums}
+        return {"Namespace": self.namespace, "MetricData": datums}
 
     def _put(self, datums: List[Dict[str, Any]]) -> None:
         for i in range(0, len(datums), self.max_per_call):  # one oversized window: split

@@ -9,7 +9,7 @@ gaps do not raise false alarms. Time to full = headroom / slope.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from enum import StrEnum
 
@@ -222,6 +222,47 @@ class Replacement(Frozen):
     reason: str
 
 
+# ---- corroboration: a GPU fault the instance said itself ----
+# Any node may write any InstanceId into the shared namespace (IAM has no condition key for dimensions);
+# only an instance's own credentials may write its own namespace (gpufleet_node.schema.node_namespace).
+# So a replacement needs the fault there too; the shared namespace alone could be another node's forgery.
+
+
+def forgery_reason(instance_id: str) -> str:
+    return (
+        f"GPU fault reported for {instance_id} under the shared namespace but not by the instance itself: "
+        "not replacing; possible forgery from another node"
+    )
+
+
+def corroborated(
+    findings: Sequence[HealthFinding], own: Mapping[str, Sequence[HealthCounts]], s: HealthSettings
+) -> set[str]:
+    """The instances with a finding that their own namespace confirms: the same GPU reports a fault the
+    policy checks for in the same window (`own`: instance id -> its own counters; absent = none found)."""
+    out = set()
+    for f in findings:
+        mine = {c.gpu.gpu_index for c in health_findings(own.get(f.gpu.instance_id, ()), s)}
+        if f.gpu.gpu_index in mine:
+            out.add(f.gpu.instance_id)
+    return out
+
+
+def hold_unconfirmed(
+    findings: Sequence[HealthFinding], confirmed: set[str], why: Mapping[str, str] | None = None
+) -> tuple[list[HealthFinding], list[Replacement]]:
+    """Findings of confirmed instances (to choose replacements from), and a held, non-acting replacement
+    per other instance, with why (`why` overrides the forgery reason, e.g. a read that failed)."""
+    ready = [f for f in findings if f.gpu.instance_id in confirmed]
+    held: dict[str, Replacement] = {}
+    for f in findings:
+        iid = f.gpu.instance_id
+        if iid not in confirmed and iid not in held:
+            reason = (why or {}).get(iid) or forgery_reason(iid)
+            held[iid] = Replacement(instance_id=iid, group=f.gpu.group, act=False, reason=reason)
+    return ready, [held[k] for k in sorted(held)]
+
+
 def _replacements_in_group(
     group: str, instances: list[str], budget: int, serving: int, floor: int, s: HealthSettings
 ) -> list[Replacement]:
@@ -302,6 +343,9 @@ class GuardState(Frozen):
     # before SetInstanceHealth is called, cleared only after it succeeded, so a crash or an error in
     # between is retried by the next run instead of forgotten or counted twice.
     pending: dict[str, int] = Field(default_factory=dict)
+    # Replacements held because the instance's own namespace did not confirm the fault: instance id ->
+    # why. Told once (with the finding); checked again each run while the finding lasts.
+    unconfirmed: dict[str, str] = Field(default_factory=dict)
 
 
 MAX_REPLACEMENT_ATTEMPTS = 3
@@ -317,15 +361,22 @@ def begin_replacements(before: GuardState, acting: Sequence[str], now: datetime)
 
 
 def next_guard_state(
-    begun: GuardState, forecasts: Sequence[Forecast], findings: Sequence[HealthFinding], failed: Sequence[str]
+    begun: GuardState,
+    forecasts: Sequence[Forecast],
+    findings: Sequence[HealthFinding],
+    failed: Sequence[str],
+    held: Sequence[Replacement] = (),
 ) -> GuardState:
     """The group's memory after this run: what is at risk or unhealthy now; replacements whose call
-    failed stay pending (one more attempt counted) until MAX_REPLACEMENT_ATTEMPTS."""
+    failed stay pending (one more attempt counted) until MAX_REPLACEMENT_ATTEMPTS; replacements `held`
+    for want of corroboration are remembered while their instance still has a finding."""
     pending = {iid: begun.pending.get(iid, 0) + 1 for iid in failed}
+    sick = {h.gpu.instance_id for h in findings}
     return begun.model_copy(
         update={
             "risks": {f.gpu.key: f.risk for f in forecasts if f.risk is not Risk.OK},
             "unhealthy": {h.gpu.key: h.reason for h in findings},
             "pending": {iid: n for iid, n in pending.items() if n < MAX_REPLACEMENT_ATTEMPTS},
+            "unconfirmed": {r.instance_id: r.reason for r in held if r.instance_id in sick},
         }
     )

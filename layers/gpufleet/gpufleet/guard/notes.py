@@ -120,6 +120,14 @@ def health_notes(
         out.append(
             tell(h.gpu, NotificationKind.GPU_HEALTH, Severity.CRITICAL, f"GPU failure on {h.gpu.key}", facts, h.reason)
         )
+    told = {h.gpu.instance_id for h in findings if h.gpu.key not in before.unhealthy}
+    for c in choices:  # a replacement held for want of corroboration, made now that the instance confirmed it
+        confirmed = [h for h in findings if h.gpu.instance_id == c.instance_id]
+        if c.act and c.instance_id in before.unconfirmed and c.instance_id not in told and confirmed:
+            h = confirmed[0]
+            facts = {"instance": c.instance_id, "GPU": str(h.gpu.gpu_index), "action": c.reason}
+            title = f"GPU failure confirmed by {c.instance_id} itself: {h.gpu.key}"
+            out.append(tell(h.gpu, NotificationKind.GPU_HEALTH, Severity.CRITICAL, title, facts, h.reason))
     current = {h.gpu.key for h in findings}
     for key in before.unhealthy:
         if key not in current:

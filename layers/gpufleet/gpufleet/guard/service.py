@@ -37,6 +37,7 @@ from gpufleet.guard.core import (
 )
 from gpufleet.guard.notes import GuardTeller, health_notes, risk_notes
 from gpufleet.guard.screen import GpuScreen, Outside, gpu_keys, is_unmanaged, list_publishers, unmanaged_group
+from gpufleet.guard.witness import corroborate
 from gpufleet.notify.model import Notification
 from gpufleet.scaling.execution import ControlContext
 from gpufleet.scaling.service import Scaler
@@ -195,10 +196,13 @@ class OomGuard:
         mine_f = [f for f in forecasts if f.gpu.group == key]
         mine_h = [h for h in findings if h.gpu.group == key]
         new = [h for h in mine_h if h.gpu.key not in before.unhealthy and h.gpu.instance_id not in before.pending]
+        again = [h for h in mine_h if h not in new and h.gpu.instance_id in before.unconfirmed]  # held: look again
         health = policy.guard.health
+        ready, held = corroborate(self.metrics.cloudwatch, key, new + again, now, health, self.ctx.logger)
         choices = choose_replacements(
-            new, {key: obs.in_service}, {key: obs.min_size}, {key: before.replacements}, now, health
+            ready, {key: obs.in_service}, {key: obs.min_size}, {key: before.replacements}, now, health
         )
+        choices += held
         dry = self.ctx.dry(policy)
         acting = [c.instance_id for c in choices if c.act and not dry]
         begun = begin_replacements(before, acting, now)
@@ -209,7 +213,7 @@ class OomGuard:
         done, failed = self._replace_all(obs, choices, begun, dry)
         tell = GuardTeller(key, now, event_id, self.ctx.region)
         notes = risk_notes(tell, before, mine_f) + health_notes(tell, before, mine_h, done)
-        after = next_guard_state(begun, mine_f, mine_h, failed)
+        after = next_guard_state(begun, mine_f, mine_h, failed, held)
         if not self.ctx.send(notes):  # not queued: remember nothing new, so the next run tells it again
             after = after.model_copy(update={"risks": begun.risks, "unhealthy": begun.unhealthy})
         if not self.ctx.docs.save_changes(key, GUARD_SK, begun, after):
