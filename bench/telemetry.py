@@ -16,7 +16,8 @@ nodes, the controller's reads in `adaptive` only; numbers not to quote). Two mea
    warm function caches it), counting the metrics requested
    by GetMetricData (sum of len(MetricDataQueries) per call, $0.01 per 1,000) and the other CloudWatch
    requests ($0.01 per 1,000), scaled to a node-month at the default schedules (both every minute).
-   A scale-in check (instance metrics of a whole group) is measured too and added at most once per
+   A scale-in check (the group series' forged-metrics check, then the instance metrics of the whole
+   group) is measured too and added at most once per
    scale-in cooldown (600 s) through every idle hour of the scenario - an upper bound.
 
 Group series are shared by the nodes of a group: a node pays 1/GROUP_NODES of them.

@@ -16,7 +16,7 @@ from gpufleet.aws.audit import AuditLog
 from gpufleet.aws.clients import AwsClients, Session, client, region_of
 from gpufleet.aws.documents import DocStore
 from gpufleet.aws.fleet import FleetActuator, FleetReader
-from gpufleet.aws.metrics import GpuMetricsReader
+from gpufleet.aws.metrics import GpuMetricsReader, ec2_gpus
 from gpufleet.aws.policy_store import PolicyStore
 from gpufleet.aws.queue import NotificationQueue, enqueue_or_log
 from gpufleet.aws.state import StateStore
@@ -120,7 +120,11 @@ def build_scaler(
     config, wrap = idempotency_for("scaler", table, clients.dynamodb)
     demand = demand_reader(settings, clients, logger, session)
     scaler = Scaler(
-        ctx, GpuMetricsReader(clients.cloudwatch), AlarmReader(clients.cloudwatch), idempotent=wrap, demand=demand
+        ctx,
+        GpuMetricsReader(clients.cloudwatch, gpus_per_type=ec2_gpus(lambda: client("ec2", session))),
+        AlarmReader(clients.cloudwatch),
+        idempotent=wrap,
+        demand=demand,
     )
     return scaler, config
 

@@ -1,8 +1,12 @@
-"""GPU metrics from CloudWatch, read with batched GetMetricData (<= 500 queries per call)."""
+"""GPU metrics from CloudWatch, read with batched GetMetricData (<= 500 queries per call).
+
+Any node may write any series of the GPUFleet namespace (docs/scaler.md, "Forged metrics"): the group
+average read every tick is checked (`group_checks`, `member_checks`, `scaling.metric_trust`) only on a tick
+where it would make the scaler act, so the check costs GetMetricData metrics on those ticks alone."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from statistics import fmean
@@ -10,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from gpufleet.aws.fleet import chunks
 from gpufleet.domain import defaults
-from gpufleet.domain.models import GroupRef
+from gpufleet.domain.models import GroupObservation, GroupRef, InstanceObservation, SeriesStats
+from gpufleet.scaling.metric_trust import Member, Verdict, check_group, combine, from_members
 from gpufleet_node import schema
 
 if TYPE_CHECKING:
@@ -31,10 +36,33 @@ def group_dimensions(ref: GroupRef) -> dict[str, str]:
     return ref.metric_dimensions
 
 
+# What a series is checked with before it drives scaling: its samples, their sum, its extremes.
+TRUST_STATS = ("SampleCount", "Sum", "Maximum", "Minimum")
+GpusPerType = Callable[[Sequence[str]], Mapping[str, int]]
+
+
+def ec2_gpus(make_ec2: Callable[[], Any]) -> GpusPerType:
+    """Instance type -> GPUs, from DescribeInstanceTypes (kept per container by `eks_nodes`); the EC2
+    client is made on the first check, so a cold start pays nothing for it."""
+    made: list[Any] = []
+
+    def gpus(types: Sequence[str]) -> Mapping[str, int]:
+        from gpufleet.aws.eks_nodes import instance_types
+
+        if not made:
+            made.append(make_ec2())
+        return {name: t.gpus for name, t in instance_types(made[0], types).items()}
+
+    return gpus
+
+
 @dataclass
 class GpuMetricsReader:
     cloudwatch: CloudWatchClient
     period_s: int = 60
+    # GPUs per instance type, for the bound on what a group's members can publish; None: unknown (a
+    # series that would drive scaling then holds, told).
+    gpus_per_type: GpusPerType | None = None
 
     def fetch(self, queries: list[SeriesQuery], start: datetime, end: datetime) -> dict[str, list[float]]:
         """Values (newest first) per query key; a series without data maps to []."""
@@ -90,6 +118,80 @@ class GpuMetricsReader:
         values = self.fetch(queries, end - timedelta(seconds=lookback_s), end)
         return {k: (fmean(v) if v else None) for k, v in values.items()}
 
+    def series_stats(
+        self, series: Mapping[str, tuple[schema.Metric, dict[str, str]]], end: datetime, lookback_s: int
+    ) -> dict[str, SeriesStats]:
+        """Each named series (key -> metric, dimensions) over the lookback as one summary: TRUST_STATS,
+        one batched read (4 metrics requested per series)."""
+        queries = [
+            SeriesQuery(f"{key}|{stat}", metric, tuple(dims.items()), stat)
+            for key, (metric, dims) in series.items()
+            for stat in TRUST_STATS
+        ]
+        values = self.fetch(queries, end - timedelta(seconds=lookback_s), end) if queries else {}
+        return {key: combine(key, {st: values[f"{key}|{st}"] for st in TRUST_STATS}) for key in series}
+
+    def group_checks(
+        self, groups: Mapping[str, tuple[GroupRef, schema.Metric]], end: datetime, lookback_s: int
+    ) -> dict[str, SeriesStats]:
+        """Per group key: its group series of `metric` over the lookback, summarised for the bound check."""
+        named = {key: (metric, group_dimensions(ref)) for key, (ref, metric) in groups.items()}
+        found = self.series_stats(named, end, lookback_s)
+        return {key: found[key].model_copy(update={"name": f"group {key} {groups[key][1].name}"}) for key in groups}
+
+    def member_checks(
+        self, instance_ids: Iterable[str], metric: schema.Metric, end: datetime, lookback_s: int
+    ) -> dict[str, SeriesStats]:
+        """Per instance: its own series of `metric` (dimension InstanceId, always published) summarised."""
+        named = {iid: (metric, {schema.DIM_INSTANCE_ID: iid}) for iid in sorted(set(instance_ids))}
+        found = self.series_stats(named, end, lookback_s)
+        return {iid: s.model_copy(update={"name": f"instance {iid} {metric.name}"}) for iid, s in found.items()}
+
+    def members(
+        self, instances: Sequence[InstanceObservation], per_gpu_s: float = defaults.NODE_SAMPLES_PER_GPU_S
+    ) -> list[Member]:
+        """The group's listed instances with their GPUs (None where the type cannot be told)."""
+        types = sorted({i.instance_type for i in instances if i.instance_type})
+        known: Mapping[str, int] = {}
+        if types and self.gpus_per_type is not None:
+            known = self.gpus_per_type(types)
+        return [
+            Member(
+                instance_id=i.instance_id,
+                gpus=known.get(i.instance_type) if i.instance_type else None,
+                in_service=i.in_service,
+                samples_per_gpu_s=per_gpu_s,
+            )
+            for i in instances
+        ]
+
+    def verdicts(
+        self,
+        wanted: Mapping[str, tuple[GroupObservation, schema.Metric]],
+        end: datetime,
+        lookback_s: int,
+        per_gpu_s: float = defaults.NODE_SAMPLES_PER_GPU_S,
+    ) -> dict[str, Verdict]:
+        """Per group key: the series its decision would act on, checked (`metric_trust`): one batched read
+        of the groups' series (4 metrics each), and of the InService members' own where a group's fails."""
+        groups = self.group_checks({k: (obs.ref, m) for k, (obs, m) in wanted.items()}, end, lookback_s)
+        members = {k: self.members(obs.instances, per_gpu_s) for k, (obs, _) in wanted.items()}
+        out: dict[str, Verdict] = {}
+        failing: dict[str, schema.Metric] = {}
+        for key in wanted:
+            verdict = check_group(groups[key], members[key], lookback_s)
+            if verdict is None:
+                failing[key] = wanted[key][1]
+            else:
+                out[key] = verdict
+        for metric in {m.name: m for m in failing.values()}.values():
+            keys = [k for k, m in failing.items() if m.name == metric.name]
+            ids = [m.instance_id for k in keys for m in members[k] if m.in_service]
+            own = self.member_checks(ids, metric, end, lookback_s) if ids else {}
+            for key in keys:
+                out[key] = from_members(groups[key], members[key], own, lookback_s)
+        return out
+
     def gpus_of(self, instance_id: str) -> list[int]:
         """The GPU indexes of an instance that have series of their own now (ListMetrics on the instance's
         dimension: a GPU has them while in detail, or while a counter of it is non-zero)."""
@@ -116,7 +218,10 @@ class GpuMetricsReader:
         """Per instance: (busiest GPU utilization, fullest GPU memory %) over the lookback window.
 
         Both use the maximum, so one busy minute or one full GPU keeps the instance off the
-        scale-in list."""
+        scale-in list. Not checked for forgery: beside an honest publisher a forged datum can only raise
+        a node's figure, which keeps that node in service. A node that publishes nothing itself (its
+        publisher down) has no figure and is never idle; a forger could give it one: the residual risk
+        named in docs/scaler.md."""
         ids = sorted(set(instance_ids))
         queries = []
         for iid in ids:

@@ -87,3 +87,13 @@ MAX_BACKLOG_ITEMS = 1_000_000
 DEFAULT_GPU_READY_TIMEOUT_S = 900
 # Pods below this priority ask for no node (Cluster Autoscaler's expendable-pods-priority-cutoff: -10).
 DEFAULT_EXPENDABLE_PRIORITY = -10
+
+# What one node can put into a GPU series (issue 29: a node's forged datum must not outweigh its group).
+# The node publisher's defaults (layers/node/gpufleet_node/config.py): one NVML sample per GPU per second
+# (`sample_interval_s: 1`) into windows of 60 s (`window_s: 60`), each sample in the GPU's, the instance's
+# and the group's series once. A fleet sampling faster, or with `high_resolution: true` (its 10 s datums
+# land in the same series: twice the samples), reads as over the bound and holds, told (docs/scaler.md).
+NODE_SAMPLES_PER_GPU_S = 1.0
+NODE_PUBLISH_WINDOW_S = 60
+PERCENT_MIN = 0.0  # a percent series (GPUUtilization, GPUMemoryUsedPercent) holds nothing outside 0-100
+PERCENT_MAX = 100.0

@@ -342,3 +342,19 @@ class GroupState(Frozen):
         """Someone else holds the lease (a retry of the same event may take over its own change)."""
         held = self.lease_until is not None and self.lease_until > now
         return held and not (self.lease_owner or "").startswith(f"{event_id}#")
+
+
+class SeriesStats(Frozen):
+    """One CloudWatch series over a lookback, summed from its periods: samples (SampleCount), their sum,
+    the largest and smallest value. What `scaling.metric_trust` checks before a series drives scaling."""
+
+    name: str  # for people: "group asg:infer GPUUtilization", "instance i-0abc GPUUtilization"
+    samples: float = 0.0
+    total: float | None = None
+    maximum: float | None = None
+    minimum: float | None = None
+
+    @property
+    def mean(self) -> float | None:
+        """The sample-weighted mean (what the series' Average over the whole lookback is)."""
+        return self.total / self.samples if self.total is not None and self.samples > 0 else None

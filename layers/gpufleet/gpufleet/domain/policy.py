@@ -303,6 +303,9 @@ class FleetPolicy(Frozen):
     dry_run: bool = False
     alarm_prefix: str = defaults.DEFAULT_ALARM_PREFIX
     metric_lookback_s: int = Field(default=defaults.DEFAULT_METRIC_LOOKBACK_S, ge=60, le=3600)
+    # Samples the nodes' publisher puts into a GPU series per GPU-second (the forged-series bound,
+    # scaling/metric_trust.py): 1 at its defaults, 2 when the nodes set `high_resolution: true`.
+    node_samples_per_gpu_s: float = Field(default=defaults.NODE_SAMPLES_PER_GPU_S, gt=0, le=10)
     audit_ttl_days: int = Field(default=defaults.DEFAULT_AUDIT_TTL_DAYS, ge=1, le=400)
     discovery: Discovery = Discovery()
     defaults: GroupSettings = GroupSettings()

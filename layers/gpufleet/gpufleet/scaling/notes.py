@@ -10,6 +10,7 @@ from gpufleet.domain.models import Action, AlarmState, Decision, GroupObservatio
 from gpufleet.events.model import AlarmEvent
 from gpufleet.notify.model import Notification, NotificationKind, Severity, capacity_incident_key, console_links, note
 from gpufleet.notify.policy import NotificationPolicy
+from gpufleet.scaling.metric_trust import Verdict
 
 _SEVERITY = {Outcome.APPLIED: Severity.INFO, Outcome.DRY_RUN: Severity.INFO, Outcome.FAILED: Severity.CRITICAL}
 _VERB = {Outcome.APPLIED: "scaled", Outcome.DRY_RUN: "would scale (dry-run)", Outcome.FAILED: "failed to scale"}
@@ -216,3 +217,28 @@ def demand_notes(observations: Sequence[GroupObservation], now: datetime, region
 
 def _plural(n: int, noun: str) -> str:
     return noun if n == 1 else f"{noun}s"
+
+
+def forged_series_note(group: str, verdict: Verdict, at: datetime, event_id: str, region: str) -> Notification:
+    """A GPU series that would have driven a group's scaling holds more than its members can publish, or
+    values outside 0-100: a node wrote on another's series (docs/scaler.md, "Forged metrics"). Told with
+    the numbers and what the scaler used instead, or that it held; one incident per group, so every tick
+    that sees it again folds into it."""
+    held = verdict.held is not None
+    facts = {"seen": "; ".join(d for d in verdict.dropped if d)[:900] or "-", "used": verdict.source}
+    if verdict.utilization is not None:
+        facts["utilization used"] = f"{verdict.utilization:.1f}%"
+    return note(
+        NotificationKind.CONTROL,
+        Severity.WARNING,
+        group,
+        f"{group}: GPU metrics hold data no member could publish" + (": scaling held" if held else ""),
+        at=at,
+        source="scaler",
+        id_parts=("forged-series", event_id, group),
+        reason=(verdict.held or f"decided on {verdict.source} instead")
+        + ". Any node may write the GPUFleet namespace: look for a node writing other groups' series.",
+        facts=facts,
+        incident_key=f"forged-series:{group}",
+        links=console_links(group, region, None),
+    )

@@ -29,6 +29,7 @@ from gpufleet.domain.models import (
     GroupRef,
     GroupState,
     InstanceObservation,
+    MetricRef,
     Outcome,
     Trigger,
     TriggerKind,
@@ -41,9 +42,17 @@ from gpufleet.notify.model import Notification
 from gpufleet.scaling.core import decide_alarm, decide_reconcile, decide_request
 from gpufleet.scaling.demand_source import DemandReader
 from gpufleet.scaling.execution import ControlContext
-from gpufleet.scaling.notes import CANNOT_ACT, alarm_resolved_notes, broken_alarm_notes, demand_notes
+from gpufleet.scaling.metric_trust import Verdict, series_acted_on
+from gpufleet.scaling.notes import (
+    CANNOT_ACT,
+    alarm_resolved_notes,
+    broken_alarm_notes,
+    demand_notes,
+    forged_series_note,
+)
 from gpufleet.scaling.ownership import watch_owners
 from gpufleet.scaling.targets import not_gpufleets, resolve_alarm_target
+from gpufleet_node import schema
 
 UNRESOLVED_GROUP = "unresolved"
 # Deliveries re-read from CloudWatch before acting, and how a reason names them.
@@ -95,8 +104,9 @@ class Scaler:
         if isinstance(trigger, ScheduleTick):
             decisions, broken = self.reconcile(trigger, policy, now)
         else:
-            decisions = [self.on_alarm(trigger, policy, now)]
-            broken = broken_alarm_notes(trigger, decisions, self.ctx.region)
+            decision, doubted = self.on_alarm(trigger, policy, now)
+            decisions = [decision]
+            broken = broken_alarm_notes(trigger, decisions, self.ctx.region) + doubted
         self.finish(decisions, policy, trigger, broken)
         failed = [d for d in decisions if d.outcome is Outcome.FAILED]
         if failed and isinstance(trigger, AlarmEvent):
@@ -135,34 +145,36 @@ class Scaler:
             return f"group {obs.ref.key} is not managed (not tagged {tag} and no policy rule matches)"
         return obs, settings
 
-    def on_alarm(self, alarm: AlarmEvent, policy: FleetPolicy, now: datetime) -> Decision:
-        """`alarm` as CloudWatch says it (SNS and alarm-action deliveries were re-read in `handle`)."""
+    def on_alarm(self, alarm: AlarmEvent, policy: FleetPolicy, now: datetime) -> tuple[Decision, list[Notification]]:
+        """`alarm` as CloudWatch says it (SNS and alarm-action deliveries were re-read in `handle`), and
+        what to tell when the group series it reads holds data no member could publish."""
         trigger = _by(alarm)
         tags = self.alarms.tags(alarm.alarm_arn)
         not_ours = not_gpufleets(alarm, tags, policy)
         if not_ours:
-            return _no_action(UNRESOLVED_GROUP, trigger, alarm.event_id, now, not_ours)
+            return _no_action(UNRESOLVED_GROUP, trigger, alarm.event_id, now, not_ours), []
         target = resolve_alarm_target(alarm, tags, policy)
         if target.group is None or target.direction is None:
             group = target.group.key if target.group else UNRESOLVED_GROUP
             why = f"alarm {alarm.alarm_name} ({alarm.state}): no action, {target.found_by}"
-            return _no_action(group, trigger, alarm.event_id, now, why, cannot_act=True)
+            return _no_action(group, trigger, alarm.event_id, now, why, cannot_act=True), []
         found = self._managed_one(target.group, policy)
         if isinstance(found, str):
             why = f"alarm {alarm.alarm_name}: {found}"
-            return _no_action(target.group.key, trigger, alarm.event_id, now, why, cannot_act=True)
+            return _no_action(target.group.key, trigger, alarm.event_id, now, why, cannot_act=True), []
         obs, settings = found
         state = self.ctx.states([obs], policy)[obs.ref.key]
         resumed = self.ctx.executor.resume(obs, state, alarm.event_id, now)
         if resumed is not None:
-            return resumed
+            return resumed, []
         if alarm.state is AlarmState.ALARM and target.direction is Direction.IN:
             obs = with_instance_metrics(self.metrics, [obs], now, policy)[0]
             obs = self.with_demand(obs, settings, now, policy)  # no scale-in while work waits or runs
         dry = self.ctx.dry(policy)
         decision = decide_alarm(obs, settings, state, now, alarm=alarm, direction=target.direction, global_dry_run=dry)
         decision = decision.model_copy(update={"reason": f"{decision.reason} [{target.found_by}]"})
-        return self.ctx.executor.execute(decision, obs, state)
+        decision, told = alarm_series_checked(self, decision, alarm, obs, now, policy)
+        return self.ctx.executor.execute(decision, obs, state), told
 
     # ---- requests from other controllers ----
 
@@ -200,7 +212,7 @@ class Scaler:
         watch_owners(self.ctx, [obs for obs, _ in managed], states, now)
         tracked = [obs.ref for obs, s in managed if s.target.enabled]
         utils = self.metrics.group_utilization(tracked, now, policy.metric_lookback_s) if tracked else {}
-        firing = firing_alarms(self.alarms, tick, policy, self.ctx.logger)
+        firing, alarm_metrics = firing_alarms(self.alarms, tick, policy, self.ctx.logger)
 
         def decide(obs: GroupObservation, settings: GroupSettings) -> Decision:
             alarms = firing.get(obs.ref.key, ())
@@ -218,6 +230,7 @@ class Scaler:
         if self.demand is not None:
             pairs, told = _attached(self.demand, self.ctx.logger, pairs, now, policy, self.ctx.region)
         first = [isolated(obs, s) for obs, s in pairs]
+        doubted = checked_series(self, pairs, first, alarm_metrics, isolated, tick.event_id, now, policy)
         want = [i for i, d in enumerate(first) if d.needs_instance_metrics]
         if want:
             enriched = _metrics_or_none(self.metrics, [pairs[i][0] for i in want], now, policy, self.ctx.logger)
@@ -231,7 +244,7 @@ class Scaler:
             _act(self.ctx, d, obs, states[obs.ref.key], tick.event_id, now)
             for d, (obs, _) in zip(first, pairs, strict=True)
         ]
-        return acted, told
+        return acted, told + doubted
 
     def with_demand(
         self, obs: GroupObservation, settings: GroupSettings, now: datetime, policy: FleetPolicy
@@ -249,6 +262,81 @@ class Scaler:
         return self.ctx.executor.resume(obs, state, decision.event_id, decision.at) or self.ctx.executor.execute(
             decision, obs, state
         )
+
+
+def series_verdicts(
+    metrics: GpuMetricsReader,
+    logger: Logger,
+    wanted: dict[str, tuple[GroupObservation, schema.Metric]],
+    now: datetime,
+    policy: FleetPolicy,
+) -> dict[str, Verdict]:
+    """The series these groups' decisions would act on, checked; a read that fails holds them."""
+    try:
+        return metrics.verdicts(wanted, now, policy.metric_lookback_s, policy.node_samples_per_gpu_s)
+    except Exception as exc:
+        logger.exception("GPU series could not be checked; those groups hold", extra={"n": len(wanted)})
+        why = f"the GPU series could not be checked ({type(exc).__name__}: {exc})"
+        return {key: Verdict(held=why, source="none") for key in wanted}
+
+
+def checked_series(
+    scaler: Scaler,
+    pairs: list[tuple[GroupObservation, GroupSettings]],
+    first: list[Decision],
+    alarm_metrics: dict[str, tuple[MetricRef, ...]],
+    isolated: Callable[[GroupObservation, GroupSettings], Decision],
+    event_id: str,
+    now: datetime,
+    policy: FleetPolicy,
+) -> list[Notification]:
+    """Decisions that would act on a group's GPU series (the band, an alarm on it) act only on a series
+    its members could have written (`metric_trust`): the band then decides on the checked mean (the
+    members' own where the group series fails), an alarm on a failed series holds. Updates `pairs` and
+    `first` in place; returns what to tell. Ticks where nothing would act read nothing more."""
+    wanted: dict[str, tuple[GroupObservation, schema.Metric]] = {}
+    for (obs, _), d in zip(pairs, first, strict=True):
+        metric = series_acted_on(d, obs.ref, alarm_metrics)
+        if metric is not None:
+            wanted[obs.ref.key] = (obs, metric)
+    verdicts = series_verdicts(scaler.metrics, scaler.ctx.logger, wanted, now, policy) if wanted else {}
+    told = []
+    for i, ((obs, settings), d) in enumerate(zip(pairs, first, strict=True)):
+        verdict = verdicts.get(obs.ref.key)
+        if verdict is None:
+            continue
+        if not _from_group(verdict):
+            told.append(forged_series_note(obs.ref.key, verdict, now, event_id, scaler.ctx.region))
+        if d.trigger.kind is not TriggerKind.UTILIZATION_BAND:
+            first[i] = d if _from_group(verdict) else _doubted(d, verdict)
+        elif verdict.held is not None:
+            first[i] = _doubted(d, verdict)
+        else:
+            pairs[i] = (obs.model_copy(update={"gpu_utilization": verdict.utilization}), settings)
+            again = isolated(*pairs[i])
+            unchecked = again.trigger.kind is TriggerKind.ALARM and series_acted_on(again, obs.ref, alarm_metrics)
+            first[i] = (
+                _doubted(again, Verdict(held="its alarm's series was not checked this tick")) if unchecked else again
+            )
+    return told
+
+
+def alarm_series_checked(
+    scaler: Scaler, decision: Decision, alarm: AlarmEvent, obs: GroupObservation, now: datetime, policy: FleetPolicy
+) -> tuple[Decision, list[Notification]]:
+    """An alarm on the group's own GPU series acts only if that series passes the check (`metric_trust`):
+    else it evaluated data a node wrote on, and the group holds, told. A read that fails raises: the
+    delivery is retried (its idempotency record is released), never decided as a hold for good."""
+    metric = series_acted_on(decision, obs.ref, {alarm.alarm_name: alarm.metrics})
+    if metric is None:
+        return decision, []
+    wanted = {obs.ref.key: (obs, metric)}
+    lookback, rate = policy.metric_lookback_s, policy.node_samples_per_gpu_s
+    verdict = scaler.metrics.verdicts(wanted, now, lookback, rate)[obs.ref.key]
+    if _from_group(verdict):
+        return decision, []
+    told = [forged_series_note(obs.ref.key, verdict, now, alarm.event_id, scaler.ctx.region)]
+    return _doubted(decision, verdict), told
 
 
 def as_cloudwatch_says_now(alarms: AlarmReader, alarm: AlarmEvent) -> AlarmEvent | str:
@@ -316,17 +404,20 @@ def with_instance_metrics(
 
 def firing_alarms(
     alarms: AlarmReader, tick: ScheduleTick, policy: FleetPolicy, logger: Logger
-) -> dict[str, list[tuple[str, Direction]]]:
-    """Alarms still in ALARM send no new event; the tick re-raises them (cooldowns decide)."""
+) -> tuple[dict[str, list[tuple[str, Direction]]], dict[str, tuple[MetricRef, ...]]]:
+    """Alarms still in ALARM send no new event; the tick re-raises them (cooldowns decide). Also each
+    alarm's metrics: an alarm on a group's GPU series is checked before it acts."""
     out: dict[str, list[tuple[str, Direction]]] = defaultdict(list)
+    metrics: dict[str, tuple[MetricRef, ...]] = {}
     for described in alarms.firing(policy.alarm_prefix):
         alarm = from_described_alarm(described, tick)
         target = resolve_alarm_target(alarm, alarms.tags(alarm.alarm_arn), policy)
         if target.group is not None and target.direction is not None and not alarm.actions_suppressed_by:
             out[target.group.key].append((alarm.alarm_name, target.direction))
+            metrics[alarm.alarm_name] = alarm.metrics
         else:
             logger.info("firing alarm ignored", extra={"alarm": alarm.alarm_name, "why": target.found_by})
-    return out
+    return out, metrics
 
 
 def _attached(
@@ -388,6 +479,19 @@ def _metrics_or_none(
     except Exception:
         logger.exception("instance metrics unreadable; scale-in waits", extra={"groups": len(observations)})
         return [None] * len(observations)
+
+
+def _from_group(verdict: Verdict) -> bool:
+    """The group series itself was believed (no series dropped, nothing held)."""
+    return verdict.trusted and not verdict.dropped
+
+
+def _doubted(decision: Decision, verdict: Verdict) -> Decision:
+    """A decision that would have acted on a GPU series that cannot be believed: a hold saying why."""
+    why = verdict.held or f"its GPU series holds data no member could publish ({'; '.join(verdict.dropped)})"
+    reason = f"{decision.reason}, but {why}: held"
+    update = {"action": Action.HOLD, "desired": decision.current, "victims": (), "needs_instance_metrics": False}
+    return decision.model_copy(update={**update, "reason": reason})
 
 
 def _held_without_metrics(decision: Decision) -> Decision:
