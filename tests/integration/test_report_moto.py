@@ -15,8 +15,12 @@ import pytest
 
 from gpufleet_node.schema import USAGE_LOG_GROUP
 from gpufleet_tools.cli import main
+from gpufleet_tools.report.model import Period, Selection
 from gpufleet_tools.report.reader import read_usage
-from gpufleet_tools.report.usage import Period, Selection
+from rehearsal.calls import ACCOUNT, REGION
+from tests.iam.evaluator import evaluate
+from tests.iam.test_node_policy import FORGER
+from tests.iam.test_node_policy import node_policy as node_policy  # a fixture, for the IAM premise
 from tests.unit.test_report_records import ALICE_JOB, TRAINER, message
 
 pytestmark = pytest.mark.integration
@@ -45,10 +49,13 @@ def _node_c(at: datetime) -> str:  # a type without a price, and a kubelet it ca
                    rows=[[0, None, 300, 150, 0, 0]], gone=gone)  # fmt: skip
 
 
-def put_records(logs: Any, by_node: dict[str, list[tuple[datetime, str]]]) -> None:
-    logs.create_log_group(logGroupName=USAGE_LOG_GROUP)
+def put_records(logs: Any, by_node: dict[str, list[tuple[datetime, str]]], create: bool = True) -> None:
+    """Each node's records into its stream (`create`: the log group and the streams first)."""
+    if create:
+        logs.create_log_group(logGroupName=USAGE_LOG_GROUP)
     for node, records in by_node.items():
-        logs.create_log_stream(logGroupName=USAGE_LOG_GROUP, logStreamName=node)
+        if create:
+            logs.create_log_stream(logGroupName=USAGE_LOG_GROUP, logStreamName=node)
         events = sorted(({"timestamp": int(at.timestamp() * 1000), "message": m} for at, m in records), key=_ts)
         for i in range(0, len(events), 1000):
             logs.put_log_events(logGroupName=USAGE_LOG_GROUP, logStreamName=node, logEvents=events[i : i + 1000])
@@ -132,7 +139,52 @@ def test_more_than_a_page_is_read_with_next_tokens(aws: str) -> None:
     hour = DAY0 + timedelta(hours=1)
     records = [(hour + timedelta(milliseconds=k), message(start=hour, node=f"i-{k:05d}")) for k in range(10_500)]
     put_records(boto3.client("logs"), {"i-many": records})
-    got: list[str] = []
+    got: list[tuple[str, int, str]] = []
     period = Period(hour, hour + timedelta(hours=1))
-    stats = read_usage(boto3.client("logs"), period, Selection(), got.append, workers=1)
+    stats = read_usage(boto3.client("logs"), period, Selection(), lambda *e: got.append(e), workers=1)
     assert (stats.events, stats.calls, stats.slices) == (10_500, 2, 1) and len(got) == 10_500
+    assert {stream for stream, _, _ in got} == {"i-many"}
+
+
+# ---- issue 29: one node's records must not set the bill ----
+
+FINANCE = {"kind": "pod", "namespace": "finance", "pod": "ledger-0", "container": "main"}
+P5_GPU_HOUR = 55.04 / 8
+
+
+def _p5(node: str, at: datetime, workload: dict[str, str], rows: list[list[Any]] | None = None) -> str:
+    rows = rows if rows is not None else [[g, "0", 300, 240, 0, 1000] for g in range(8)]
+    return message(start=at, node=node, instance_type="p5.48xlarge", group="asg:train", gpus=8,
+                   workloads={"0": workload}, rows=rows)  # fmt: skip
+
+
+def test_a_node_may_write_any_stream_of_the_usage_group(node_policy: list[dict[str, Any]]) -> None:
+    """The premise, on the deployed NodePublisherPolicy: IAM cannot tie a stream to its writer (a stream
+    name may not hold the ':' of `${aws:userid}`, "ROLEID:i-..."), so the report checks the records."""
+    victim = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:{USAGE_LOG_GROUP}:log-stream:i-a"
+    assert evaluate(node_policy, "logs:PutLogEvents", victim, FORGER).allowed
+
+
+def test_a_forging_node_is_flagged_in_the_report_not_billed(aws: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two p5.48xlarge nodes, 6 hours each: 96 GPU-h. Node i-f then writes 10,000 GPU-h for `finance`:
+    under i-a's id in its own stream, into i-a's stream over i-a's windows (after i-a wrote them), and
+    one record holding a GPU for 9,994 hours. The report at HEAD billed finance 10,000 GPU-h, $68,800."""
+    windows = [DAY0 + timedelta(minutes=5 * i) for i in range(72)]
+    team = {"kind": "pod", "namespace": "ml", "pod": "train-0", "container": "main"}
+    by_node = {node: [(at, _p5(node, at, team)) for at in windows] for node in ("i-a", "i-f")}
+    by_node["i-f"] += [(at, _p5("i-a", at, FINANCE)) for at in windows[:6]]  # another node's id: 4 GPU-h
+    by_node["i-f"].append((windows[7], _p5("i-f", windows[7], FINANCE, [[0, "0", 9994 * 3600.0, 0, 0, 0]])))
+    put_records(boto3.client("logs"), by_node)
+    forged = [(at, _p5("i-a", at, FINANCE)) for at in windows[10:13]]  # into i-a's own stream: 2 GPU-h
+    put_records(boto3.client("logs"), {"i-a": forged}, create=False)
+    period = ["--start", DAY0.isoformat(), "--end", (DAY0 + timedelta(hours=6)).isoformat()]
+    assert main(["report", "--endpoint", aws, "--no-progress", "--format", "json", *period]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["total"]["gpu_hours_held"] == pytest.approx(96.0)
+    assert doc["total"]["cost_usd"] == pytest.approx(96 * P5_GPU_HOUR)
+    assert {t["team"] for t in doc["teams"]} == {"ml"} and doc["records"] == 144
+    flagged = {(f["kind"], f["stream"], f["node"]): f for f in doc["flagged"]}
+    assert set(flagged) == {("stream", "i-f", "i-a"), ("held", "i-f", "i-f"), ("conflict", "i-a", "i-a")}
+    assert sum(f["claimed_gpu_hours"] for f in flagged.values()) == pytest.approx(10_000.0)
+    assert all(f["teams"] == ["finance"] for f in flagged.values())
+    assert [flagged[k]["records"] for k in sorted(flagged)] == [3, 1, 6]  # conflict, held, stream

@@ -33,7 +33,14 @@ class FakeLogs:
         if self.error:
             raise self.error
         page = int(kwargs.get("nextToken", "0"))
-        events = [{"message": f"{kwargs['startTime']}-{page}-{i}"} for i in range(self.per_page)]
+        events = [
+            {
+                "logStreamName": f"i-{i}",
+                "timestamp": kwargs["startTime"],
+                "message": f"{kwargs['startTime']}-{page}-{i}",
+            }
+            for i in range(self.per_page)
+        ]
         return {"events": events, **({"nextToken": str(page + 1)} if page + 1 < self.pages else {})}
 
 
@@ -46,9 +53,11 @@ def test_a_period_is_cut_into_days_or_hours() -> None:
 
 def test_every_page_of_every_slice_is_read_within_the_rate() -> None:
     logs, got = FakeLogs(), []
-    stats = read_usage(logs, PERIOD, Selection(), got.append, workers=3, max_tps=1000)
+    stats = read_usage(logs, PERIOD, Selection(), lambda *event: got.append(event), workers=3, max_tps=1000)
     assert (stats.calls, stats.events, stats.slices) == (9, 18, 3)
-    assert len(set(got)) == 18 and stats.bytes == sum(len(m) for m in got)
+    assert len(set(got)) == 18 and stats.bytes == sum(len(m) for _, _, m in got)
+    # each record goes on with its log stream and its event's timestamp (what report.bounds checks)
+    assert all(stream == f"i-{m[-1]}" and m.startswith(f"{stamp}-") for stream, stamp, m in got)
     first = [c for c in logs.calls if "nextToken" not in c]
     assert sorted((c["startTime"], c["endTime"]) for c in first) == [(s, e - 1) for s, e in slices(PERIOD)]
     assert all(c["logGroupName"] == "/gpufleet/usage" and "filterPattern" not in c for c in logs.calls)
@@ -60,7 +69,7 @@ def test_groups_and_clusters_become_a_json_filter_pattern() -> None:
     assert json_filter(Selection()) is None
     assert json_filter(Selection(frozenset({'asg:we"ird'}))) is None
     logs = FakeLogs(pages=1)
-    read_usage(logs, PERIOD, both, lambda m: None, max_tps=1000)
+    read_usage(logs, PERIOD, both, lambda *_: None, max_tps=1000)
     assert {c["filterPattern"] for c in logs.calls} == {json_filter(both)}
 
 
@@ -79,7 +88,7 @@ def _client_error(code: str) -> ClientError:
 )
 def test_a_failure_is_one_line_and_an_exit_code(error: Exception, code: int, line: str) -> None:
     with pytest.raises(ReportUnavailable) as raised:
-        read_usage(FakeLogs(error=error), PERIOD, Selection(), lambda m: None, max_tps=1000)
+        read_usage(FakeLogs(error=error), PERIOD, Selection(), lambda *_: None, max_tps=1000)
     assert raised.value.code == code and str(raised.value).startswith(line)
 
 

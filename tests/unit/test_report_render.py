@@ -6,11 +6,16 @@ from __future__ import annotations
 import csv
 import io
 import json
+from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
 from gpufleet_node.schema import TEAM_UNALLOCATED
+from gpufleet_tools.report.chart import write_png
+from gpufleet_tools.report.model import Period
 from gpufleet_tools.report.render import (
+    BAR_WIDTH,
     CSV_COLUMNS,
     OTHER,
     Format,
@@ -22,7 +27,8 @@ from gpufleet_tools.report.render import (
     render,
     table,
 )
-from tests.unit.test_report_usage import PERIOD, report_of, windows
+from tests.unit.test_report_records import message
+from tests.unit.test_report_usage import DAY0, PERIOD, report_of, windows
 
 
 @pytest.mark.parametrize(
@@ -102,9 +108,45 @@ def test_markdown_tables() -> None:
 def test_chart_series_folds_small_teams_into_other_and_keeps_every_hour() -> None:
     refs = {str(i): {"kind": "user", "user": f"u{i}"} for i in range(5)}
     rows = [[i, str(i), 300, 100 * i, 0, 0] for i in range(5)] + [[5, None, 300, 0, 300, 0]]
-    r = report_of(windows(3, workloads=refs, rows=rows, gpus=8))
+    r = report_of(windows(3, workloads=refs, rows=rows, gpus=8, instance_type="g5.48xlarge"))
     s = chart_series(r, max_teams=2)
     assert s.teams[-2:] == (OTHER, TEAM_UNALLOCATED) and len(s.teams) == 4
     held = sum(sum(v) for v in s.held.values())
     assert held == pytest.approx(r.total.held_h)
     assert len(s.buckets) == 3 and not s.hourly and "per day" in s.title
+
+
+# ---- the chart: a partial bucket drawn as the part it is (issue 29) ----
+
+
+def test_a_partial_last_hour_is_drawn_as_its_part_at_its_rate_not_as_a_smaller_whole_hour() -> None:
+    """Steady usage (4 GPUs) for 2.5 hours: the third hour holds half as many GPU-hours, because the
+    period covers half of it. The old chart drew 4, 4, 2 on full-width bars: usage seemed to halve."""
+    period = Period(DAY0, DAY0 + timedelta(hours=2, minutes=30))
+    s = chart_series(report_of(windows(2.5), period=period))
+    held = [sum(s.held[t][i] for t in s.teams) for i in range(3)]
+    assert held == pytest.approx([4.0, 4.0, 2.0])  # the GPU-hours, as summed
+    drawn = [sum(s.rate(s.held[t])[i] for t in s.teams) for i in range(3)]
+    assert drawn == pytest.approx([4.0, 4.0, 4.0])  # the heights: GPU-hours per whole hour
+    assert [s.partial(i) for i in range(3)] == [False, False, True]
+    assert s.bar(0) == pytest.approx((-BAR_WIDTH / 2, BAR_WIDTH))
+    assert s.bar(2) == pytest.approx((2 - BAR_WIDTH / 2, BAR_WIDTH / 2))  # half as wide, on the left of its slot
+    areas = [h * s.bar(i)[1] / BAR_WIDTH for i, h in enumerate(drawn)]
+    assert areas == pytest.approx(held)  # a bar's area is still its GPU-hours
+
+
+def test_a_partial_first_hour_lies_on_the_right_of_its_slot() -> None:
+    start = DAY0 + timedelta(minutes=45)
+    period = Period(start, DAY0 + timedelta(hours=2))
+    r = report_of([message(start=start + timedelta(minutes=5 * i)) for i in range(15)], period=period)
+    s = chart_series(r)
+    assert s.bar(0) == pytest.approx((BAR_WIDTH / 4, BAR_WIDTH / 4))  # the last quarter of 00:00
+    assert sum(s.rate(s.held[t])[0] for t in s.teams) == pytest.approx(4.0)
+    assert [b["covered"] for b in json_doc(r)["series"] if b["team"] == "alice"] == [0.25, 1.0]
+
+
+def test_the_png_is_drawn_from_those_spans(tmp_path: Path) -> None:
+    period = Period(DAY0, DAY0 + timedelta(hours=2, minutes=30))
+    png = tmp_path / "usage.png"
+    write_png(chart_series(report_of(windows(2.5), period=period)), png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -99,12 +99,14 @@ def test_a_group_with_unallocated_gpus_and_records_with_unknowns() -> None:
 
 def test_the_policys_price_comes_first_and_an_unknown_type_has_no_made_up_cost() -> None:
     book = PriceBook({"g5.12xlarge": 4.0})
-    price = book.per_gpu_hour("g5.12xlarge", 4)
+    price = book.per_gpu_hour("g5.12xlarge", "asg:train")
     assert price is not None and (price.usd, price.source) == (1.0, PriceSource.POLICY)
-    assert PriceBook().per_gpu_hour("x9.huge", 8) is None
-    unknown_type = PriceBook({"x9.huge": 16.0}).per_gpu_hour("x9.huge", 8)  # the GPUs the node reported
-    assert unknown_type is not None and unknown_type.usd == 2.0
-    assert PriceBook().per_gpu_hour("p5e.48xlarge", 8) is None  # no verified list price
+    assert PriceBook().per_gpu_hour("x9.huge", "asg:train") is None
+    # a type the table does not know: its GPUs from the policy for the group, never from the records
+    assert PriceBook({"x9.huge": 16.0}).per_gpu_hour("x9.huge", "asg:train") is None
+    known = PriceBook({"x9.huge": 16.0}, {"asg:train": 8}.get).per_gpu_hour("x9.huge", "asg:train")
+    assert known is not None and known.usd == 2.0
+    assert PriceBook().per_gpu_hour("p5e.48xlarge", None) is None  # no verified list price
     r = report_of(windows(2, instance_type="x9.huge"))
     assert all(t.usage.cost == 0 and t.usage.unpriced_h > 0 for t in r.teams)
     assert all(f.cost is None for f in r.findings)

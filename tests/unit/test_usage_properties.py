@@ -1,13 +1,18 @@
 """Properties of the node's usage windows (gpufleet_node.usage), for any samples: time is conserved per
-GPU, and no row is busier or idler than the time it held the GPU (what `gpufleet report` relies on)."""
+GPU, and no row is busier or idler than the time it held the GPU (what `gpufleet report` relies on); and
+the report never flags what an honest node writes, whole or split in parts."""
 
 from datetime import UTC, datetime
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpufleet_node.usage import Holder, UsageWindow
+from gpufleet_node.usage import Holder, UsageWindow, split_record
 from gpufleet_node.workload import POD, Workload
+from gpufleet_tools.report.bounds import Ledger, check, claimed
+from gpufleet_tools.report.identity import identify
+from gpufleet_tools.report.prices import PriceBook
+from gpufleet_tools.report.records import RecordParser, UsageRecord
 
 PODS = [Workload(POD, namespace=f"team-{i % 2}", pod=f"p{i}", container="c") for i in range(4)]
 holder = st.builds(
@@ -43,3 +48,35 @@ def test_time_is_conserved_and_busy_and_idle_stay_within_held(samples):
         assert abs(held[gpu] - seconds) < 1e-6 * max(1.0, seconds)
     record = window.record("i-0", "g5.12xlarge", None)
     assert len(record["u"]) == len(window.rows)
+
+
+# The report's side (issue 29): whatever an honest node writes passes the report's bounds, split or not.
+window_samples = st.lists(
+    st.tuples(
+        st.integers(0, 3),
+        st.one_of(st.none(), st.floats(0, 100)),
+        st.lists(holder, max_size=3, unique_by=lambda h: h.workload.key),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(window_samples, st.integers(60, 4000))
+def test_an_honest_nodes_record_is_never_flagged_split_or_not(samples, max_bytes):
+    """Each GPU sampled for at most the window (300 s, 10 s a sample): every part the node writes of it
+    is within the report's bounds, and its parts fit the window together."""
+    start = datetime(2026, 11, 23, 10, 5, tzinfo=UTC)
+    window = UsageWindow(start, 300, 4)
+    for gpu, util, holders in samples:
+        window.add(gpu, 10.0, util, holders)
+    record = window.record("i-0node", "g5.12xlarge", "asg:train")
+    book, parser = PriceBook(), RecordParser(identify)
+    ledger = Ledger(86400, int(start.timestamp()) // 86400 * 86400)
+    stamp = int(start.timestamp() * 1000)
+    for text in split_record(record, max_bytes):
+        parsed = parser.parse(text, "i-0node", stamp)
+        assert isinstance(parsed, UsageRecord)
+        gpus = book.gpus(parsed.instance_type, parsed.group)
+        assert check(parsed, gpus, claimed(parsed)) is None
+        assert ledger.admit(parsed, gpus, claimed(parsed)) is None

@@ -101,7 +101,7 @@ def _inputs(args: argparse.Namespace) -> tuple[Period, Selection, PriceBook]:
             raise _Refused(str(exc)) from None
         except PolicyError as exc:
             raise _Refused(f"{args.policy}: {'; '.join(exc.problems)}") from None
-        prices = PriceBook(policy.spot.prices.on_demand)
+        prices = PriceBook.from_policy(policy)
     return period, Selection(groups, frozenset(args.cluster)), prices
 
 
@@ -134,13 +134,13 @@ def run(args: argparse.Namespace) -> int:
     except _Refused as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    sums, parser = UsageSums(period, selection), RecordParser(identify)
+    sums, parser = UsageSums(period, selection, prices), RecordParser(identify)
     try:
         read_usage(
             client("logs", args.endpoint),
             period,
             selection,
-            lambda message: sums.add(parser.parse(message)),
+            lambda stream, stamp, message: sums.add(parser.parse(message, stream, stamp)),
             log_group=args.log_group or USAGE_LOG_GROUP,
             workers=args.workers,
             max_tps=args.max_tps,

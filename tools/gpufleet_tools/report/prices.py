@@ -9,13 +9,24 @@ g5.xlarge $1.006 (a June 2026 price guide), p5.48xlarge $55.04 (the June 2025 cu
 $98.32). Types the API listed no on-demand price for (p5e.48xlarge, p6-b300.48xlarge) carry their GPU
 count but no price: their cost is shown as unknown, never guessed. Savings Plans, Reserved Instances and
 spot are not in these numbers; put your own prices in the policy to see them.
+
+A node's GPUs come from this table, else from the policy (`demand.gpus_per_node` of the rule that names
+the record's group), never from the records: a record's own `gpus` is a claim, and one node claiming
+4,000 GPUs must not divide a type's price by 1,000 (issue 29).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from gpufleet.domain.models import GroupRef
+
+if TYPE_CHECKING:
+    from gpufleet.domain.policy import FleetPolicy
 
 PRICES_AS_OF = "2026-01-19"
 PRICES_SOURCE = "AWS Price List API, us-east-1 Linux on-demand, read 2026-01-19"
@@ -97,20 +108,71 @@ class GpuHourPrice:
     source: PriceSource
 
 
+@dataclass(frozen=True, slots=True)
+class NodeGpus:
+    """How many GPUs a node of a type (in a group) has, and who says so: the table or the policy."""
+
+    count: int
+    source: PriceSource
+
+
+# group key -> the policy's GPUs per node for it (None: the policy does not say)
+PolicyGpus = Callable[[str], "int | None"]
+
+
+def _no_gpus(group: str) -> int | None:
+    return None
+
+
 class PriceBook:
-    """$ per GPU-hour by instance type: the policy's price, else the table's; None when neither knows."""
+    """$ per GPU-hour by instance type: the policy's price, else the table's; None when neither knows it
+    or nobody trusted knows the type's GPUs."""
 
-    def __init__(self, policy_on_demand: Mapping[str, float] | None = None) -> None:
+    def __init__(
+        self, policy_on_demand: Mapping[str, float] | None = None, policy_gpus: PolicyGpus | None = None
+    ) -> None:
         self.policy = dict(policy_on_demand or {})
+        self._policy_gpus = policy_gpus or _no_gpus
+        self._gpus: dict[tuple[str, str | None], NodeGpus | None] = {}
 
-    def per_gpu_hour(self, instance_type: str, gpus_seen: int) -> GpuHourPrice | None:
-        """`gpus_seen`: the GPUs the node reported, for types the table does not know."""
-        known = ON_DEMAND_US_EAST_1.get(instance_type)
-        gpus = known.gpus if known else gpus_seen
-        if gpus <= 0:
+    @classmethod
+    def from_policy(cls, policy: FleetPolicy) -> PriceBook:
+        """The policy's prices, and its `demand.gpus_per_node` for the groups its rules name (tags are not
+        in a usage record, so a rule that selects by tags alone gives none)."""
+
+        def gpus(group: str) -> int | None:
+            try:
+                settings = policy.settings_for(GroupRef.parse_key(group), {})
+            except ValueError:  # not a group key: a record's claim, not the policy's
+                return None
+            per_node = settings.demand.gpus_per_node if settings and settings.demand else None
+            if per_node is None or per_node < 1 or not math.isclose(per_node, round(per_node)):
+                return None
+            return round(per_node)
+
+        return cls(policy.spot.prices.on_demand, gpus)
+
+    def gpus(self, instance_type: str, group: str | None) -> NodeGpus | None:
+        """The table's GPU count for the type, else the policy's for the group; None: nobody trusted says."""
+        key = (instance_type, group)
+        if key not in self._gpus:
+            known = ON_DEMAND_US_EAST_1.get(instance_type)
+            per_node = None if group is None else self._policy_gpus(group)
+            self._gpus[key] = (
+                NodeGpus(known.gpus, PriceSource.TABLE)
+                if known
+                else (NodeGpus(per_node, PriceSource.POLICY) if per_node else None)
+            )
+        return self._gpus[key]
+
+    def per_gpu_hour(self, instance_type: str, group: str | None = None) -> GpuHourPrice | None:
+        """The instance's price over its GPUs (the table's, else the policy's for `group`)."""
+        gpus = self.gpus(instance_type, group)
+        if gpus is None:
             return None
         if instance_type in self.policy:
-            return GpuHourPrice(self.policy[instance_type] / gpus, PriceSource.POLICY)
+            return GpuHourPrice(self.policy[instance_type] / gpus.count, PriceSource.POLICY)
+        known = ON_DEMAND_US_EAST_1.get(instance_type)
         if known and known.on_demand is not None:
-            return GpuHourPrice(known.on_demand / gpus, PriceSource.TABLE)
+            return GpuHourPrice(known.on_demand / gpus.count, PriceSource.TABLE)
         return None

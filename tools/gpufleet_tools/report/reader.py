@@ -6,7 +6,9 @@ period under two days) that `workers` threads page through side by side: one cha
 on each call's latency, several fill FilterLogEvents' quota (5 calls per second per account and Region,
 not adjustable) instead. A shared rate limiter keeps all threads under `max_tps`, and botocore's standard
 retries absorb the odd throttle. Pages are parsed and summed on the calling thread as they arrive, so
-memory holds the sums, never the records.
+memory holds the sums, never the records. Each record goes on with its log stream and its event's
+timestamp: a record is a claim, and where it was written is what the report checks it against
+(report.bounds).
 
 With --group/--cluster a JSON filter pattern asks CloudWatch for those groups' records only (it still
 scans the whole log group; fewer bytes come back). The records are checked again here either way.
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpufleet_node.schema import USAGE_LOG_GROUP
-from gpufleet_tools.report.usage import DAY, HOUR, Period, Selection
+from gpufleet_tools.report.model import Period, Selection
 
 DEFAULT_WORKERS = 4
 FILTER_LOG_EVENTS_TPS = 5.0  # the account's FilterLogEvents quota per Region (AWS knowledge center)
@@ -56,9 +58,13 @@ def json_filter(selection: Selection) -> str | None:
     return "{ " + " || ".join(f'($.group = "{v}")' for v in values) + " }"
 
 
+# (log stream, event timestamp in epoch ms, message) of one usage record
+OnRecord = Callable[[str, int, str], None]
+
+
 def slices(period: Period) -> list[tuple[int, int]]:
     """[start, end) in epoch milliseconds, one per day (per hour under two days)."""
-    size = (HOUR if period.hourly else DAY) * 1000
+    size = period.slice_s * 1000
     start, end = int(period.start.timestamp() * 1000), int(period.end.timestamp() * 1000)
     return [(s, min(s + size, end)) for s in range(start, end, size)]
 
@@ -109,7 +115,11 @@ def _read_slice(
         while not stop.is_set():
             limit.wait()
             page = client.filter_log_events(**args)
-            _put(pages, [e.get("message", "") for e in page.get("events", ())], stop)
+            events = [
+                (e.get("logStreamName", ""), e.get("timestamp", 0), e.get("message", ""))
+                for e in page.get("events", ())
+            ]
+            _put(pages, events, stop)
             token = page.get("nextToken")
             if not token:
                 break
@@ -137,9 +147,9 @@ def _unavailable(exc: Exception, log_group: str) -> ReportUnavailable:
 
 
 def _consume(
-    pages: queue.Queue[Any], slices_left: int, stats: ReadStats, on_message: Callable[[str], None], bar: Any
+    pages: queue.Queue[Any], slices_left: int, stats: ReadStats, on_record: OnRecord, bar: Any
 ) -> Exception | None:
-    """Pages into `on_message` until every slice is done; the first failure stops it and is returned."""
+    """Pages into `on_record` until every slice is done; the first failure stops it and is returned."""
     while slices_left:
         item = pages.get()
         if item is _DONE:
@@ -150,9 +160,9 @@ def _consume(
         else:
             stats.calls += 1
             stats.events += len(item)
-            for message in item:
+            for stream, stamp, message in item:
                 stats.bytes += len(message.encode())
-                on_message(message)
+                on_record(stream, stamp, message)
             bar.set_postfix(records=stats.events, pages=stats.calls, refresh=False)
     return None
 
@@ -161,14 +171,15 @@ def read_usage(
     client: Any,
     period: Period,
     selection: Selection,
-    on_message: Callable[[str], None],
+    on_record: OnRecord,
     *,
     log_group: str = USAGE_LOG_GROUP,
     workers: int = DEFAULT_WORKERS,
     max_tps: float = FILTER_LOG_EVENTS_TPS,
     progress: bool = False,
 ) -> ReadStats:
-    """Every record message of the period to `on_message`, on this thread; raises ReportUnavailable."""
+    """Every record of the period to `on_record(stream, timestamp_ms, message)`, on this thread; raises
+    ReportUnavailable."""
     from tqdm import tqdm
 
     from gpufleet.aws.clients import AWS_FAILURES  # botocore's exceptions, imported when reading
@@ -191,7 +202,7 @@ def read_usage(
         for span in spans:
             pool.submit(_read_slice, client, log_group, span, pattern, limit, pages, stop)
         try:
-            failure = _consume(pages, len(spans), stats, on_message, bar)
+            failure = _consume(pages, len(spans), stats, on_record, bar)
         finally:
             stop.set()  # the other slices stop at their next page
             bar.close()

@@ -3,7 +3,8 @@
 A record that is not JSON, carries another version or lacks a field is skipped with its reason, never
 raised: one bad node must not hide the fleet's report. Who a workload is (key, team, label) comes from
 the node publisher's own model through `identify`, which the caller passes in (report.identity): pure
-modules share only gpufleet_node.schema with the node.
+modules share only gpufleet_node.schema with the node. A record keeps the log stream it was read from
+and its event's timestamp: what it says is checked against where it was written (report.bounds).
 """
 
 from __future__ import annotations
@@ -72,7 +73,9 @@ class UsageRecord:
     gpus: int
     rows: tuple[UsageRow, ...]
     gone: tuple[tuple[str, str], ...]  # (what, why): what the node could not know in this window
-    digest: int  # of the message: an identical resend is told apart from a second record of the window
+    digest: int  # of the content, not the bytes: a resend with a space added is still the same record
+    stream: str | None = None  # the log stream it was read from (None: not read from CloudWatch Logs)
+    stamp_ms: int | None = None  # its log event's timestamp (the node stamps it with the window's start)
 
 
 class SkipReason(StrEnum):
@@ -130,6 +133,12 @@ def _start(text: str) -> int:
     return int((at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp())
 
 
+def _content(row: UsageRow) -> tuple[Any, ...]:
+    """What a row says (a workload by its key, not its reference in the record): a resend with other
+    bytes or other references is the same record."""
+    return (row.gpu, row.workload.key if row.workload else None, row.held_s, row.busy_s, row.idle_s, row.peak_mib)
+
+
 class RecordParser:
     """Parses messages into records; remembers each workload identity it has seen (a fleet's records
     name the same few thousand workloads millions of times)."""
@@ -138,7 +147,8 @@ class RecordParser:
         self._identify = identify
         self._known: dict[tuple[Any, ...], WorkloadId] = {}
 
-    def parse(self, message: str) -> UsageRecord | Skipped:
+    def parse(self, message: str, stream: str | None = None, stamp_ms: int | None = None) -> UsageRecord | Skipped:
+        """`stream` and `stamp_ms`: where and when the log event says it was written (report.reader)."""
         try:
             doc = json.loads(message)
         except (ValueError, TypeError):
@@ -150,11 +160,11 @@ class RecordParser:
         if doc.get("v") != USAGE_RECORD_VERSION:
             return Skipped(SkipReason.VERSION, f"v={doc.get('v')!r:.20}")
         try:
-            return self._record(doc, hash(message))
+            return self._record(doc, stream, stamp_ms)
         except _Bad as exc:
             return Skipped(SkipReason.MALFORMED, str(exc))
 
-    def _record(self, doc: dict[str, Any], digest: int) -> UsageRecord:
+    def _record(self, doc: dict[str, Any], stream: str | None, stamp_ms: int | None) -> UsageRecord:
         seconds, gpus, group = doc.get("s"), doc.get("gpus"), doc.get("group")
         if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds <= 0:
             raise _Bad("s (window seconds) is not a positive integer")
@@ -166,16 +176,22 @@ class RecordParser:
         if not isinstance(refs, dict) or not isinstance(rows, list) or not isinstance(gone, dict):
             raise _Bad("w, u or gone has the wrong type")
         workloads = {str(ref): self._workload(w) for ref, w in refs.items()}
+        start, node, itype = _start(_text(doc, "start")), _text(doc, "node"), _text(doc, "type")
+        typed = tuple(self._row(raw, workloads) for raw in rows)
+        said = tuple(sorted((_utf8(str(k), "gone"), _utf8(str(v), "gone")) for k, v in gone.items()))
+        group = _utf8(group, "group") if group else None
         return UsageRecord(
-            start=_start(_text(doc, "start")),
+            start=start,
             seconds=seconds,
-            node=_text(doc, "node"),
-            instance_type=_text(doc, "type"),
-            group=_utf8(group, "group") if group else None,
+            node=node,
+            instance_type=itype,
+            group=group,
             gpus=gpus,
-            rows=tuple(self._row(raw, workloads) for raw in rows),
-            gone=tuple(sorted((_utf8(str(k), "gone"), _utf8(str(v), "gone")) for k, v in gone.items())),
-            digest=digest,
+            rows=typed,
+            gone=said,
+            digest=hash((start, seconds, node, itype, group, gpus, said, *map(_content, typed))),
+            stream=stream,
+            stamp_ms=stamp_ms,
         )
 
     def _workload(self, doc: Any) -> WorkloadId:

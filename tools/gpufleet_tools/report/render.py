@@ -1,5 +1,8 @@
 """The report as text: a terminal table, Markdown, CSV (every line, for a spreadsheet) and JSON (every
-number), plus the chart's series (drawn by report.chart). Pure: strings and values out, no files."""
+number), plus the chart's series (drawn by report.chart). Pure: strings and values out, no files.
+
+Flagged records (report.bounds) come first, right after the summary: money that one node's say-so would
+have moved belongs where the reader looks before the teams' bills."""
 
 from __future__ import annotations
 
@@ -13,8 +16,8 @@ from enum import StrEnum
 from typing import Any
 
 from gpufleet_node.schema import IDLE_UTIL_PERCENT, TEAM_UNALLOCATED
+from gpufleet_tools.report.model import FlagLine, Report, TeamLine, Usage, WorkloadLine
 from gpufleet_tools.report.prices import PRICES_SOURCE
-from gpufleet_tools.report.usage import Report, TeamLine, Usage, WorkloadLine
 
 DEFAULT_TOP = 20
 OTHER = "other teams"
@@ -59,6 +62,8 @@ def _summary(r: Report) -> list[str]:
         lines[-1] += f"; {r.skipped_total:,} skipped ({why})"
     if r.duplicates:
         lines[-1] += f"; {r.duplicates:,} resent records counted once"
+    if r.flagged:
+        lines[-1] += f"; {r.flagged_records:,} flagged, not summed"
     allocated = r.total.held_h - r.unallocated.usage.held_h
     lines.append(
         f"GPU-hours seen {_h(r.total.held_h)}: allocated {_h(allocated)}, busy {_h(r.total.busy_h)}, "
@@ -153,6 +158,7 @@ def _grid(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 def table(r: Report, top: int = DEFAULT_TOP) -> str:
     out = _summary(r)
+    out += _flagged(r, top)
     if not r.records:
         out.append("no usage records in this period: is attribution on in the publisher config, and did the nodes run?")
         return "\n".join(out) + "\n"
@@ -169,6 +175,18 @@ def table(r: Report, top: int = DEFAULT_TOP) -> str:
     return "\n".join(out) + "\n"
 
 
+FLAGGED_HEADING = "FLAGGED RECORDS (not summed: more than their node could have done, or another node's name)"
+
+
+def _flagged(r: Report, top: int) -> list[str]:
+    if not r.flagged:
+        return []
+    out = ["", FLAGGED_HEADING, *(f"{i:>3}. {f.line()}" for i, f in enumerate(r.flagged[:top], 1))]
+    if len(r.flagged) > top:
+        out.append(f"... {len(r.flagged) - top} more (--top N, or --format json for all)")
+    return out
+
+
 def _md_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     def esc(c: str) -> str:
         return c.replace("|", "\\|")
@@ -182,6 +200,9 @@ def _md_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 def markdown(r: Report, top: int = DEFAULT_TOP) -> str:
     out = ["# GPU usage report", "", *(f"- {line}" for line in _summary(r))]
+    if r.flagged:
+        out += ["", "## Flagged records (not summed)", ""]
+        out += [f"{i}. {f.line()}" for i, f in enumerate(r.flagged, 1)]
     if not r.records:
         return "\n".join(out) + "\n"
     out += ["", "## Teams", "", *_md_table(*_team_rows(r))]
@@ -257,6 +278,9 @@ def csv_text(r: Report) -> str:
     for f in r.findings:
         cost = "" if f.cost is None else round(f.cost, 4)
         out.writerow({"section": "finding", "name": f.subject, "kind": f.kind, "cost_usd": cost, "note": f.text})
+    for flag in r.flagged:
+        cells = {"section": "flagged", "name": flag.stream, "team": " ".join(flag.teams), "kind": flag.kind}
+        out.writerow(cells | {"nodes": 1, "gpu_hours_held": round(flag.claimed_h, 4), "note": flag.line()})
     return buf.getvalue()
 
 
@@ -274,6 +298,23 @@ def _usage_json(u: Usage) -> dict[str, Any]:
 def _workload_json(w: WorkloadLine) -> dict[str, Any]:
     who = {"key": w.workload.key, "label": w.workload.label, "kind": str(w.workload.kind), "team": w.workload.team}
     return who | {"gpus": w.gpus, "nodes": w.nodes, "groups": list(w.groups), **_usage_json(w.usage)}
+
+
+def _flag_json(f: FlagLine) -> dict[str, Any]:
+    return {
+        "kind": str(f.kind),
+        "stream": f.stream,
+        "node": f.node,
+        "instance_type": f.instance_type,
+        "records": f.records,
+        "first": f.first.isoformat(),
+        "last": f.last.isoformat(),
+        "claimed_gpu_hours": f.claimed_h,
+        "bound_gpu_hours": f.bound_h,
+        "teams": list(f.teams),
+        "detail": f.detail,
+        "text": f.line(),
+    }
 
 
 def json_doc(r: Report) -> dict[str, Any]:
@@ -301,12 +342,14 @@ def json_doc(r: Report) -> dict[str, Any]:
         "findings": [
             {"kind": str(f.kind), "subject": f.subject, "text": f.text, "cost_usd": f.cost} for f in r.findings
         ],
+        "flagged": [_flag_json(f) for f in r.flagged],
         "prices": [
             {"instance_type": p.instance_type, "gpus": p.gpus, "usd_per_gpu_hour": p.per_gpu_hour, "source": p.source}
             for p in r.prices
         ],
         "series": [
             {"start": b.bucket.isoformat(), "team": b.team, "gpu_hours_held": b.held_h, "gpu_hours_busy": b.busy_h}
+            | {"covered": b.covered}
             for b in r.bars
         ],
     }
@@ -328,11 +371,14 @@ def render(r: Report, fmt: Format, top: int = DEFAULT_TOP) -> str:
 
 # ---- the chart's series ----
 
+BAR_WIDTH = 0.8  # of a bucket's slot on the x axis
+
 
 @dataclass(frozen=True)
 class ChartSeries:
     """GPU-hours per bucket, one series per team in stacking order (the biggest first; the rest folded
-    into OTHER; the unallocated GPUs last)."""
+    into OTHER; the unallocated GPUs last). `spans`: the part of each bucket inside the period, as
+    (from, to) fractions of it; the first and last bucket may be partial."""
 
     buckets: tuple[datetime, ...]
     hourly: bool
@@ -340,6 +386,37 @@ class ChartSeries:
     held: dict[str, tuple[float, ...]]
     busy: dict[str, tuple[float, ...]]
     title: str
+    spans: tuple[tuple[float, float], ...] = ()
+
+    def covered(self, i: int) -> float:
+        frm, to = self.spans[i] if self.spans else (0.0, 1.0)
+        return to - frm
+
+    def partial(self, i: int) -> bool:
+        return self.covered(i) < 1.0 - 1e-9
+
+    def bar(self, i: int) -> tuple[float, float]:
+        """(left edge, width) of bucket i's bar: as wide as the part of the bucket the period covers, and
+        where in the slot it lies (a period ending at 10:05 draws its 10:00 bar one twelfth wide, on
+        the left), so a partial hour never looks like a whole one."""
+        frm, to = self.spans[i] if self.spans else (0.0, 1.0)
+        return i - BAR_WIDTH / 2 + BAR_WIDTH * frm, BAR_WIDTH * (to - frm)
+
+    def rate(self, values: tuple[float, ...]) -> tuple[float, ...]:
+        """Heights to draw: GPU-hours per whole bucket at the rate of its covered part. A bar's area is
+        then its GPU-hours, and 5 minutes of 8 busy GPUs stands as tall as an hour of them instead of a
+        twelfth of it (usage does not seem to drop at the end of the period)."""
+        return tuple(v / self.covered(i) if self.covered(i) > 0 else 0.0 for i, v in enumerate(values))
+
+
+def _spans(r: Report, buckets: tuple[datetime, ...]) -> tuple[tuple[float, float], ...]:
+    size = r.period.slice_s
+    start, end = int(r.period.start.timestamp()), int(r.period.end.timestamp())
+    out = []
+    for b in buckets:
+        at = int(b.timestamp())
+        out.append((max(0, start - at) / size, max(0, min(size, end - at)) / size))
+    return tuple(out)
 
 
 def chart_series(r: Report, max_teams: int = 8) -> ChartSeries:
@@ -364,4 +441,5 @@ def chart_series(r: Report, max_teams: int = 8) -> ChartSeries:
         held={t: tuple(v) for t, v in held.items()},
         busy={t: tuple(v) for t, v in busy.items()},
         title=f"GPU-hours per team per {per}, {r.period.describe()}, {r.selection.describe()}",
+        spans=_spans(r, buckets),
     )

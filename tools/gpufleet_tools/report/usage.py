@@ -11,6 +11,9 @@ Words, as in the tables:
 - busy: utilization-weighted GPU-hours; idle: GPU-hours at or below IDLE_UTIL_PERCENT.
 - cost: held (or unallocated) GPU-hours x the instance's price per GPU-hour (prices.py). Hours on an
   instance type without a price are counted apart (`unpriced_h`) and their cost shown as unknown.
+
+A record is a claim (report.bounds): one that claims more than its node could have done, or that a node
+wrote under another's name, is flagged with its log stream and not summed.
 """
 
 from __future__ import annotations
@@ -18,83 +21,54 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from enum import StrEnum
+from datetime import UTC, datetime
 
-from gpufleet_node.schema import TEAM_UNALLOCATED, USAGE_WINDOW_S
+from gpufleet_node.schema import TEAM_UNALLOCATED
+from gpufleet_tools.report.bounds import RESENT, Ledger, Verdict, check, claimed
+from gpufleet_tools.report.model import (
+    DAY,
+    HOUR,
+    Bar,
+    Finding,
+    FindingKind,
+    FlagKind,
+    FlagLine,
+    GroupLine,
+    Period,
+    PriceUsed,
+    Report,
+    Selection,
+    TeamLine,
+    Usage,
+    WorkloadLine,
+)
 from gpufleet_tools.report.prices import GpuHourPrice, PriceBook
 from gpufleet_tools.report.records import Skipped, SkipReason, UsageRecord, WorkloadId, WorkloadKind
 
-HOUR = 3600
-DAY = 86400
-HOURLY_BELOW = timedelta(days=2)  # a shorter period is charted per hour, a longer one per day
+__all__ = [
+    "DAY",
+    "HOUR",
+    "Bar",
+    "Finding",
+    "FindingKind",
+    "FlagKind",
+    "FlagLine",
+    "GroupLine",
+    "Period",
+    "PriceUsed",
+    "Report",
+    "Selection",
+    "TeamLine",
+    "Usage",
+    "UsageSums",
+    "WorkloadLine",
+]
+
 IDLE_FINDING = 0.90  # a GPU idle at least this share of the time a workload held it is waste
-RESEND_MEMORY = 600  # windows per node (~2 days of 5-minute windows) kept to tell a resend from a record
 MIN_FINDING_HELD_H = 1.0  # a workload that held its GPUs for less is not worth a line
 UNALLOCATED_FINDING = 0.10  # a group whose GPUs sat unallocated at least this share of their time
 NO_GROUP = "(no group)"
-
-
-@dataclass(frozen=True, slots=True)
-class Period:
-    """[start, end), UTC: the usage windows that start in it."""
-
-    start: datetime
-    end: datetime
-
-    def __post_init__(self) -> None:
-        if self.start.tzinfo is None or self.end.tzinfo is None:
-            raise ValueError("a report period is in UTC (timezone-aware)")
-        if self.end <= self.start:
-            raise ValueError(f"the period ends before it starts ({self.start:%Y-%m-%d %H:%M} .. {self.end:%H:%M})")
-
-    @classmethod
-    def last(cls, span: timedelta, now: datetime) -> Period:
-        """The last `span` up to `now`, on window boundaries (the window still open has no record yet)."""
-        end = datetime.fromtimestamp(int(now.timestamp()) // USAGE_WINDOW_S * USAGE_WINDOW_S, UTC)
-        return cls(end - span, end)
-
-    @property
-    def hours(self) -> float:
-        return (self.end - self.start).total_seconds() / HOUR
-
-    @property
-    def hourly(self) -> bool:
-        return self.end - self.start < HOURLY_BELOW
-
-    def bucket(self, epoch: int) -> int:
-        """The chart bucket (hour or UTC day) a window starting at `epoch` counts in."""
-        size = HOUR if self.hourly else DAY
-        return epoch // size * size
-
-    def buckets(self) -> list[int]:
-        size = HOUR if self.hourly else DAY
-        first, last = self.bucket(int(self.start.timestamp())), int(self.end.timestamp()) - 1
-        return list(range(first, last + 1, size))
-
-    def describe(self) -> str:
-        days = (self.end - self.start) / timedelta(days=1)
-        span = f"{days:.3g} days" if days >= 1 else f"{self.hours:.3g} hours"
-        return f"{self.start:%Y-%m-%d %H:%M} .. {self.end:%Y-%m-%d %H:%M} UTC ({span})"
-
-
-@dataclass(frozen=True, slots=True)
-class Selection:
-    """Which groups count: `groups` by key, `clusters` by EKS cluster name; none of either: all."""
-
-    groups: frozenset[str] = frozenset()
-    clusters: frozenset[str] = frozenset()
-
-    def matches(self, group: str | None) -> bool:
-        if not self.groups and not self.clusters:
-            return True
-        if group is None:
-            return False
-        return group in self.groups or any(group.startswith(f"eks:{c}/") for c in self.clusters)
-
-    def describe(self) -> str:
-        parts = sorted(self.groups) + [f"cluster {c}" for c in sorted(self.clusters)]
-        return ", ".join(parts) or "all groups"
+FLAG_TEAMS = 5  # teams a flagged line names
 
 
 class _Sum:
@@ -106,11 +80,32 @@ class _Sum:
         self.held = self.busy = self.idle = self.peak = 0.0
 
 
+# (instance type, group): a node's GPUs, so its price per GPU-hour, may depend on both (report.prices)
+Priced = tuple[str, str | None]
+
+
 @dataclass
 class _Gone:
     nodes: set[str] = field(default_factory=set)
     records: int = 0
-    held_s: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))  # by instance type
+    held_s: defaultdict[Priced, float] = field(default_factory=lambda: defaultdict(float))
+
+
+class _Flags:
+    """Flagged records of one (kind, stream, node), summed for one line."""
+
+    __slots__ = ("bound", "claimed", "detail", "first", "itype", "last", "records", "teams")
+
+    def __init__(self, r: UsageRecord, verdict: Verdict) -> None:
+        self.records, self.first, self.last, self.claimed, self.bound = 0, r.start, r.start, 0.0, 0.0
+        self.itype, self.detail, self.teams = r.instance_type, verdict.detail, set[str]()
+
+    def add(self, r: UsageRecord, verdict: Verdict) -> None:
+        self.records += 1
+        self.first, self.last = min(self.first, r.start), max(self.last, r.start)
+        self.claimed += verdict.claimed_s
+        self.bound += verdict.bound_s
+        self.teams.update(row.workload.team for row in r.rows if row.workload is not None)
 
 
 # (workload key or None, node, GPU index, instance type, group, chart bucket)
@@ -118,22 +113,24 @@ CellKey = tuple[str | None, str, int, str, str | None, int]
 
 
 class UsageSums:
-    """Records folded in one at a time (`add`), in any order; `report()` reads the tables off the sums."""
+    """Records folded in one at a time (`add`), in any order; `report()` reads the tables off the sums.
+    `book` says how many GPUs a node of each type has (the bound on its records) and prices them."""
 
-    def __init__(self, period: Period, selection: Selection = Selection()) -> None:
+    def __init__(self, period: Period, selection: Selection | None = None, book: PriceBook | None = None) -> None:
         self.period = period
-        self.selection = selection
+        self.selection = selection or Selection()
+        self.book = book or PriceBook()
         self._start, self._end = int(period.start.timestamp()), int(period.end.timestamp())
         self.cells: dict[CellKey, _Sum] = {}
         self.workloads: dict[str, WorkloadId] = {}
         self.records = 0
         self.skipped: Counter[SkipReason] = Counter()
         self.outside = 0  # well-formed, but another period or group
-        self.duplicates = 0  # identical resends, counted once
+        self.duplicates = 0  # resends (the same content again), counted once
         self.nodes: set[str] = set()
-        self.gpus_of_type: dict[str, int] = {}
         self.gone: dict[tuple[str, str], _Gone] = {}
-        self._last: dict[str, dict[int, set[int]]] = {}  # node -> recent window starts -> digests seen
+        self.flags: dict[tuple[FlagKind, str, str], _Flags] = {}
+        self._ledger = Ledger(period.slice_s, self._start)
 
     def add(self, parsed: UsageRecord | Skipped) -> None:
         if isinstance(parsed, Skipped):
@@ -143,13 +140,29 @@ class UsageSums:
         if not self._start <= r.start < self._end or not self.selection.matches(r.group):
             self.outside += 1
             return
-        if self._resent(r):
-            self.duplicates += 1
+        gpus, claim = self.book.gpus(r.instance_type, r.group), claimed(r)
+        verdict = check(r, gpus, claim)
+        if verdict is None:
+            admitted = self._ledger.admit(r, gpus, claim)
+            if admitted is RESENT:
+                self.duplicates += 1
+                return
+            verdict = admitted
+        if verdict is not None:
+            self._flag(r, verdict)
             return
+        self._sum(r)
+
+    def _flag(self, r: UsageRecord, verdict: Verdict) -> None:
+        key = (verdict.kind, r.stream or "?", r.node)
+        flags = self.flags.get(key)
+        if flags is None:
+            flags = self.flags[key] = _Flags(r, verdict)
+        flags.add(r, verdict)
+
+    def _sum(self, r: UsageRecord) -> None:
         self.records += 1
         self.nodes.add(r.node)
-        if r.gpus > self.gpus_of_type.get(r.instance_type, 0):
-            self.gpus_of_type[r.instance_type] = r.gpus
         bucket = self.period.bucket(r.start)
         cells, workloads = self.cells, self.workloads
         for row in r.rows:
@@ -171,50 +184,14 @@ class UsageSums:
                 gone = self.gone[what_why] = _Gone()
             gone.nodes.add(r.node)
             gone.records += 1
-            gone.held_s[r.instance_type] += sum(row.held_s for row in r.rows)
+            gone.held_s[(r.instance_type, r.group)] += sum(row.held_s for row in r.rows)
 
-    def _resent(self, r: UsageRecord) -> bool:
-        """The same message again (a resend whose first send got through). A resend has its original's
-        timestamp, so it is read from the same time slice shortly after it, but slices read side by side
-        interleave: each node remembers its last RESEND_MEMORY windows (oldest read forgotten first). A node
-        restarted mid-window writes a second, different record of the same window, which counts."""
-        seen = self._last.setdefault(r.node, {})
-        digests = seen.get(r.start)
-        if digests is None:
-            if len(seen) >= RESEND_MEMORY:
-                del seen[next(iter(seen))]
-            seen[r.start] = {r.digest}
-            return False
-        if r.digest in digests:
-            return True
-        digests.add(r.digest)
-        return False
-
-    def report(self, prices: PriceBook, share_unallocated: bool = False) -> Report:
-        return _build(self, prices, share_unallocated)
+    def report(self, prices: PriceBook | None = None, share_unallocated: bool = False) -> Report:
+        """`prices`: the book to price with (default: the one the records were bounded with)."""
+        return _build(self, prices or self.book, share_unallocated)
 
 
 # ---- the report ----
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """GPU-hours and money of one line of a table."""
-
-    held_h: float = 0.0
-    busy_h: float = 0.0
-    idle_h: float = 0.0
-    peak_mib: float = 0.0
-    cost: float = 0.0  # $ of the priced hours
-    unpriced_h: float = 0.0  # hours on instance types without a price
-
-    @property
-    def idle_pct(self) -> float:
-        return 100.0 * self.idle_h / self.held_h if self.held_h else 0.0
-
-    @property
-    def busy_pct(self) -> float:
-        return 100.0 * self.busy_h / self.held_h if self.held_h else 0.0
 
 
 class _Acc:
@@ -237,96 +214,6 @@ class _Acc:
         return Usage(self.held / HOUR, self.busy / HOUR, self.idle / HOUR, self.peak, self.cost, self.unpriced / HOUR)
 
 
-@dataclass(frozen=True, slots=True)
-class TeamLine:
-    team: str
-    usage: Usage
-    workloads: int
-    shared: float = 0.0  # $ of the unallocated GPUs shared to this team (--share-unallocated)
-
-    @property
-    def total_cost(self) -> float:
-        return self.usage.cost + self.shared
-
-
-@dataclass(frozen=True, slots=True)
-class WorkloadLine:
-    workload: WorkloadId
-    usage: Usage
-    gpus: int  # distinct (node, GPU) it held
-    nodes: int
-    groups: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class GroupLine:
-    group: str
-    nodes: int
-    seen: Usage  # every GPU-hour the group's nodes reported
-    allocated: Usage
-    unallocated: Usage
-
-
-class FindingKind(StrEnum):
-    IDLE_GPUS = "idle-gpus"  # a workload holding GPUs it does not use
-    UNALLOCATED = "unallocated"  # a group's GPUs nobody held
-    UNKNOWN = "unknown"  # records that could not say who held the GPUs
-    NO_PRICE = "no-price"  # an instance type without a price
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    kind: FindingKind
-    subject: str
-    text: str  # one line a tired engineer can act on
-    cost: float | None  # $ at stake; None: unknown
-
-    def line(self) -> str:
-        return f"{self.text}: ${self.cost:,.2f}" if self.cost is not None else self.text
-
-
-@dataclass(frozen=True, slots=True)
-class Bar:
-    """One team's GPU-hours in one chart bucket (hour or day)."""
-
-    bucket: datetime
-    team: str
-    held_h: float
-    busy_h: float
-
-
-@dataclass(frozen=True, slots=True)
-class PriceUsed:
-    instance_type: str
-    gpus: int
-    per_gpu_hour: float | None
-    source: str  # "policy", "table" or "none"
-
-
-@dataclass(frozen=True)
-class Report:
-    period: Period
-    selection: Selection
-    records: int
-    nodes: int
-    skipped: dict[SkipReason, int]
-    duplicates: int
-    outside: int
-    teams: tuple[TeamLine, ...]  # by cost, the unallocated line apart
-    unallocated: TeamLine  # team TEAM_UNALLOCATED
-    workloads: tuple[WorkloadLine, ...]
-    groups: tuple[GroupLine, ...]
-    total: Usage  # every GPU-hour seen, allocated or not
-    findings: tuple[Finding, ...]  # by money, unknown money last
-    bars: tuple[Bar, ...]
-    prices: tuple[PriceUsed, ...]
-    share_unallocated: bool
-
-    @property
-    def skipped_total(self) -> int:
-        return sum(self.skipped.values())
-
-
 class _Tables:
     """The cells summed per line of each table (seconds and $), before they become Usage lines."""
 
@@ -341,15 +228,15 @@ class _Tables:
         self.unallocated: defaultdict[str, _Acc] = defaultdict(_Acc)
         self.group_nodes: defaultdict[str, set[str]] = defaultdict(set)
         self.per_gpu: defaultdict[tuple[str, str, int], _Acc] = defaultdict(_Acc)  # (workload, node, GPU)
-        self.gpu_type: dict[tuple[str, str, int], str] = {}
+        self.gpu_type: dict[tuple[str, str, int], Priced] = {}
         self.bars: defaultdict[tuple[int, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
         self.total = _Acc()
 
 
-def _tables(sums: UsageSums, price: dict[str, GpuHourPrice | None]) -> _Tables:
+def _tables(sums: UsageSums, price: dict[Priced, GpuHourPrice | None]) -> _Tables:
     t = _Tables()
     for (wkey, node, gpu, itype, group, bucket), cell in sums.cells.items():
-        p, g = price[itype], group or NO_GROUP
+        p, g = price[(itype, group)], group or NO_GROUP
         t.total.add(cell, p)
         t.seen[g].add(cell, p)
         t.group_nodes[g].add(node)
@@ -364,7 +251,7 @@ def _tables(sums: UsageSums, price: dict[str, GpuHourPrice | None]) -> _Tables:
             t.placed[wkey].add((node, gpu))
             t.workload_groups[wkey].add(g)
             t.per_gpu[(wkey, node, gpu)].add(cell, p)
-            t.gpu_type[(wkey, node, gpu)] = itype
+            t.gpu_type[(wkey, node, gpu)] = (itype, group)
         t.teams[team].add(cell, p)
         bar = t.bars[(bucket, team)]
         bar[0] += cell.held
@@ -396,8 +283,8 @@ def _workload_lines(sums: UsageSums, t: _Tables) -> list[WorkloadLine]:
 
 
 def _build(sums: UsageSums, book: PriceBook, share_unallocated: bool) -> Report:
-    types = {key[3] for key in sums.cells} | {t for g in sums.gone.values() for t in g.held_s}
-    price = {t: book.per_gpu_hour(t, sums.gpus_of_type.get(t, 0)) for t in types}
+    kinds = {(key[3], key[4]) for key in sums.cells} | {t for g in sums.gone.values() for t in g.held_s}
+    price = {k: book.per_gpu_hour(*k) for k in kinds}
     t = _tables(sums, price)
     teams, unallocated = _team_lines(t, share_unallocated)
     groups = sorted(
@@ -411,7 +298,7 @@ def _build(sums: UsageSums, book: PriceBook, share_unallocated: bool) -> Report:
         *_idle_findings(sums, t.per_gpu, t.gpu_type, price),
         *_unallocated_findings(groups, sums.period),
         *_unknown_findings(sums, price),
-        *_price_findings(sums, price),
+        *_price_findings(sums, book, price),
     ]
     findings.sort(key=lambda f: (f.cost is None, -(f.cost or 0.0), f.kind, f.subject))
     return Report(
@@ -429,12 +316,39 @@ def _build(sums: UsageSums, book: PriceBook, share_unallocated: bool) -> Report:
         total=t.total.usage(),
         findings=tuple(findings),
         bars=_bars(sums.period, t.bars),
-        prices=tuple(
-            PriceUsed(i, sums.gpus_of_type.get(i, 0), p.usd if p else None, p.source.value if p else "none")
-            for i, p in sorted(price.items())
-        ),
+        prices=_prices_used(book, price),
         share_unallocated=share_unallocated,
+        flagged=_flag_lines(sums),
     )
+
+
+def _prices_used(book: PriceBook, price: dict[Priced, GpuHourPrice | None]) -> tuple[PriceUsed, ...]:
+    """One line per instance type and GPU count (a type the table does not know may differ by group)."""
+    used = set()
+    for (itype, group), p in price.items():
+        gpus = book.gpus(itype, group)
+        used.add(PriceUsed(itype, gpus.count if gpus else 0, p.usd if p else None, p.source.value if p else "none"))
+    return tuple(sorted(used, key=lambda u: (u.instance_type, u.gpus)))
+
+
+def _flag_lines(sums: UsageSums) -> tuple[FlagLine, ...]:
+    lines = [
+        FlagLine(
+            kind,
+            stream,
+            node,
+            f.itype,
+            f.records,
+            datetime.fromtimestamp(f.first, UTC),
+            datetime.fromtimestamp(f.last, UTC),
+            f.claimed / HOUR,
+            f.bound / HOUR,
+            tuple(sorted(f.teams)[:FLAG_TEAMS]),
+            f.detail,
+        )
+        for (kind, stream, node), f in sums.flags.items()
+    ]
+    return tuple(sorted(lines, key=lambda f: (-f.claimed_h, f.stream, f.node, f.kind)))
 
 
 def _share(teams: list[TeamLine], unallocated: TeamLine) -> tuple[list[TeamLine], TeamLine]:
@@ -448,7 +362,7 @@ def _share(teams: list[TeamLine], unallocated: TeamLine) -> tuple[list[TeamLine]
     return shared, TeamLine(unallocated.team, unallocated.usage, 0, -money)
 
 
-def _priced(seconds_by_type: dict[str, float], price: dict[str, GpuHourPrice | None]) -> tuple[float | None, str]:
+def _priced(seconds_by_type: dict[Priced, float], price: dict[Priced, GpuHourPrice | None]) -> tuple[float | None, str]:
     """$ of GPU-seconds by instance type, and what to say of the part without a price (None: none of
     it has one)."""
     cost, unpriced = 0.0, 0.0
@@ -483,8 +397,8 @@ def _pct(fraction: float) -> int:
 def _idle_findings(
     sums: UsageSums,
     per_gpu: dict[tuple[str, str, int], _Acc],
-    gpu_type: dict[tuple[str, str, int], str],
-    price: dict[str, GpuHourPrice | None],
+    gpu_type: dict[tuple[str, str, int], Priced],
+    price: dict[Priced, GpuHourPrice | None],
 ) -> list[Finding]:
     """A workload that held a GPU it left idle at least IDLE_FINDING of the time: the idle hours of
     those GPUs are the money (the GPUs it used are not)."""
@@ -501,7 +415,7 @@ def _idle_findings(
             continue
         w = sums.workloads[wkey]
         fraction = sum(a.idle for _, a in idle) / sum(a.held for _, a in idle)
-        idle_s: defaultdict[str, float] = defaultdict(float)
+        idle_s: defaultdict[Priced, float] = defaultdict(float)
         for (node, gpu), acc in idle:
             idle_s[gpu_type[(wkey, node, gpu)]] += acc.idle
         cost, unpriced = _priced(idle_s, price)
@@ -539,7 +453,7 @@ def _unallocated_findings(groups: list[GroupLine], period: Period) -> list[Findi
     return found
 
 
-def _unknown_findings(sums: UsageSums, price: dict[str, GpuHourPrice | None]) -> list[Finding]:
+def _unknown_findings(sums: UsageSums, price: dict[Priced, GpuHourPrice | None]) -> list[Finding]:
     """Records that said what the node could not know: their GPU-hours are the money not surely
     attributed (the node, its kubelet socket or its permissions are the fix)."""
     found = []
@@ -555,29 +469,37 @@ def _unknown_findings(sums: UsageSums, price: dict[str, GpuHourPrice | None]) ->
     return found
 
 
-def _price_findings(sums: UsageSums, price: dict[str, GpuHourPrice | None]) -> list[Finding]:
+def _price_findings(sums: UsageSums, book: PriceBook, price: dict[Priced, GpuHourPrice | None]) -> list[Finding]:
+    """Hours without a price: the type has none, or its GPU count is known to nobody trusted (a type the
+    table does not know, in a group the policy gives no demand.gpus_per_node)."""
     seconds: defaultdict[str, float] = defaultdict(float)
     nodes: defaultdict[str, set[str]] = defaultdict(set)
-    for (_, node, _, itype, _, _), cell in sums.cells.items():
-        if price.get(itype) is None:
+    no_gpus: defaultdict[str, set[str]] = defaultdict(set)  # type -> groups
+    for (_, node, _, itype, group, _), cell in sums.cells.items():
+        if price.get((itype, group)) is None:
             seconds[itype] += cell.held
             nodes[itype].add(node)
-    return [
-        Finding(
-            FindingKind.NO_PRICE,
-            itype,
-            f"no price for {itype} ({_nodes(len(nodes[itype]))}, {held / HOUR:,.1f} GPU-h): cost unknown; "
-            f"set spot.prices.on_demand.{itype} in the policy (--policy)",
-            None,
-        )
-        for itype, held in sorted(seconds.items())
-    ]
+            if book.gpus(itype, group) is None:
+                no_gpus[itype].add(group or NO_GROUP)
+    found = []
+    for itype, held in sorted(seconds.items()):
+        text = f"no price for {itype} ({_nodes(len(nodes[itype]))}, {held / HOUR:,.1f} GPU-h): cost unknown; "
+        if itype in book.policy and no_gpus[itype]:
+            groups = ", ".join(sorted(no_gpus[itype]))
+            text += (
+                f"the price table does not know its GPUs: set demand.gpus_per_node for {groups} in the policy "
+                "(a record's own GPU count is a claim, not a price's divisor)"
+            )
+        else:
+            text += f"set spot.prices.on_demand.{itype} in the policy (--policy)"
+        found.append(Finding(FindingKind.NO_PRICE, itype, text, None))
+    return found
 
 
 def _bars(period: Period, bars: dict[tuple[int, str], list[float]]) -> tuple[Bar, ...]:
     teams = sorted({team for _, team in bars})
     return tuple(
-        Bar(datetime.fromtimestamp(b, UTC), team, held / HOUR, busy / HOUR)
+        Bar(datetime.fromtimestamp(b, UTC), team, held / HOUR, busy / HOUR, period.covered(b))
         for b in period.buckets()
         for team in teams
         for held, busy in [bars.get((b, team), [0.0, 0.0])]
