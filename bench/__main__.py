@@ -8,7 +8,9 @@ Its files go to bench/out/quick/, so it never overwrites the plots bench/README.
 Sections (SECTIONS below, in order): the scaler's pure decision core; cold start (the handler's imports vs a
 bare `import boto3`, layer by layer); one reconcile against moto server; notifications; the node publisher
 vs gpumon.py's pattern; the OOM guard's reads at fleet scale; capacity (spot_watch's sweep); replay vs the
-baselines (bench/replay.py); telemetry cost per node-month (bench/telemetry.py).
+baselines (bench/replay.py); telemetry cost per node-month (bench/telemetry.py); the node's Prometheus
+endpoint: its cost (bench/prometheus_cost.py) and under 1,025 idle connections and a scrape storm
+(bench/prometheus_endpoint.py).
 """
 
 from __future__ import annotations
@@ -647,6 +649,12 @@ def _prometheus(z: Sizes) -> list[str]:
     return bench_prometheus(quick=z.quick)
 
 
+def _prometheus_endpoint(z: Sizes) -> list[str]:
+    from bench.prometheus_endpoint import bench_prometheus_endpoint
+
+    return bench_prometheus_endpoint(quick=z.quick)
+
+
 def _report(z: Sizes) -> list[str]:
     from bench.report_read import bench_report
 
@@ -667,6 +675,7 @@ SECTIONS: tuple[tuple[str, Callable[[Sizes], Iterable[str]]], ...] = (
     ("Replay: decision quality vs the baselines", _replay),
     ("Telemetry cost per 8-GPU node-month", _telemetry),
     ("Node Prometheus endpoint: series and cost", _prometheus),
+    ("Node Prometheus endpoint: a hostile neighbour", _prometheus_endpoint),
     ("Usage report: reading 1,000 nodes x 30 days", _report),
 )
 

@@ -126,9 +126,11 @@ def measure(label: str, views: Callable[[], Sequence[GpuView]], scrapes: int, **
     from prometheus_client.exposition import generate_latest
 
     from gpufleet_node.prometheus import GpuCollector, serve
+    from gpufleet_node.scrape_server import Limits
 
     collector = GpuCollector(HOST, views, "i-0123456789abcdef0", **switches)
-    endpoint = serve(collector, 0, "127.0.0.1")
+    # every scrape renders afresh and none waits for the response rate: this measures one full scrape
+    endpoint = serve(collector, 0, "127.0.0.1", Limits(render_every_s=0, responses_per_s=1e6))
     try:
         body, _ = scrape_once(endpoint.port)  # warm
         walls = [scrape_once(endpoint.port)[1] for _ in range(scrapes)]

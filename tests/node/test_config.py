@@ -70,7 +70,9 @@ def test_the_log_level_is_case_insensitive(tmp_path):
 def test_the_endpoint_address_is_an_ip_address(tmp_path):
     from gpufleet_node import config as cfg
 
-    for good in ("0.0.0.0", "127.0.0.1", "::", "::ffff:10.0.0.1"):
+    # every interface by default: a Prometheus in the pod network must reach the node's IP
+    assert cfg.DEFAULTS["prometheus_address"] == "0.0.0.0"
+    for good in ("0.0.0.0", "127.0.0.1", "::", "::1", "::ffff:10.0.0.1"):
         path = tmp_path / "ok.json"
         path.write_text('{"prometheus_address": "%s"}' % good)
         assert cfg.load(str(path))["prometheus_address"] == good

@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpufleet_node import prometheus
 from gpufleet_node.nvml import GpuSample, ProcessUse
 from gpufleet_node.prometheus import FIELDS, GpuCollector, GpuView, serve
+from gpufleet_node.scrape_server import Limits
 from gpufleet_node.usage import Holder
 from gpufleet_node.workload import Workload
 
@@ -28,6 +29,7 @@ INFER_B = Workload("pod", namespace="team-c", pod="infer-b", container="server")
 SLURM_JOB = Workload("slurm", job_id="4242", user="alice")
 
 Series = List[Tuple[Dict[str, str], float]]
+FRESH = Limits(render_every_s=0, responses_per_s=1000)
 
 
 def busy(**overrides: object) -> GpuSample:
@@ -59,11 +61,13 @@ def view(index: int, sample: Optional[GpuSample] = None, **kw: object) -> GpuVie
 
 
 class Scraper:
-    """One endpoint on 127.0.0.1 (a free port) and its scrapes, parsed."""
+    """One endpoint on 127.0.0.1 (a free port) and its scrapes, parsed. Every scrape renders afresh and
+    the response rate is out of the way: these tests change the views between scrapes
+    (test_prometheus_bounds.py tests the cache and the bounds)."""
 
     def __init__(self, collector: GpuCollector) -> None:
         self.collector = collector
-        self.endpoint = serve(collector, 0, "127.0.0.1")
+        self.endpoint = serve(collector, 0, "127.0.0.1", FRESH)
 
     def text(self, accept: Optional[str] = None) -> str:
         headers = {"Accept": accept} if accept else {}
@@ -83,7 +87,7 @@ class Scraper:
 
 @pytest.fixture(scope="module")
 def shared() -> Iterator[Scraper]:
-    """One real endpoint for the module (each stop waits out the server's 0.5 s poll)."""
+    """One real endpoint for the module."""
     scraper = Scraper(GpuCollector(HOST, list, "i-0abc"))
     yield scraper
     scraper.endpoint.stop()

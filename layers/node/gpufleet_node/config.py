@@ -44,6 +44,9 @@ DEFAULTS: Dict[str, Any] = {
     # The Prometheus endpoint (docs/prometheus.md): off unless switched on; dcgm-exporter's port.
     "prometheus": False,
     "prometheus_port": 9400,
+    # Every interface by default: a Prometheus in the pod network (or the AMP scraper in the VPC) reaches
+    # the node's IP. An agent on the node itself: "127.0.0.1"; one interface only: the node's IP. Who may
+    # connect is the security group's business; how much a connection may take is scrape_server.py's.
     "prometheus_address": "0.0.0.0",
 }
 

@@ -13,19 +13,21 @@ for time-sliced GPUs; there GPU_UTIL and FB_USED are each pod's own processes' s
 next to one device-level series. A GPU nobody holds has no pod labels at all (not empty ones).
 
 Nothing here reads NVML: `views` hands over what the publisher sampled last. A GPU whose rendering fails
-is left out of that scrape and counted; the endpoint itself never fails a scrape. Python >= 3.9.
+is left out of that scrape and counted; the endpoint itself never fails a scrape. The HTTP side is
+scrape_server.py: bounded, so scrapers cannot take the publisher's file descriptors or CPU. Python >= 3.9.
 """
 
 import logging
 import math
 import threading
+import time
 from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
-from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
 
 from gpufleet_node.nvml import GpuSample
+from gpufleet_node.scrape_server import BoundedServer, Limits, Renderer
 from gpufleet_node.workload import POD, SLURM, Workload
 
 if TYPE_CHECKING:  # only the attributes are read; usage.py stays a soft dependency
@@ -452,25 +454,31 @@ class GpuCollector:
 
 
 class Endpoint:
-    """The running HTTP endpoint: `.port` (the bound port, also when asked for 0) and `.stop()`."""
+    """The running HTTP endpoint: `.port` (the bound port, also when asked for 0), `.stats` and `.stop()`."""
 
-    def __init__(self, server: WSGIServer, thread: threading.Thread) -> None:
-        self._server = server
-        self._thread = thread
-        self.port = int(server.server_address[1])
+    def __init__(self, server: BoundedServer) -> None:
+        self.server = server
+        self.port = int(server.address[1])
+        self.address = server.address[0]
+        self.stats = server.stats
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._server.shutdown()
-        self._server.server_close()  # frees the port for a restart
-        self._thread.join(timeout)
+        self.server.stop(timeout)  # closes the listener: the port is free for a restart
 
 
-def serve(collector: GpuCollector, port: int, addr: str = "0.0.0.0") -> Endpoint:
-    """Serve `collector` alone on http://addr:port/metrics from a daemon thread.
+def serve(
+    collector: GpuCollector,
+    port: int,
+    addr: str = "0.0.0.0",
+    limits: Optional[Limits] = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Endpoint:
+    """Serve `collector` alone on http://addr:port/metrics from one daemon thread, within `limits`
+    (scrape_server.py: a connection cap, deadlines, a response rate, one render per interval).
 
     Its own registry: no process_* or python_* series (the publisher's CPU and memory are the node
     agent's business, and each would be one more billed series per node)."""
+    limits = limits or Limits()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
-    server, thread = start_http_server(port, addr, registry)
-    return Endpoint(server, thread)
+    return Endpoint(BoundedServer(Renderer(registry, limits.render_every_s, clock), port, addr, limits, clock))
