@@ -58,15 +58,6 @@ def attributor(tree, clock=None, **kw):
         (v1(cgroupfs_pod(POD_UID, CID)), POD_UID, CID),
         (v1(systemd_pod(POD_UID, CID), unified="/"), POD_UID, CID),
         (
-            v2(
-                "/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/"
-                "kubelet-kubepods-besteffort-pod%s.slice/cri-containerd-%s.scope" % (POD_UID.replace("-", "_"), CID)
-            ),
-            POD_UID,
-            CID,
-        ),  # kind: a node nested in a container, cgroupRoot /kubelet
-        (v2("/docker/%s/kubepods/burstable/pod%s/%s" % (OTHER_CID, POD_UID, CID)), POD_UID, CID),
-        (
             v2("/../../kubepods.slice/kubepods-pod%s.slice/cri-containerd-%s.scope" % (POD_UID.replace("-", "_"), CID)),
             POD_UID,
             CID,
@@ -301,17 +292,21 @@ def test_a_reused_pid_is_read_afresh(tree):
 
 
 def test_the_cache_is_bounded_and_pruned(tree):
+    clock = Clock()
     for pid in (1, 2, 3):
         tree.process(pid, v2("/system.slice/a.service"))
-    attr = attributor(tree, max_entries=2)
+    attr = attributor(tree, clock, max_entries=2, keep_s=60.0)
     for pid in (1, 2, 3):
         assert attr.workload_of(pid).key == "unit:a.service"
     for pid in (1, 2, 3):
-        tree.process(pid, v2("/system.slice/b.service"))  # same start time: only an evicted entry is re-read
-    assert [attr.workload_of(pid).key for pid in (2, 3)] == ["unit:a.service", "unit:a.service"]
-    assert attr.workload_of(1).key == "unit:b.service"
-    attr.prune([1])
-    assert [attr.workload_of(pid).key for pid in (2, 3)] == ["unit:b.service", "unit:b.service"]
+        tree.process(pid, v2("/system.slice/b.service"))  # same start time: only what was not kept is re-read
+    assert [attr.workload_of(pid).key for pid in (1, 2, 3)] == ["unit:a.service", "unit:a.service", "unit:b.service"]
+    clock.now += 61  # pids 1 and 2 idle past keep_s: pid 3 takes the place of the one idle longest (1)
+    assert attr.workload_of(3).key == "unit:b.service"
+    tree.process(3, v2("/system.slice/c.service"))
+    assert attr.workload_of(3).key == "unit:b.service"  # kept now
+    attr.prune([2])  # 3 is gone; 2 stays cached
+    assert [attr.workload_of(pid).key for pid in (2, 3)] == ["unit:a.service", "unit:c.service"]
 
 
 def test_user_names_come_from_the_password_database_by_default(tree):

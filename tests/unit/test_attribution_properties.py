@@ -37,17 +37,63 @@ def test_parse_cgroup_never_raises_and_always_returns_a_workload(text: str) -> N
     container_ids,
     st.sampled_from(["burstable", "besteffort", "guaranteed"]),
     st.sampled_from(["cri-containerd", "crio", "docker"]),
-    st.sampled_from(["", "/kubelet.slice/kubelet-", "/docker/" + "1" * 64 + "/"]),
+    st.sampled_from(["", "/../", "/../../../"]),  # at the top, or seen from inside a cgroup namespace
 )
 def test_systemd_pod_cgroups_give_back_uid_and_container(uid: str, cid: str, qos: str, runtime: str, nest: str) -> None:
     pod = uid.replace("-", "_")
     root = (nest + "kubepods.slice") if nest else "/kubepods.slice"
-    prefix = nest.rsplit("/", 1)[-1]  # kind's `kubelet-` in front of every slice below its root
-    qos_part = "" if qos == "guaranteed" else f"/{prefix}kubepods-{qos}.slice"
+    qos_part = "" if qos == "guaranteed" else f"/kubepods-{qos}.slice"
     qos_dash = "" if qos == "guaranteed" else qos + "-"
-    pod_part = f"{prefix}kubepods-{qos_dash}pod{pod}.slice"
+    pod_part = f"kubepods-{qos_dash}pod{pod}.slice"
     found = parse_cgroup(f"0::{root}{qos_part}/{pod_part}/{runtime}-{cid}.scope\n")
     assert (found.kind, found.pod_uid, found.container_id) == ("pod", uid, cid)
+
+
+# What a user may name cgroups in their delegated subtree: owner names of every kind, and anything else.
+owner_lookalikes = st.sampled_from(
+    [
+        "kubepods",
+        "kubepods.slice",
+        "kubepods-burstable.slice",
+        "burstable",
+        "slurm",
+        "slurm_node7",
+        "uid_0",
+        "uid_2000",
+        "job_4242",
+        "step_0",
+        "system.slice",
+        "slurmstepd.scope",
+        "node7_slurmstepd.scope",
+        "user-0.slice",
+        "user-2000.slice",
+        "user@1000.service",
+        "app.slice",
+        "evil.service",
+        "docker-" + "a" * 64 + ".scope",
+    ]
+)
+segment = (
+    owner_lookalikes
+    | uuids.map(lambda u: "pod" + u)
+    | uuids.map(lambda u: "kubepods-burstable-pod" + u.replace("-", "_") + ".slice")
+    | container_ids
+    | st.text(st.characters(blacklist_characters="/\n\r", blacklist_categories=["Cs"]), min_size=1, max_size=12)
+).filter(lambda s: s not in (".", ".."))
+
+
+@given(
+    st.integers(0, 2**32 - 1),
+    st.lists(segment, max_size=10),
+    st.sampled_from(["/user.slice/", "/", "/../../", "/../../user.slice/"]),
+    st.booleans(),
+)
+def test_anything_under_a_user_slice_is_that_users(uid: int, below: list[str], above: str, hybrid: bool) -> None:
+    """Issue 29: a user's delegated subtree (user@.service, Delegate=yes) is theirs whatever it names."""
+    path = above + f"user-{uid}.slice/" + "/".join(below)
+    text = f"1:name=systemd:{path}\n4:cpu,cpuacct:/user.slice\n0::/\n" if hybrid else f"0::{path}\n"
+    found = parse_cgroup(text)
+    assert (found.kind, found.user, found.pod_uid, found.job_id) == ("user", str(uid), None, None)
 
 
 @given(st.integers(1, 2**31), st.sampled_from(["slurm", "slurm_node7"]), st.integers(0, 2**31), st.integers(0, 9))

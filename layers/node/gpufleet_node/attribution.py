@@ -27,89 +27,151 @@ from gpufleet_node.workload import POD, SLURM, UNIT, UNKNOWN, UNKNOWN_WORKLOAD, 
 
 Note = Tuple[str, str]  # (topic, reason), e.g. ("pods", "pod 1f0c... not found under /var/log/pods")
 
-# A pod's cgroup: `pod<uid>` (cgroupfs) or `kubepods-<qos>-pod<uid with _ for ->.slice` (systemd). Static
-# pods have a 32-hex uid (a hash of their manifest) instead of a UUID.
+# Where each owner's cgroups really are, and so the only places their names are believed. A user may own
+# a delegated subtree (user@.service, Delegate=yes) and name cgroups in it freely: a `kubepods/pod<uid>` or
+# `slurm/uid_0/job_1` made there names nobody. So every pattern is anchored at its real root, and the
+# outermost owner on a path wins (delegation only goes downward: who made the outer cgroup chose the inner).
+#
+# Kubernetes (kubelet, pkg/kubelet/cm): the pod cgroup is CgroupName{"kubepods", [<qos>,] "pod" + uid}
+# (node_container_manager_linux.go defaultNodeAllocatableCgroupName "kubepods"; qos_container_manager_linux.go:
+# "burstable" and "besteffort" under it, Guaranteed pods directly; pod_container_manager_linux.go
+# podCgroupNamePrefix "pod"). cgroupfs driver: /kubepods[/<qos>]/pod<uid>/<container id> (ToCgroupfs).
+# systemd driver (EKS AL2023): cgroup_manager_linux.go ToSystemd joins the parts with `-`, escapes `-` in
+# each as `_` (escapeSystemdCgroupName) and expands the slice: /kubepods.slice[/kubepods-<qos>.slice]/
+# kubepods[-<qos>]-pod<uid with _>.slice/<runtime>-<container id>.scope (SystemdPathPrefixOfRuntime:
+# cri-containerd, crio; docker with cri-dockerd). Static pods: a 32-hex uid (a hash of their manifest).
 _UID = r"[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}|[0-9a-f]{32}"
-_POD = re.compile(r"(?:^|-)pod(%s)(?:\.slice)?$" % _UID)
+_KUBE_ROOTS = ("kubepods", "kubepods.slice")
+_QOS = ("burstable", "besteffort")
+_FS_POD = re.compile(r"^pod(%s)$" % _UID)
+_SD_QOS = re.compile(r"^kubepods-(burstable|besteffort)\.slice$")
+_SD_POD = re.compile(r"^(kubepods(?:-burstable|-besteffort)?)-pod(%s)\.slice$" % _UID)
 # A container's: the bare id (cgroupfs) or `<runtime>-<id>.scope` (cri-containerd-, crio-, docker-).
 _CONTAINER = re.compile(r"^(?:[a-z][a-z0-9-]*-)?([0-9a-f]{64})(?:\.scope)?$")
-# Slurm cgroup/v2: <slice>/[<node>_]slurmstepd.scope/job_<id> or /<SLUID>/step_<s>/user/task_<n>
+# Slurm cgroup/v2 (slurm.schedmd.com/cgroup_v2.html, "slurmd startup", "Hierarchy overview"): slurmd makes
+# the scope `slurmstepd.scope` (`<node>_slurmstepd.scope` with --enable-multiple-slurmd) under system.slice:
+# /system.slice/slurmstepd.scope/job_<id>/step_<s>/user/task_<n>, its waiting area .../system. Slurm >= 26.05
+# names job cgroups by SLUID unless CgroupJobIdPaths=yes.
+_SYSTEM_SLICE = "system.slice"
 _STEPD_SCOPE = re.compile(r"^(?:.+_)?slurmstepd(?:_.+)?\.scope$")
 _SLURM_JOB = re.compile(r"^job_([0-9]+)$")
-_SLUID = re.compile(r"^s[0-9A-Za-z]{13}$")  # Slurm >= 26.05 names job cgroups by SLUID unless CgroupJobIdPaths
-_SLURM_UID = re.compile(r"^uid_([0-9]+)$")  # cgroup/v1: /slurm[_<node>]/uid_<uid>/job_<id>/step_<s>/task_<n>
+_SLUID = re.compile(r"^s[0-9A-Za-z]{13}$")
+# Slurm cgroup/v1 (slurm.schedmd.com/cgroups.html, cgroup.conf): per controller /slurm/uid_<uid>/job_<id>/
+# step_<s>/task_<n>, `slurm_<node>` with several slurmd per host.
+_SLURM_V1_ROOT = re.compile(r"^slurm(?:_[^/]+)?$")
+_SLURM_UID = re.compile(r"^uid_([0-9]+)$")
+# systemd's per-user slice (systemd.special(7): user-UID.slice under user.slice). Below it everything is the
+# user's own (their user@.service is delegated to them): the uid wins over any pod or job named deeper.
 _USER_SLICE = re.compile(r"^user-([0-9]+)\.slice$")
 _RANK = {POD: 4, SLURM: 3, UNIT: 2, USER: 1, UNKNOWN: 0}
+MAX_ENTRIES = 16384  # processes cached: 10,000 live GPU processes (issue 29) with room to spare
+ENTRY_BYTES = (
+    650  # measured (tracemalloc, CPython 3.11) for a pod's entry with a note: see tests/node/test_attribution_cache.py
+)
+KEEP_S = 120.0  # an entry not asked for this long belongs to a process that is gone
 
 
 def parse_cgroup(text: str) -> Workload:
     """The owner named by the content of /proc/PID/cgroup, ids only: pod uid and container id, Slurm job
     (and uid on cgroup v1, in `user`), unit, or the uid of a user slice (in `user`). The most specific
-    line wins (cgroup v1 lists one per hierarchy; the unified `0::` line first among equals)."""
+    line wins (cgroup v1 lists one per hierarchy; the unified `0::` line first among equals); systemd
+    delegates no v1 controller hierarchy to users, so one line cannot be forged against another."""
     best = UNKNOWN_WORKLOAD
     lines = sorted(text.splitlines(), key=lambda line: not line.startswith("0::"))
     for line in lines:
         parts = line.split(":", 2)
         if len(parts) == 3 and parts[2].startswith("/"):
-            found = _classify_path(parts[2])
+            found = classify_path(parts[2])
             if _RANK[found.kind] > _RANK[best.kind]:
                 best = found
     return best
 
 
-def _classify_path(path: str) -> Workload:
-    segments = [s for s in path.strip().split("/") if s not in ("", ".", "..")]
-    for find in (_pod_in, _slurm_in, _user_in, _unit_in):
-        found = find(segments)
-        if found is not None:
-            return found
-    return UNKNOWN_WORKLOAD
-
-
-def _pod_in(segments: List[str]) -> Optional[Workload]:
-    for i, segment in enumerate(segments):
-        pod = _POD.search(segment)
-        if pod and any("kubepods" in s for s in segments[:i]):  # also nested: /kubelet.slice/..., /docker/<id>/
-            nxt = _CONTAINER.match(segments[i + 1]) if i + 1 < len(segments) else None
-            uid = pod.group(1).replace("_", "-")
-            return Workload(POD, pod_uid=uid, container_id=nxt.group(1) if nxt else None)
-    return None
-
-
-def _slurm_in(segments: List[str]) -> Optional[Workload]:
-    for i, segment in enumerate(segments):
-        if _STEPD_SCOPE.match(segment):
-            job = segments[i + 1] if i + 1 < len(segments) else ""
-            number = _SLURM_JOB.match(job)
-            if number or _SLUID.match(job):
-                return Workload(SLURM, job_id=number.group(1) if number else job)
-            return Workload(UNIT, unit=segment)  # slurmstepd's own waiting area (`system`), no job
-        if segment.startswith("slurm"):
-            uid = None
-            for later in segments[i + 1 :]:
-                user = _SLURM_UID.match(later)
-                uid = user.group(1) if user else uid
-                v1_job = _SLURM_JOB.match(later)
-                if v1_job:
-                    return Workload(SLURM, job_id=v1_job.group(1), user=uid)
-    return None
-
-
-def _user_in(segments: List[str]) -> Optional[Workload]:
-    for segment in segments:
+def classify_path(path: str) -> Workload:
+    """The owner of one cgroup path, walking down from the top: the first (outermost) owner found wins.
+    A path read from inside a cgroup namespace starts with `..` (climbing from the reader's root to a
+    common ancestor): what follows is a child of an ancestor of the publisher's own cgroup, which only
+    root writes, so a kubelet or Slurm chain may start there at any of its levels."""
+    segments = [s for s in path.strip().split("/") if s not in ("", ".")]
+    climb = 0
+    while climb < len(segments) and segments[climb] == "..":
+        climb += 1
+    rest = segments[climb:]
+    if ".." in rest:  # the kernel writes `..` only as a prefix
+        return UNKNOWN_WORKLOAD
+    for i, segment in enumerate(rest):
         user = _USER_SLICE.match(segment)
         if user:
             return Workload(USER, user=user.group(1))
-    return None
-
-
-def _unit_in(segments: List[str]) -> Optional[Workload]:
-    for i, segment in enumerate(segments):
+        if i == 0:
+            rooted = _rooted(_completed(rest) if climb else rest)
+            if rooted is not None:
+                return rooted
         if segment.endswith(".service") and len(segment) > len(".service"):
             return Workload(UNIT, unit=segment)
-        if segment.endswith(".scope") and i > 0 and segments[i - 1] == "system.slice":
+        if segment.endswith(".scope") and i == 1 and rest[0] == _SYSTEM_SLICE:
             return Workload(UNIT, unit=segment)  # e.g. a container run by docker with the systemd driver
+    return UNKNOWN_WORKLOAD
+
+
+def _completed(rest: List[str]) -> List[str]:
+    """A relative path with the root levels its chain starts below put back in front."""
+    first = rest[0]
+    if first in _QOS or _FS_POD.match(first):
+        return ["kubepods", *rest]
+    pod = _SD_POD.match(first)
+    if pod and pod.group(1) != "kubepods":
+        return ["kubepods.slice", pod.group(1) + ".slice", *rest]
+    if pod or _SD_QOS.match(first):
+        return ["kubepods.slice", *rest]
+    if _STEPD_SCOPE.match(first):
+        return [_SYSTEM_SLICE, *rest]
+    if _SLURM_UID.match(first):
+        return ["slurm", *rest]
+    return rest
+
+
+def _rooted(segments: List[str]) -> Optional[Workload]:
+    """A pod or Slurm job whose chain starts at segments[0], the top; None when no such root is there.
+    A real root with a malformed chain below names nobody (UNKNOWN, then the process's own uid)."""
+    top = segments[0]
+    if top in _KUBE_ROOTS:
+        return _pod_chain(segments)
+    if top.startswith("kubepods"):
+        return UNKNOWN_WORKLOAD
+    if top == _SYSTEM_SLICE and len(segments) > 1 and _STEPD_SCOPE.match(segments[1]):
+        job = segments[2] if len(segments) > 2 else ""
+        number = _SLURM_JOB.match(job)
+        if number or _SLUID.match(job):
+            return Workload(SLURM, job_id=number.group(1) if number else job)
+        return Workload(UNIT, unit=segments[1])  # slurmstepd's own waiting area (`system`), no job
+    if _SLURM_V1_ROOT.match(top):
+        uid = _SLURM_UID.match(segments[1]) if len(segments) > 1 else None
+        v1_job = _SLURM_JOB.match(segments[2]) if len(segments) > 2 else None
+        if uid and v1_job:
+            return Workload(SLURM, job_id=v1_job.group(1), user=uid.group(1))
+        return UNKNOWN_WORKLOAD
     return None
+
+
+def _pod_chain(segments: List[str]) -> Workload:
+    """/kubepods[/<qos>]/pod<uid>[/<id>] or its systemd form, the pod slice named after its parent."""
+    at = 1
+    if segments[0] == "kubepods":
+        at += 1 if len(segments) > 1 and segments[1] in _QOS else 0
+        found = _FS_POD.match(segments[at]) if at < len(segments) else None
+        uid = found.group(1) if found else None
+    else:
+        parent = "kubepods"
+        qos = _SD_QOS.match(segments[1]) if len(segments) > 1 else None
+        if qos:
+            parent, at = "kubepods-" + qos.group(1), 2
+        pod = _SD_POD.match(segments[at]) if at < len(segments) else None
+        uid = pod.group(2) if pod and pod.group(1) == parent else None
+    if uid is None:
+        return UNKNOWN_WORKLOAD
+    nxt = _CONTAINER.match(segments[at + 1]) if at + 1 < len(segments) else None
+    return Workload(POD, pod_uid=uid.replace("_", "-"), container_id=nxt.group(1) if nxt else None)
 
 
 def start_time(stat: str) -> int:
@@ -253,14 +315,15 @@ class PodNames:
 
 
 class _Entry:
-    __slots__ = ("at", "complete", "notes", "start", "workload")
+    __slots__ = ("at", "complete", "notes", "start", "used", "workload")
 
     def __init__(self, start: int, workload: Workload, notes: List[Note], at: float) -> None:
         self.start = start
         self.workload = workload
         self.notes = notes
         self.complete = not notes
-        self.at = at
+        self.at = at  # when it was read
+        self.used = at  # when it was last asked for
 
 
 class _ProcessGone(Exception):
@@ -270,7 +333,13 @@ class _ProcessGone(Exception):
 class Attributor:
     """workload_of(pid) for the GPU processes NVML lists, cached per (pid, start time); unknown() for what
     could not be known within the last window_s. Incomplete answers (a pod not yet named) are retried
-    after retry_s. Safe to call from several threads."""
+    after retry_s. Safe to call from several threads.
+
+    The cache holds max_entries processes (MAX_ENTRIES: 10,000 live GPU processes with room to spare, about
+    ENTRY_BYTES each, ~10 MiB full). When full, the least recently asked-for entry makes room only if it has
+    not been asked for in keep_s (its process is gone: nobody calls prune()); otherwise the newcomer is
+    answered but not kept. So more live processes than fit never thrash the cache: the ones kept keep
+    hitting and only the overflow is read again each sample (and said, under `processes`)."""
 
     def __init__(
         self,
@@ -278,15 +347,17 @@ class Attributor:
         log_root: str = "/var/log",
         user_name: Optional[Callable[[int], Optional[str]]] = None,
         clock: Callable[[], float] = time.monotonic,
-        max_entries: int = 4096,
+        max_entries: int = MAX_ENTRIES,
         retry_s: float = 30.0,
         window_s: float = 300.0,
+        keep_s: float = KEEP_S,
     ) -> None:
         self._proc_root = proc_root
         self._user_name = user_name or _passwd_name
         self._clock = clock
         self._max_entries = max_entries
         self._retry_s = retry_s
+        self._keep_s = keep_s
         self._names = PodNames(log_root, clock)
         self._notes = Notes(clock, window_s)
         self._cache: "OrderedDict[int, _Entry]" = OrderedDict()
@@ -323,13 +394,28 @@ class Attributor:
             self._cache.move_to_end(pid)
         else:
             entry = self._read_entry(pid, start, now)
-            self._cache[pid] = entry
-            self._cache.move_to_end(pid)
-            while len(self._cache) > self._max_entries:
-                self._cache.popitem(last=False)
+            self._keep(pid, entry, now)
+        entry.used = now
         for topic, reason in entry.notes:
             self._notes.add(topic, reason)
         return entry.workload
+
+    def _keep(self, pid: int, entry: _Entry, now: float) -> None:
+        """Cache it, making room from an idle entry; when all are in use, answer without keeping."""
+        if pid in self._cache or len(self._cache) < self._max_entries:
+            self._cache[pid] = entry
+            self._cache.move_to_end(pid)
+            return
+        oldest_pid, oldest = next(iter(self._cache.items()))
+        if now - oldest.used >= self._keep_s:
+            del self._cache[oldest_pid]
+            self._cache[pid] = entry
+            return
+        self._notes.add(
+            "processes",
+            "more live GPU processes than the cache holds (%d): the rest are read again "
+            "each sample" % self._max_entries,
+        )
 
     def _read_entry(self, pid: int, start: int, now: float) -> _Entry:
         cgroup = self._read(pid, "cgroup")

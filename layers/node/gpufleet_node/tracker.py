@@ -8,7 +8,7 @@ Python >= 3.9.
 import logging
 import re
 from datetime import datetime, timedelta
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from gpufleet_node import schema
 from gpufleet_node.aggregate import window_start
@@ -24,31 +24,49 @@ log = logging.getLogger("gpufleet.publisher")
 MAX_GAP_FACTOR = 10  # a sample stands for at most this many intervals (a stalled loop is not usage)
 
 
-def _allocated(allocations: Optional[Allocations], uuid: str) -> List[Workload]:
-    """The pods the kubelet gave this GPU: several when it is time-sliced (`shared`), else at most one."""
+class Allocated:
+    """The pods the kubelet gave one GPU, indexed once (per kubelet answer, not per process): by (namespace,
+    pod) so that placing a process is one lookup. Before, each process scanned every holder: quadratic in
+    time-sliced holders (issue 29)."""
+
+    __slots__ = ("by_pod", "workloads")
+
+    def __init__(self, workloads: Iterable[Workload] = ()) -> None:
+        self.workloads: List[Workload] = list(workloads)
+        self.by_pod: Dict[Tuple[Optional[str], Optional[str]], List[Workload]] = {}
+        for w in self.workloads:
+            self.by_pod.setdefault((w.namespace, w.pod), []).append(w)
+
+
+NONE_ALLOCATED = Allocated()
+
+
+def index_allocations(allocations: Optional[Allocations]) -> Dict[str, Allocated]:
+    """Device id -> its holders, indexed: built once for each kubelet answer (every refresh_s)."""
     if allocations is None:
-        return []
-    shared = allocations.shared.get(uuid)
-    if shared:
-        return list(shared)
-    found = allocations.by_device.get(uuid)
-    return [found] if found is not None else []
+        return {}
+    index = {device: Allocated([w]) for device, w in allocations.by_device.items()}
+    index.update((device, Allocated(held)) for device, held in allocations.shared.items() if held)
+    return index
 
 
-def _placed(w: Workload, allocated: Sequence[Workload]) -> Workload:
+def _placed(w: Workload, allocated: Allocated) -> Workload:
     """The allocated pod a process belongs to when its own identity is incomplete: its pod named but not
     its container (a pod with several containers), or its pod unnamed, or its owner unknown. Counting it
     apart would show the pod as holding an idle GPU it is in fact using."""
     if w.kind == POD and w.namespace and w.pod and not w.container:
-        same = [a for a in allocated if a.namespace == w.namespace and a.pod == w.pod]
+        same = allocated.by_pod.get((w.namespace, w.pod), ())
         return same[0] if len(same) == 1 else w
-    if len(allocated) == 1 and (w.kind == UNKNOWN or (w.kind == POD and not w.namespace)):
-        return allocated[0]
+    if len(allocated.workloads) == 1 and (w.kind == UNKNOWN or (w.kind == POD and not w.namespace)):
+        return allocated.workloads[0]
     return w
 
 
-def merge_holders(processes: Sequence[Holder], allocated: Sequence[Workload]) -> List[Holder]:
-    """Processes' owners plus the pods the kubelet allocated the GPU to, one holder per workload."""
+def merge_holders(processes: Sequence[Holder], allocated: Union[Allocated, Sequence[Workload]]) -> List[Holder]:
+    """Processes' owners plus the pods the kubelet allocated the GPU to, one holder per workload. Linear
+    in processes plus holders."""
+    if not isinstance(allocated, Allocated):
+        allocated = Allocated(allocated)
     holders: Dict[str, Holder] = {}
     for h in processes:
         w = _placed(h.workload, allocated)
@@ -59,8 +77,9 @@ def merge_holders(processes: Sequence[Holder], allocated: Sequence[Workload]) ->
         mine.memory_mib += h.memory_mib
         mine.processes += h.processes
         mine.sm_util = None if mine.sm_util is None or h.sm_util is None else mine.sm_util + h.sm_util
-    for w in allocated:
-        holders.setdefault(w.key, Holder(w))
+    for w in allocated.workloads:
+        if w.key not in holders:
+            holders[w.key] = Holder(w)
     return list(holders.values())
 
 
@@ -104,6 +123,8 @@ class UsageTracker:
         self._last: Optional[datetime] = None
         self._dt = sample_s
         self._allocations: Optional[Allocations] = None
+        self._indexed: Optional[Allocations] = None  # the kubelet answer self._index was built from
+        self._index: Dict[str, Allocated] = {}
         self.records = 0
 
     def begin(self, now: datetime, identity: Identity) -> None:
@@ -122,6 +143,8 @@ class UsageTracker:
         if self.pod_resources is not None:
             self._allocations = self.pod_resources.current()
             self.window.unknown.update(_allocation_notes(self._allocations))
+        if self._allocations is not self._indexed:  # a new kubelet answer (every refresh_s): index it once
+            self._indexed, self._index = self._allocations, index_allocations(self._allocations)
 
     def add(self, index: int, sample: GpuSample) -> None:
         """One GPU's sample of this round."""
@@ -142,7 +165,7 @@ class UsageTracker:
             for p in sample.processes or ()
         ]
         uuid = self.uuids[index] if index < len(self.uuids) else ""
-        return merge_holders(procs, _allocated(self._allocations, uuid))
+        return merge_holders(procs, self._index.get(uuid, NONE_ALLOCATED))
 
     def close(self, now: datetime, identity: Identity) -> None:
         """Submit the open window (also at shutdown): its record to Logs, its team hours as metrics."""

@@ -19,9 +19,12 @@ RECORDED = ("namespace", "pod", "container", "pod_uid", "job_id", "unit", "user"
 
 class Workload:
     """One workload identity. `key` is stable and unique on the node (what usage is summed by);
-    `team` is who pays: the namespace of a pod, else the user (Slurm, units run by a user), else the unit."""
+    `team` is who pays: the namespace of a pod, else the user (Slurm, units run by a user), else the unit.
+    Not changed after it is made (replace() makes a copy), so its key is computed once: it is what every
+    dict of holders hashes and compares, thousands of times a sample on a busy node."""
 
-    __slots__ = ("container", "container_id", "job_id", "kind", "namespace", "pod", "pod_uid", "unit", "user")
+    FIELDS = ("container", "container_id", "job_id", "namespace", "pod", "pod_uid", "unit", "user")
+    __slots__ = ("_key", "kind", *FIELDS)
 
     def __init__(
         self,
@@ -46,9 +49,15 @@ class Workload:
         self.job_id = job_id
         self.unit = unit
         self.user = user
+        self._key: Optional[str] = None
 
     @property
     def key(self) -> str:
+        if self._key is None:
+            self._key = self._make_key()
+        return self._key
+
+    def _make_key(self) -> str:
         if self.kind == POD:
             who = "%s/%s" % (self.namespace, self.pod) if self.namespace and self.pod else (self.pod_uid or "?")
             return "pod:%s/%s" % (who, self.container or self.container_id or "?")
@@ -101,7 +110,7 @@ class Workload:
 
     def replace(self, **changes: Optional[str]) -> "Workload":
         """A copy with some fields changed: attribution parses ids first and fills the names in after."""
-        fields: Dict[str, Optional[str]] = {name: getattr(self, name) for name in self.__slots__ if name != "kind"}
+        fields: Dict[str, Optional[str]] = {name: getattr(self, name) for name in self.FIELDS}
         fields.update(changes)
         return Workload(self.kind, **fields)
 
