@@ -181,7 +181,7 @@ def test_a_failed_attempt_is_retried_at_once_skipping_the_channels_done() -> Non
     inc = fold(None, note(1), T0)
     plan = plan_delivery(inc, at(30), GROUPING, FLAP)
     assert plan.delivery is not None
-    failed = fail_delivery(begin_delivery(inc, plan.delivery, at(30)), ("slack",))
+    failed = fail_delivery(begin_delivery(inc, plan.delivery, at(30)), ("slack",), at(30))
     retry = plan_delivery(failed, at(31), GROUPING, FLAP)
     assert retry.delivery is not None and retry.delivery.delivery_id == plan.delivery.delivery_id
     assert begin_delivery(failed, retry.delivery, at(31)).channels_done == ("slack",)

@@ -4,8 +4,11 @@ Pure: every function takes the incident, the notification or `now`, and the poli
 values. The notifier stores incidents with conditional writes and posts the planned deliveries.
 
 Delivery is two-phase so nothing is lost: `begin_delivery` stores the planned post as `in_flight`
-before posting; `complete_delivery` clears it after. A crash or timeout in between re-posts the same
-delivery on the next attempt (at most one repeat per lost answer), never a different one.
+before posting; `complete_delivery` clears it after. An error that sent nothing (a 5xx, a refused
+connection) re-posts the same delivery on the next attempt, as often as it takes. An attempt whose answer
+never came (Slack too slow, or the invocation died while posting) may have posted: it is counted in the
+delivery (`unanswered`), repeated once at most, marked as a possible duplicate, and then held until the
+incident's repeat interval, or its group interval when something new arrived (`plan_delivery`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from gpufleet.notify.policy import FlapDamping, Grouping
 MAX_PENDING_UPDATES = 20
 MAX_SEEN_IDS = 200
 POSTING_STALE_S = 150  # longer than the notifier's 120 s timeout: an attempt this old has died
+# Unanswered attempts (each may have posted) before a delivery is held: the first post and one repeat.
+MAX_UNANSWERED = 2
 
 
 class Occasion(StrEnum):
@@ -76,6 +81,10 @@ class Delivery(Story):
     # When an invocation started posting it; None once that attempt ended in an error. While another
     # invocation may still be posting, nobody re-posts (a merge arriving meanwhile only waits).
     posting_since: datetime | None = None
+    # Attempts whose answer never came (Slack timed out, or the attempt died): each may have posted, so
+    # a repeat says it may be a duplicate, and after MAX_UNANSWERED the delivery is held.
+    unanswered: int = 0
+    unanswered_at: datetime | None = None  # when the last of them ended
 
 
 class Incident(Story):
@@ -279,12 +288,9 @@ def plan_delivery(incident: Incident, now: datetime, grouping: Grouping, flap: F
     """Grouping: the first post waits `group_wait_s` to collect what belongs together; later updates
     come at most every `group_interval_s`; a firing warning/critical incident with nothing new is
     repeated every `repeat_interval_s` (info activity is not); a flapping incident gets one summary
-    per flap window."""
+    per flap window. A delivery not confirmed yet goes first (`_plan_in_flight`)."""
     if incident.in_flight is not None:
-        since = incident.in_flight.posting_since
-        if since is not None and now - since < timedelta(seconds=POSTING_STALE_S):
-            return Plan(wake_at=since + timedelta(seconds=POSTING_STALE_S), why="another invocation is posting it")
-        return Plan(delivery=incident.in_flight, why="re-post the delivery whose answer was not confirmed")
+        return _plan_in_flight(incident, incident.in_flight, now, grouping)
     flapping = incident.flips_within(flap.window_s, now) > flap.max_flips
     if incident.last_sent_at is None:
         if not incident.pending:
@@ -319,16 +325,80 @@ def _resolution(incident: Incident) -> bool:
     return incident.state is IncidentState.RESOLVED and incident.severity is not Severity.INFO
 
 
+def _plan_in_flight(incident: Incident, delivery: Delivery, now: datetime, grouping: Grouping) -> Plan:
+    """A delivery not confirmed yet. While an attempt may still be running, nobody posts. An attempt
+    that died counts as unanswered (its post may have landed). Below MAX_UNANSWERED the same delivery is
+    re-posted now; from there it is held: repeated after the repeat interval, or after the group interval
+    with what arrived since folded in, so a slow Slack costs one post per interval, not one per sweep."""
+    since = delivery.posting_since
+    if since is not None:
+        if now - since < timedelta(seconds=POSTING_STALE_S):
+            return Plan(wake_at=since + timedelta(seconds=POSTING_STALE_S), why="another invocation is posting it")
+        delivery = _unanswered(delivery, since)
+    if delivery.unanswered < MAX_UNANSWERED:
+        return Plan(delivery=delivery, why="re-post the delivery whose answer was not confirmed")
+    last = delivery.unanswered_at or now
+    news = _news(incident, delivery)
+    due = last + timedelta(seconds=grouping.group_interval_s if news else grouping.repeat_interval_s)
+    if now < due:
+        why = f"held until {due:%H:%M:%S}: Slack did not answer {delivery.unanswered} posts, the last may have landed"
+        return Plan(wake_at=due, why=why)
+    if news:
+        return Plan(delivery=_refreshed(incident, delivery), why="held post: what arrived since is due")
+    return Plan(delivery=delivery, why="held post: repeat interval over")
+
+
+def _unanswered(delivery: Delivery, at: datetime) -> Delivery:
+    return delivery.model_copy(
+        update={"posting_since": None, "unanswered": delivery.unanswered + 1, "unanswered_at": at}
+    )
+
+
+def _news(incident: Incident, delivery: Delivery) -> bool:
+    """Whether something was folded in after the delivery was planned (the pending list is only cleared
+    once a post is confirmed, so it holds the delivery's own updates too)."""
+    planned = {u.notification_id for u in delivery.updates}
+    return any(u.notification_id not in planned for u in incident.pending)
+
+
+def _refreshed(incident: Incident, delivery: Delivery) -> Delivery:
+    """A held delivery with what arrived since: the incident as it reads now, every update not yet
+    confirmed, the same id and the same count of unanswered attempts (so it is held again if Slack
+    is still slow). A first post stays a first post: its thread may never have been opened."""
+    if _resolution(incident):
+        occasion = Occasion.RESOLVED
+    elif delivery.occasion in (Occasion.NEW, Occasion.FLAPPING):
+        occasion = delivery.occasion
+    else:
+        occasion = Occasion.UPDATE
+    return delivery.model_copy(
+        update={
+            **_story(incident),
+            "occasion": occasion,
+            "updates": incident.pending,
+            "dropped_updates": incident.dropped_updates,
+            "flips": len(incident.flips),
+            "thread_ts": incident.thread_ts,
+        }
+    )
+
+
 def begin_delivery(incident: Incident, delivery: Delivery, now: datetime) -> Incident:
     attempt = delivery.model_copy(update={"attempts": delivery.attempts + 1, "posting_since": now})
     retry = incident.in_flight is not None and incident.in_flight.delivery_id == delivery.delivery_id
     return incident.model_copy(update={"in_flight": attempt, "channels_done": incident.channels_done if retry else ()})
 
 
-def fail_delivery(incident: Incident, channels_done: tuple[str, ...]) -> Incident:
-    """The attempt ended in an error: the next one may re-post at once, skipping the channels done."""
+def fail_delivery(
+    incident: Incident, channels_done: tuple[str, ...], now: datetime, unanswered: bool = False
+) -> Incident:
+    """The attempt ended in an error: the next one skips the channels done. An error that sent nothing
+    may be re-posted at once; an `unanswered` one (Slack timed out: the post may have landed) is
+    counted, so `plan_delivery` repeats it once at most and then holds it."""
     assert incident.in_flight is not None
     ended = incident.in_flight.model_copy(update={"posting_since": None})
+    if unanswered:
+        ended = _unanswered(ended, now)
     return incident.model_copy(update={"in_flight": ended, "channels_done": channels_done})
 
 

@@ -26,6 +26,9 @@ SLACK_URL_MAX = 3000
 SLACK_BLOCKS_MAX = 50
 SLACK_FALLBACK_MAX = 3000  # the notification text (Slack truncates at 40,000; on-call reads the first line)
 
+# Said on a repeat of a post whose answer never came: on-call may see the same message twice.
+MAYBE_DUPLICATE = "may be a duplicate: Slack did not answer in time"
+
 _ICON = {Severity.INFO: ":information_source:", Severity.WARNING: ":warning:", Severity.CRITICAL: ":rotating_light:"}
 _OCCASION_LABEL = {
     Occasion.NEW: "",
@@ -117,7 +120,8 @@ def render_slack(d: Delivery) -> dict[str, Any]:
     if updates is not None:
         blocks.append(updates)
     context = f"incident `{d.incident_key}` · open since {d.opened_at:%Y-%m-%d %H:%M} UTC"
-    blocks.append({"type": "context", "elements": [mrkdwn(context, SLACK_TEXT_MAX)]})
+    repeat = [{"type": "mrkdwn", "text": f":repeat: {MAYBE_DUPLICATE}"}] if d.unanswered else []
+    blocks.append({"type": "context", "elements": [mrkdwn(context, SLACK_TEXT_MAX), *repeat]})
     buttons = [
         {"type": "button", "text": plain(link.title, SLACK_BUTTON_TEXT_MAX), "url": link.url}
         for link in d.links[:SLACK_BUTTONS_MAX]
@@ -125,7 +129,8 @@ def render_slack(d: Delivery) -> dict[str, Any]:
     ]
     if buttons:
         blocks.append({"type": "actions", "elements": buttons})
-    return {"text": clip(f"{icon} {escape(headline(d))}", SLACK_FALLBACK_MAX), "blocks": blocks[:SLACK_BLOCKS_MAX]}
+    text = f"{icon} {escape(headline(d))}" + (f" ({MAYBE_DUPLICATE})" if d.unanswered else "")
+    return {"text": clip(text, SLACK_FALLBACK_MAX), "blocks": blocks[:SLACK_BLOCKS_MAX]}
 
 
 _NOT_SUBJECT = re.compile(r"[^\x20-\x7e]")

@@ -30,6 +30,7 @@ from gpufleet.domain.policy import FleetPolicy
 from gpufleet.events import EventKind, parse_for
 from gpufleet.events.queue import Flush, InvalidMessage, parse_message
 from gpufleet.notify.incidents import (
+    MAX_UNANSWERED,
     Delivery,
     Incident,
     Plan,
@@ -89,6 +90,7 @@ class SlackOutcome:
     thread_ts: str | None = None
     error: str | None = None  # failed or timed out: the redelivery retries it
     refused: bool = False  # Slack refused it: no retry can fix that
+    unanswered: bool = False  # timed out: the post may have landed (one repeat at most, then held)
 
 
 ACCEPTS = (EventKind.QUEUE_BATCH, EventKind.SWEEP)
@@ -240,11 +242,14 @@ class Notifier:
     ) -> None:
         route = policy.notifications.route_for(delivery.severity, delivery.group, delivery.kind)
         done = set(incident.channels_done)
-        thread_ts, errors = self._channels.send(delivery, route, done, budget)
+        sent, errors = self._channels.send(delivery, route, done, budget)
         if errors:
-            self.store.put(fail_delivery(incident, tuple(sorted(done))), incident.version, now)
+            failed = fail_delivery(incident, tuple(sorted(done)), now, unanswered=sent.unanswered)
+            self.store.put(failed, incident.version, now)
+            if sent.unanswered:
+                tell_unanswered(self.logger, self._count, failed, policy)
             raise DeliveryFailed(f"{delivery.incident_key}: " + "; ".join(errors))
-        self._complete(incident, delivery, now, thread_ts)
+        self._complete(incident, delivery, now, sent.thread_ts)
         if done:
             self.logger.info(
                 "posted",
@@ -305,8 +310,8 @@ class Channels:
 
     def send(
         self, delivery: Delivery, route: Route, done: set[str], budget: TimeBudget
-    ) -> tuple[str | None, list[str]]:
-        """(the Slack thread ts, the errors); the channels that took it are added to `done`."""
+    ) -> tuple[SlackOutcome, list[str]]:
+        """(what Slack did, the errors); the channels that took it are added to `done`."""
         slack = self.slack() if route.slack else None
         sent = SlackOutcome()
         if slack is not None and "slack" not in done:
@@ -330,7 +335,7 @@ class Channels:
             self.count("undeliverable")
             why = _nowhere(route, slack is not None, self.sns is not None)
             self.logger.warning("delivered nowhere", extra={"delivery": delivery.delivery_id, "why": why})
-        return sent.thread_ts, errors
+        return sent, errors
 
     def _post_slack(self, slack: SlackPoster, delivery: Delivery, route: Route, budget: TimeBudget) -> SlackOutcome:
         """Within what is left of the invocation. Refused: the payload goes to the DLQ with the reason and
@@ -351,9 +356,28 @@ class Channels:
             self.count("slack-failures")
             if isinstance(exc, SlackTimedOut):
                 self.count("slack-timeouts")
-            return SlackOutcome(error=str(exc))
+            return SlackOutcome(error=str(exc), unanswered=isinstance(exc, SlackTimedOut))
         self.count("slack-posts")
         return SlackOutcome(thread_ts=thread_ts)
+
+
+def tell_unanswered(logger: Logger, count: Callable[[str], str], incident: Incident, policy: FleetPolicy) -> None:
+    """One line per post Slack did not answer: what happens to it next (repeated once, then held)."""
+    assert incident.in_flight is not None
+    held = incident.in_flight.unanswered >= MAX_UNANSWERED
+    if held:
+        count("slack-held")
+    repeat_s = policy.notifications.grouping.repeat_interval_s
+    logger.warning(
+        "Slack did not answer in time; the post may have landed",
+        extra={
+            "delivery": incident.in_flight.delivery_id,
+            "unanswered": incident.in_flight.unanswered,
+            "next": f"held: repeated after {repeat_s} s, or sooner with the next change"
+            if held
+            else "repeated once, marked as a possible duplicate",
+        },
+    )
 
 
 def _nowhere(route: Route, has_slack: bool, has_sns: bool) -> str:

@@ -15,7 +15,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from urllib.error import URLError
 
 from slack_sdk import WebClient
@@ -47,7 +47,8 @@ class SlackFailed(RuntimeError):
 
 
 class SlackTimedOut(SlackFailed):
-    """Slack did not answer in time. The post may have landed: the redelivery repeats it at most once."""
+    """Slack did not answer in time. The post may have landed: it is repeated at most once, marked as a
+    possible duplicate, then held (notify.incidents.plan_delivery)."""
 
 
 class SlackRejected(SlackFailed):
@@ -102,7 +103,8 @@ def payload_problems(payload: dict[str, Any]) -> list[str]:
 
 def retry_handlers() -> list[RetryHandler]:
     """429 honours Retry-After; 500/503 and connection errors are retried with backoff. A read timeout
-    is not retried here: Slack may have posted already, so the SQS redelivery decides (one repeat at most)."""
+    is not retried here: Slack may have posted already, so the incident's plan decides (one repeat at
+    most, then held: notify.incidents)."""
     return [
         RateLimitErrorRetryHandler(max_retry_count=3),
         ServerErrorRetryHandler(max_retry_count=2),
@@ -110,7 +112,7 @@ def retry_handlers() -> list[RetryHandler]:
     ]
 
 
-MIN_ATTEMPT_S = 1  # slack-sdk's timeout is in whole seconds; an attempt with less is not started
+MIN_ATTEMPT_S = 1  # an attempt trimmed to the deadline gets whole seconds; one with less is not started
 
 
 class WithinDeadline(RetryHandler):
@@ -203,13 +205,15 @@ class SlackConfig:
 
 class SlackPoster:
     """`timeout_s` bounds one attempt; `post(within_s=...)` bounds the whole post, retries included.
-    `clock` (monotonic seconds) and `sleep` are the real ones unless a test injects its own."""
+    `clock` (monotonic seconds) and `sleep` are the real ones unless a test injects its own. A
+    `timeout_s` under a second is for tests (a Slack that answers late, without waiting seconds):
+    urllib takes float seconds, though slack-sdk annotates them as int."""
 
     def __init__(
         self,
         config: SlackConfig,
         api_url: str | None = None,
-        timeout_s: int = defaults.SLACK_TIMEOUT_S,
+        timeout_s: float = defaults.SLACK_TIMEOUT_S,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -219,14 +223,14 @@ class SlackPoster:
         self._until = math.inf  # the current post's deadline, on `clock`
         handlers: list[RetryHandler] = [WithinDeadline(h, self._retry_fits, sleep) for h in retry_handlers()]
         self._webhook = (
-            WebhookClient(config.webhook_url, timeout=timeout_s, retry_handlers=handlers)
+            WebhookClient(config.webhook_url, timeout=cast(int, timeout_s), retry_handlers=handlers)
             if config.webhook_url and not config.bot_token
             else None
         )
         self._web = (
             WebClient(
                 token=config.bot_token,
-                timeout=timeout_s,
+                timeout=cast(int, timeout_s),
                 retry_handlers=handlers,
                 base_url=api_url or WebClient.BASE_URL,
             )
@@ -241,12 +245,12 @@ class SlackPoster:
     def _retry_fits(self, pause_s: float) -> bool:
         """Whether an attempt of at least MIN_ATTEMPT_S still fits after `pause_s`; if so, that attempt's
         timeout is what is left then (at most `timeout_s`), so the post ends by its deadline."""
-        attempt_s = int(min(self._timeout_s, self._until - self._clock() - pause_s))
-        if attempt_s < MIN_ATTEMPT_S:
+        left_s = self._until - self._clock() - pause_s
+        if left_s < MIN_ATTEMPT_S:
             return False
         client = self._web if self._web is not None else self._webhook
         assert client is not None
-        client.timeout = attempt_s
+        client.timeout = cast(int, self._timeout_s if self._timeout_s <= left_s else math.floor(left_s))
         return True
 
     def post(

@@ -1,0 +1,161 @@
+"""Issue 29: Slack takes each post but answers after the client's timeout. The real notifier (its plan,
+two-phase delivery and sweep) and the real slack-sdk poster against the emulated Slack on 127.0.0.1
+(rehearsal.slack, "stall": record the post, answer late); the incident store is an in-memory fake with
+the same conditional writes. The timeout is 0.2 s and the sweeps' clock is injected: nothing here
+measures elapsed time. Before: every sweep re-posted the unconfirmed delivery (a NEW post a minute)."""
+
+from __future__ import annotations
+
+import socket
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from aws_lambda_powertools import Logger, Metrics
+
+from gpufleet.domain.policy import parse_policy
+from gpufleet.notify.incidents import Incident, Silence
+from gpufleet.notify.model import Notification, Severity
+from gpufleet.notify.render import MAYBE_DUPLICATE
+from gpufleet.notify.service import DeliveryFailed, Notifier
+from gpufleet.notify.slack import SlackConfig, SlackPoster
+from rehearsal.slack import SlackReceiver, slack_receiver
+
+T0 = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
+REPEAT_S = 3600
+POLICY = parse_policy(
+    f"notifications: {{grouping: {{group_wait_s: 0, group_interval_s: 0, repeat_interval_s: {REPEAT_S}}}}}"
+)
+LATE = "stall:0.6"  # the post lands; the answer comes after the client's 0.2 s (slower on a busy machine)
+
+
+@dataclass
+class MemoryStore:
+    """IncidentStore's contract: a put succeeds only on the version it read (None: must not exist)."""
+
+    items: dict[str, Incident] = field(default_factory=dict)
+
+    def get(self, key: str) -> Incident | None:
+        return self.items.get(key)
+
+    def put(self, incident: Incident, expected_version: int | None, now: datetime) -> Incident | None:
+        current = self.items.get(incident.key)
+        if (current.version if current else None) != expected_version:
+            return None
+        stored = incident.model_copy(update={"version": 0 if expected_version is None else expected_version + 1})
+        self.items[incident.key] = stored
+        return stored
+
+    def all(self) -> list[Incident]:
+        return list(self.items.values())
+
+    def silences(self, now: datetime) -> list[Silence]:
+        return []
+
+
+@dataclass
+class Queue:
+    flushes: list[tuple[str, int]] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+
+    def schedule_flush(self, key: str, delay_s: int) -> None:
+        self.flushes.append((key, delay_s))
+
+    def reject(self, body: str, reason: str) -> None:
+        self.rejected.append(reason)
+
+
+@contextmanager
+def notifier(
+    script: list[str], timeout_s: float = 2.0, base: str | None = None
+) -> Iterator[tuple[Notifier, SlackReceiver, MemoryStore]]:
+    """A webhook notifier whose Slack answers as `script` says, then normally ("ok"); or one posting to
+    `base`. slack-sdk's pauses between its own retries are not slept."""
+    receiver = SlackReceiver(script=deque(script))
+    with nullcontext((receiver, base)) if base else slack_receiver(receiver) as (rx, url):
+        secret = f"{url}/services/T0/B0/X"
+        poster = SlackPoster(SlackConfig.from_secret(secret), timeout_s=timeout_s, sleep=lambda s: None)
+        store = MemoryStore()
+        n = Notifier(
+            store=store,  # type: ignore[arg-type]
+            queue=Queue(),  # type: ignore[arg-type]
+            sns=None,
+            slack=lambda: poster,
+            load_policy=lambda: POLICY,
+            logger=Logger(service="test-notifier"),
+            emf=Metrics(namespace="test", service="notifier"),
+        )
+        yield n, rx, store
+
+
+def warning(n: int) -> str:
+    return Notification(
+        notification_id=f"id-{n}",
+        kind="scaling",
+        severity=Severity.WARNING,
+        group="asg:train",
+        incident_key=f"asg:train|capacity#{n}",
+        title=f"asg:train: cannot scale ({n})",
+        at=T0,
+    ).model_dump_json()
+
+
+def run(n: Notifier, start_s: int, end_s: int) -> list[dict[str, int]]:
+    """Sweeps every 30 s (twice the schedule's rate, as a redelivery would add) on the injected clock."""
+    return [n.sweep(T0 + timedelta(seconds=t)) for t in range(start_s, end_s + 1, 30)]
+
+
+def texts(rx: SlackReceiver) -> list[str]:
+    return [str(r.payload.get("text", "")) for r in rx.received]
+
+
+def test_a_slack_that_answers_late_gets_each_post_twice_at_most_in_three_minutes() -> None:
+    """Two incidents; every post lands but is answered late. In 3 minutes of sweeps: the first post and
+    one repeat each, the repeat marked; the store says so; after the repeat interval, one more each."""
+    with notifier([LATE] * 10, timeout_s=0.2) as (n, rx, store):
+        for i in (1, 2):
+            with pytest.raises(DeliveryFailed, match="did not answer in time"):
+                n.handle_message(warning(i), T0)
+        run(n, 30, 180)
+        in_three_minutes = texts(rx)
+        held = [inc.in_flight for inc in store.all()]
+        run(n, 210 + REPEAT_S, 240 + REPEAT_S)
+    assert len(in_three_minutes) == 4 and all(not r.answered for r in rx.received)
+    for i in (1, 2):
+        mine = [t for t in in_three_minutes if f"({i})" in t]
+        assert len(mine) == 2 and MAYBE_DUPLICATE not in mine[0] and MAYBE_DUPLICATE in mine[1]
+    assert all(d is not None and d.unanswered == 2 and d.unanswered_at is not None for d in held)
+    after = texts(rx)[4:]
+    assert len(after) == 2 and all(MAYBE_DUPLICATE in t for t in after)
+
+
+def test_a_slack_that_errors_is_still_retried_at_every_sweep_and_one_that_answers_is_unaffected() -> None:
+    """500s (slack-sdk retries each post twice more) send nothing: every sweep tries again, unmarked.
+    Then Slack answers: the next incident is posted once, and the sweeps after have nothing to do."""
+    with notifier(["500"] * 9) as (n, rx, store):
+        with pytest.raises(DeliveryFailed, match="HTTP 500"):
+            n.handle_message(warning(1), T0)
+        retried = run(n, 30, 90)
+        assert n.handle_message(warning(2), T0 + timedelta(seconds=100)) == "posted-new"
+        quiet = run(n, 120, 240)
+    assert retried == [{"failed": 1}, {"failed": 1}, {"posted-new": 1}] and all(o == {} for o in quiet)
+    assert rx.answers == ["500"] * 9 + ["ok", "ok"] and len(rx.received) == 2
+    assert not any(MAYBE_DUPLICATE in t for t in texts(rx))
+    assert all(inc.in_flight is None and inc.sent_count == 1 for inc in store.all())
+
+
+def test_a_slack_that_refuses_connections_is_still_retried_at_every_sweep() -> None:
+    with socket.socket() as s:  # a port nothing listens on: connections are refused
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    with notifier([], base=closed) as (n, _, store):
+        with pytest.raises(DeliveryFailed, match="unreachable"):
+            n.handle_message(warning(1), T0)
+        outcomes = run(n, 30, 180)
+    assert outcomes == [{"failed": 1}] * 6
+    [incident] = store.all()
+    assert incident.in_flight is not None and incident.in_flight.unanswered == 0
+    assert incident.in_flight.attempts == 7
