@@ -16,6 +16,7 @@ import boto3
 from gpufleet.domain import defaults
 from gpufleet_node import schema
 from gpufleet_tools import local
+from gpufleet_tools.local_stack import eks_backing_asg_tags  # noqa: F401  (one list of EKS's tags)
 
 INSTANCE_TYPE = "g5.12xlarge"
 MANAGED_TAG = {defaults.TAG_MANAGED: defaults.TAG_MANAGED_VALUE}
@@ -140,18 +141,6 @@ def create_nodegroup(
         instance_type=instance_type,
     )
     return asg_name
-
-
-def eks_backing_asg_tags(cluster: str, nodegroup: str) -> dict[str, str]:
-    """Exactly the tags EKS puts on a managed node group's Auto Scaling group (exports of real groups):
-    never the node group's own tags, so never gpufleet:managed."""
-    return {
-        "eks:cluster-name": cluster,
-        "eks:nodegroup-name": nodegroup,
-        "k8s.io/cluster-autoscaler/enabled": "true",
-        f"k8s.io/cluster-autoscaler/{cluster}": "owned",
-        f"kubernetes.io/cluster/{cluster}": "owned",
-    }
 
 
 def sync_nodegroup_asgs(clients: Clients) -> list[str]:

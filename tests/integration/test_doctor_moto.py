@@ -6,6 +6,8 @@ alarms --apply` puts nothing for a group the account does not have."""
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import boto3
@@ -190,3 +192,40 @@ def test_alarms_put_by_the_cli_pass_doctor(aws: str, tmp_path: Path, capsys: pyt
     topic = boto3.client("sns").create_topic(Name="gpufleet-notify")["TopicArn"]
     code, lines = doctor(capsys, "--policy", str(policy), "--endpoint", aws, "--topic", topic)
     assert code == 0, lines
+
+
+LOCAL_POLICY = """
+alarm_prefix: gpufleet-
+notifications: {default_route: {sns: false, slack: false}}
+groups:
+  - {name: infer-gpu, kind: eks-nodegroup, cluster: ml, max: 4, demand: {kubernetes: {}}}
+"""
+
+
+def test_the_pod_check_passes_on_the_local_stack(
+    aws: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: a node group made on the local stack had only moto's DescribeCluster, whose endpoint nobody
+    serves and whose certificate authority is random text ("the certificate authority data is not
+    base64"); with an endpoint and token in GPUFLEET_KUBE_ENDPOINTS, doctor still wanted EKS access entries,
+    which moto cannot list, so it never passed. `local nodegroup` now serves the cluster's API on loopback
+    and doctor, like the scaler, reads a cluster given a token with that token."""
+    from gpufleet_tools import local_kube, local_stack
+
+    local_stack.create_nodegroup(aws, "ml", "infer-gpu", (0, 4, 1), "g5.12xlarge", fleet.MANAGED_TAG)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(LOCAL_POLICY)
+    _, lines = doctor(capsys, "--policy", str(policy), "--endpoint", aws)
+    [line] = [x for x in lines if "demand source cluster ml" in x]
+    assert line.startswith("error") and "the certificate authority data is not base64" in line  # moto's own
+    try:
+        local_kube.start(tmp_path, "ml", local_stack.free_port())
+        local_kube.add_pod(tmp_path, "ml", local_kube.waiting_pod("team-a", "train-0", 4, {}, datetime.now(UTC)))
+        monkeypatch.setenv("GPUFLEET_KUBE_ENDPOINTS", json.dumps(local_kube.endpoints(tmp_path)))
+        _, lines = doctor(capsys, "--policy", str(policy), "--endpoint", aws)
+    finally:
+        local_kube.stop_all(tmp_path)
+    [line] = [x for x in lines if "demand source cluster ml" in x]
+    assert line.startswith("ok      eks:ml/infer-gpu: demand source cluster ml: the API answers: 1 pod(s) waiting"), (
+        line
+    )

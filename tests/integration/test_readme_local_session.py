@@ -22,13 +22,13 @@ def documented_session() -> list[str]:
     return [line for line in block.splitlines() if line.strip()]
 
 
-def test_the_documented_local_session_runs_verbatim(tmp_path: Path) -> None:
-    lines = documented_session()
-    assert lines[0].startswith('eval "$(.venv/bin/gpufleet local up') and lines[-1].endswith("local down")
+def run_session(lines: list[str], home: Path) -> subprocess.CompletedProcess[str]:
+    """`lines` in one `bash -e` at the checkout's root, with no AWS credentials or endpoint in the
+    environment beforehand; a run that fails still leaves nothing running."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GPUFLEET_"))}
-    env.update(HOME=str(tmp_path), POWERTOOLS_METRICS_DISABLED="true")
+    env.update(HOME=str(home), POWERTOOLS_METRICS_DISABLED="true")
     try:
-        proc = subprocess.run(
+        return subprocess.run(
             ["bash", "-e", "-c", "\n".join(lines)],
             cwd=ROOT,
             env=env,
@@ -40,6 +40,12 @@ def test_the_documented_local_session_runs_verbatim(tmp_path: Path) -> None:
     finally:
         if (ROOT / ".gpufleet-local").exists():  # a failed run must not leave moto behind
             subprocess.run([str(ROOT / ".venv/bin/gpufleet"), "local", "down"], cwd=ROOT, check=False)
+
+
+def test_the_documented_local_session_runs_verbatim(tmp_path: Path) -> None:
+    lines = documented_session()
+    assert lines[0].startswith('eval "$(.venv/bin/gpufleet local up') and lines[-1].endswith("local down")
+    proc = run_session(lines, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "0 error(s), 0 warning(s)" in proc.stdout
     assert "delivered to scaler (rule AlarmStateChange)" in proc.stderr

@@ -58,6 +58,7 @@ class StoredResult:
 class Invocation:
     result: Any = None
     already_handled: list[StoredResult] = field(default_factory=list)
+    module: Any = field(default=None, repr=False)  # the imported app.py: `local send` reads why records failed
 
 
 class LocalLambdaContext:
@@ -108,7 +109,7 @@ def invoke(app: Path, event: Any) -> Invocation:
     if spec is None or spec.loader is None:
         raise SystemExit(f"error: cannot load {app}")
     module = importlib.util.module_from_spec(spec)
-    done = Invocation()
+    done = Invocation(module=module)
     # The function's logs and EMF: stderr; its result: stdout.
     with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=EMPTY_METRICS_WARNING)

@@ -209,3 +209,28 @@ def stack_resources(template: Path) -> list[str]:
     for kind in sorted(found, key=lambda k: list(_WHAT).index(k) if k in _WHAT else len(_WHAT)):
         rows.append(f"| {_WHAT.get(kind, kind)} | {len(found[kind])} | {', '.join(found[kind])} |")
     return rows
+
+
+def batch_failures(response: Any, message_ids: list[str]) -> list[str]:
+    """The records Lambda's SQS event source leaves on the queue after a function with
+    ReportBatchItemFailures answers `response`; the others it deletes. As AWS documents it
+    (https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-errorhandling.html): no answer, an empty
+    one or an empty `batchItemFailures` is a success for every record; an item whose `itemIdentifier` is
+    missing, empty or not a message of the batch makes the whole batch a failure."""
+    if not isinstance(response, dict) or not response.get("batchItemFailures"):
+        return []
+    items = response["batchItemFailures"]
+    if not isinstance(items, list):
+        return list(message_ids)
+    failed = [item.get("itemIdentifier") if isinstance(item, dict) else None for item in items]
+    if any(not isinstance(f, str) or f not in message_ids for f in failed):
+        return list(message_ids)
+    return [m for m in message_ids if m in failed]
+
+
+def failure_reasons(module: Any) -> dict[str, str]:
+    """Why each record failed, by message id, from the Powertools batch processor the function's app.py
+    keeps as `processor` (it holds the failed records and their exceptions until the next batch)."""
+    processor = getattr(module, "processor", None)
+    pairs = zip(getattr(processor, "fail_messages", []), getattr(processor, "exceptions", []), strict=False)
+    return {str(getattr(r, "message_id", "")): f"{e[0].__name__}: {e[1]}" for r, e in pairs if e and e[0]}

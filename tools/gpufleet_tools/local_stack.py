@@ -39,7 +39,7 @@ groups:
 """
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
@@ -49,7 +49,7 @@ def _free_port() -> int:
 def start_moto(state_dir: Path, port: int = 0) -> str:
     """moto server in its own session (it outlives this command); its pid and log in `state_dir`."""
     state_dir.mkdir(exist_ok=True)
-    port = port or _free_port()
+    port = port or free_port()
     url = f"http://127.0.0.1:{port}"
     log = open(state_dir / "moto.log", "w")  # noqa: SIM115 (the server keeps it)
     proc = subprocess.Popen(
@@ -71,9 +71,12 @@ def start_moto(state_dir: Path, port: int = 0) -> str:
 
 
 def stop(state_dir: Path) -> bool:
+    from gpufleet_tools import local_kube
+
     pid_file = state_dir / "moto.pid"
     if not pid_file.exists():
         return False
+    local_kube.stop_all(state_dir)
     with contextlib.suppress(ProcessLookupError):  # already gone
         os.killpg(int(pid_file.read_text()), signal.SIGTERM)
     for leftover in state_dir.iterdir():
@@ -103,7 +106,7 @@ def _make(logical: str, resource: dict[str, Any], endpoint: str) -> dict[str, st
         return {"ref": name, "arn": table["TableArn"]}
     if kind == "AWS::SQS::Queue":
         sqs = _client("sqs", endpoint)
-        url = sqs.create_queue(QueueName=name)["QueueUrl"]
+        url = sqs.create_queue(QueueName=name, Attributes=queue_attributes(props))["QueueUrl"]
         arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
         return {"ref": url, "arn": arn}
     if kind == "AWS::SNS::Topic":
@@ -118,6 +121,31 @@ def _make(logical: str, resource: dict[str, Any], endpoint: str) -> dict[str, st
     return None
 
 
+_NOT_ATTRIBUTES = {"QueueName", "Tags"}  # AWS::SQS::Queue properties that are not SQS queue attributes
+_LATER = {"RedrivePolicy", "RedriveAllowPolicy"}  # they name other queues: set once those exist
+
+
+def queue_attributes(
+    props: dict[str, Any], refs: dict[str, str] | None = None, arns: dict[str, str] | None = None
+) -> dict[str, str]:
+    """An AWS::SQS::Queue's properties as SQS CreateQueue/SetQueueAttributes attributes (the names are
+    the same: VisibilityTimeout, MessageRetentionPeriod, SqsManagedSseEnabled, ...), so the local queue
+    behaves as the template's: a 720 s visibility, not SQS's 30 s default, keeps a record away while its
+    invocation runs. Without `arns` the redrive policies are left out (their targets may not exist yet);
+    with them, only those, references resolved, as SQS takes them (JSON text)."""
+    out = {}
+    for key, value in props.items():
+        if key in _NOT_ATTRIBUTES or (key in _LATER) != (arns is not None):
+            continue
+        if isinstance(value, bool):
+            out[key] = str(value).lower()
+        elif isinstance(value, dict):
+            out[key] = json.dumps(resolve(value, refs or {}, arns))
+        else:
+            out[key] = str(value)
+    return out
+
+
 def create_stack(template: Path, endpoint: str) -> dict[str, str]:
     """The template's data resources in moto, and the functions' environment (Globals and every
     function's variables, references resolved); an empty value (an unset parameter) is left out."""
@@ -127,10 +155,9 @@ def create_stack(template: Path, endpoint: str) -> dict[str, str]:
     refs = {**params, **{n: m["ref"] for n, m in made.items()}}
     arns = {n: m["arn"] for n, m in made.items()}
     for n, r in resources.items():  # redrive policies name queues made above
-        redrive = r.get("Properties", {}).get("RedrivePolicy")
-        if r["Type"] == "AWS::SQS::Queue" and redrive:
-            body = json.dumps(resolve(redrive, refs, arns))
-            _client("sqs", endpoint).set_queue_attributes(QueueUrl=made[n]["ref"], Attributes={"RedrivePolicy": body})
+        later = queue_attributes(r.get("Properties", {}), refs, arns) if r["Type"] == "AWS::SQS::Queue" else {}
+        if later:
+            _client("sqs", endpoint).set_queue_attributes(QueueUrl=made[n]["ref"], Attributes=later)
     for r in resources.values():
         if r["Type"] == "AWS::SSM::Parameter":
             props = resolve(r["Properties"], refs)
@@ -195,3 +222,116 @@ def exports(env: dict[str, str], endpoint: str) -> list[str]:
         "AWS_SECRET_ACCESS_KEY": "testing",
     }
     return [f"export {k}={shlex.quote(v)}" for k, v in {**base, **env}.items()]
+
+
+def eks_backing_asg_tags(cluster: str, nodegroup: str) -> dict[str, str]:
+    """The tags EKS puts on a managed node group's Auto Scaling group: the cluster and node group by name,
+    and the Cluster Autoscaler's discovery tags (https://docs.aws.amazon.com/eks/latest/userguide/
+    managed-node-groups.html: "tags ... so that they are configured to use the Kubernetes Cluster
+    Autoscaler"). Never the node group's own tags: EKS does not copy them, so never gpufleet:managed."""
+    return {
+        defaults.TAG_EKS_CLUSTER: cluster,
+        defaults.TAG_EKS_NODEGROUP: nodegroup,
+        "k8s.io/cluster-autoscaler/enabled": "true",
+        f"k8s.io/cluster-autoscaler/{cluster}": "owned",
+        f"kubernetes.io/cluster/{cluster}": "owned",
+    }
+
+
+def _subnet(ec2: Any) -> str:
+    """A subnet for local clusters and node groups (moto's default VPC has them; made when it has none)."""
+    found = ec2.describe_subnets()["Subnets"]
+    if found:
+        return str(found[0]["SubnetId"])
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    return str(
+        ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.1.0/24", AvailabilityZone=f"{REGION}a")["Subnet"]["SubnetId"]
+    )
+
+
+def create_nodegroup(
+    endpoint: str, cluster: str, name: str, sizes: tuple[int, int, int], instance_type: str, tags: dict[str, str]
+) -> str:
+    """An EKS managed node group as EKS makes one: the cluster when missing, the node group (`tags` on it),
+    and its backing Auto Scaling group, EKS-tagged, under the name the node group's `resources` give
+    (moto names one but never makes it: EMULATED here, or every scale through it fails with a moto 500).
+    `sizes`: (min, max, desired). Returns the ASG's name."""
+    ec2, eks, autoscaling = (_client(s, endpoint) for s in ("ec2", "eks", "autoscaling"))
+    subnet = _subnet(ec2)
+    role = "arn:aws:iam::123456789012:role/gpufleet-local-node"
+    if cluster not in eks.list_clusters()["clusters"]:
+        eks.create_cluster(name=cluster, roleArn=role, resourcesVpcConfig={"subnetIds": [subnet]})
+    low, high, desired = sizes
+    ng = eks.create_nodegroup(
+        clusterName=cluster,
+        nodegroupName=name,
+        nodeRole=role,
+        subnets=[subnet],
+        scalingConfig={"minSize": low, "maxSize": high, "desiredSize": desired},
+        instanceTypes=[instance_type],
+        tags=tags,
+    )["nodegroup"]
+    asg: str = ng["resources"]["autoScalingGroups"][0]["name"]
+    template = f"gpufleet-local-{instance_type}"
+    if not ec2.describe_launch_templates(Filters=[{"Name": "launch-template-name", "Values": [template]}])[
+        "LaunchTemplates"
+    ]:
+        image = ec2.describe_images()["Images"][0]["ImageId"]
+        data = {"ImageId": image, "InstanceType": instance_type}
+        ec2.create_launch_template(LaunchTemplateName=template, LaunchTemplateData=data)
+    autoscaling.create_auto_scaling_group(
+        AutoScalingGroupName=asg,
+        LaunchTemplate={"LaunchTemplateName": template, "Version": "$Latest"},
+        MinSize=low,
+        MaxSize=high,
+        DesiredCapacity=desired,
+        VPCZoneIdentifier=subnet,
+        Tags=[
+            {"Key": k, "Value": v, "PropagateAtLaunch": True, "ResourceId": asg, "ResourceType": "auto-scaling-group"}
+            for k, v in eks_backing_asg_tags(cluster, name).items()
+        ],
+    )
+    return asg
+
+
+def sync_nodegroups(endpoint: str) -> list[str]:
+    """[EMULATED EKS] each node group's desiredSize onto its backing ASG, as EKS does after
+    UpdateNodegroupConfig (moto does not): one line for each group it changed."""
+    eks, autoscaling = _client("eks", endpoint), _client("autoscaling", endpoint)
+    notes = []
+    for cluster in eks.list_clusters()["clusters"]:
+        for name in eks.list_nodegroups(clusterName=cluster)["nodegroups"]:
+            ng = eks.describe_nodegroup(clusterName=cluster, nodegroupName=name)["nodegroup"]
+            asg = ng["resources"]["autoScalingGroups"][0]["name"]
+            found = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[asg])["AutoScalingGroups"]
+            want = ng["scalingConfig"]["desiredSize"]
+            if found and found[0]["DesiredCapacity"] != want:
+                autoscaling.set_desired_capacity(AutoScalingGroupName=asg, DesiredCapacity=want)
+                notes.append(f"[emulated EKS] {cluster}/{name}: backing ASG {found[0]['DesiredCapacity']} -> {want}")
+    return notes
+
+
+ONCALL_QUEUE = "gpufleet-local-oncall"  # the local stand-in for on-call's SNS subscription (email, pager)
+
+
+def subscribe_oncall(endpoint: str, topic_arn: str) -> str:
+    """A queue subscribed to the notification topic: what on-call's subscription would receive lands there
+    (moto delivers SNS to SQS), for `gpufleet local oncall` to read."""
+    sqs = _client("sqs", endpoint)
+    url = sqs.create_queue(QueueName=ONCALL_QUEUE)["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    _client("sns", endpoint).subscribe(TopicArn=topic_arn, Protocol="sqs", Endpoint=arn)
+    return str(url)
+
+
+def read_oncall(endpoint: str) -> list[dict[str, str]]:
+    """What the topic published since the last read ({subject, message}, oldest first), taken off the queue."""
+    sqs = _client("sqs", endpoint)
+    url = sqs.get_queue_url(QueueName=ONCALL_QUEUE)["QueueUrl"]
+    out = []
+    while batch := sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", []):
+        for m in batch:
+            envelope = json.loads(m["Body"])
+            out.append({"subject": str(envelope.get("Subject") or ""), "message": str(envelope.get("Message", ""))})
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+    return out

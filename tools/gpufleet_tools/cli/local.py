@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.domain import defaults
+from gpufleet.settings import ENV_KUBE_ENDPOINTS
 from gpufleet_tools.cli.invoke import call_function
 from gpufleet_tools.cli.options import TEMPLATE_HELP, add_invoke_options, find_template, read_event, real_aws_refused
 
@@ -32,6 +33,26 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     p.add_argument("--template", help=TEMPLATE_HELP)
     p.add_argument("--dir", default=STATE_DIR, help="where the server's pid, log and policy go")
     p.set_defaults(func=up)
+    p = local.add_parser("nodegroup", help="an EKS managed node group with its backing ASG, as EKS makes it")
+    p.add_argument("group", metavar="CLUSTER/NODEGROUP", help="the cluster (made if missing) and node group")
+    p.add_argument("--min", type=int, default=0, help="the node group's minSize (default 0)")
+    p.add_argument("--max", type=int, default=4, help="its maxSize (default 4)")
+    p.add_argument("--desired", type=int, default=1, help="its desiredSize (default 1)")
+    p.add_argument("--instance-type", default="g5.12xlarge", help="its instance type (default g5.12xlarge)")
+    p.add_argument(
+        "--tag", action="append", metavar="KEY=VALUE", help="a node group tag (default gpufleet:managed=true)"
+    )
+    p.add_argument("--dir", default=STATE_DIR, help=f"the directory `local up --dir` used (default {STATE_DIR})")
+    p.set_defaults(func=nodegroup)
+    p = local.add_parser("pod", help="a pod waiting for GPUs in a local cluster's Kubernetes API")
+    p.add_argument("cluster", help="a cluster `local nodegroup` made")
+    p.add_argument("pod", metavar="NAMESPACE/NAME", help="the pod to add, waiting (Unschedulable)")
+    p.add_argument("--gpus", type=int, default=1, help="nvidia.com/gpu it requests (default 1)")
+    p.add_argument("--selector", action="append", metavar="KEY=VALUE", help="its nodeSelector (repeatable)")
+    p.add_argument("--dir", default=STATE_DIR, help=f"the directory `local up --dir` used (default {STATE_DIR})")
+    p.set_defaults(func=add_pod)
+    p = local.add_parser("oncall", help="what on-call's SNS subscription got since the last read")
+    p.set_defaults(func=oncall)
     p = local.add_parser("down", help="stop the local stack's moto server")
     p.add_argument("--dir", default=STATE_DIR, help=f"the directory `local up --dir` used (default {STATE_DIR})")
     p.set_defaults(func=down)
@@ -58,6 +79,7 @@ def send(args: argparse.Namespace) -> int:
             print(f"delivered to {rule.function} (rule {rule.name})", file=sys.stderr)
             deliveries.append({"function": rule.function, "rule": rule.name, **_deliver(rule.function, event, args)})
         notifier = _hand_queue_to_notifier(args)
+        _as_eks_would(args)
     except NotReady as exc:  # no stack there: one line saying what to start, not a traceback per function
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -68,6 +90,11 @@ def send(args: argparse.Namespace) -> int:
 def _deliver(function: str, event: Any, args: argparse.Namespace) -> dict[str, Any]:
     """One function's part of the document: its result (or its error), and which results were the stored
     ones from an earlier delivery of the same event."""
+    return _call(function, event, args)[0]
+
+
+def _call(function: str, event: Any, args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
+    """_deliver's part, and the function's imported module (None when it raised)."""
     from gpufleet_tools.invoke import NotReady
 
     try:
@@ -76,8 +103,8 @@ def _deliver(function: str, event: Any, args: argparse.Namespace) -> dict[str, A
         raise
     except Exception as exc:
         print(f"error: {function} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return {"error": f"{type(exc).__name__}: {exc}"}
-    return {"already_handled": [s.as_json() for s in done.already_handled], "result": done.result}
+        return {"error": f"{type(exc).__name__}: {exc}"}, None
+    return {"already_handled": [s.as_json() for s in done.already_handled], "result": done.result}, done.module
 
 
 def _not_delivered(event: Any, template: Path, params: dict[str, str], args: argparse.Namespace) -> str:
@@ -105,8 +132,10 @@ _PASSED_ON = ("endpoint", "policy", "table", "functions_dir")
 
 def _hand_queue_to_notifier(args: argparse.Namespace) -> dict[str, Any] | None:
     """[the SQS event source] what the functions queued for the notifier, delivered to it once: its part
-    of the document, or None when nothing was queued."""
-    from gpufleet_tools.local import sqs_event
+    of the document, or None when nothing was queued. As Lambda's event source with
+    ReportBatchItemFailures: the records the notifier answers as failed (or every record, when it raises)
+    stay on the queue and come back after its visibility timeout; only the others are deleted."""
+    from gpufleet_tools.local import batch_failures, failure_reasons, sqs_event
     from gpufleet_tools.session import client
 
     queue = os.environ.get(defaults.ENV_NOTIFY_QUEUE_URL)
@@ -117,12 +146,37 @@ def _hand_queue_to_notifier(args: argparse.Namespace) -> dict[str, Any] | None:
     if not messages:
         return None
     print(f"delivered {len(messages)} queued notification(s) to notifier", file=sys.stderr)
-    arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    attributes = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["All"])["Attributes"]
     region = os.environ.get("AWS_DEFAULT_REGION", "us-east-1")
-    entry = _deliver("notifier", sqs_event(messages, arn, region), args)
-    for m in messages:  # what Lambda's event source does after a batch (failures come back on the queue)
-        sqs.delete_message(QueueUrl=queue, ReceiptHandle=m["ReceiptHandle"])
-    return {"function": "notifier", "notifications": len(messages), **entry}
+    entry, module = _call("notifier", sqs_event(messages, attributes["QueueArn"], region), args)
+    ids = [m["MessageId"] for m in messages]
+    failed = ids if "error" in entry else batch_failures(entry.get("result"), ids)
+    for m in messages:
+        if m["MessageId"] not in failed:
+            sqs.delete_message(QueueUrl=queue, ReceiptHandle=m["ReceiptHandle"])
+    done = {"function": "notifier", "notifications": len(messages), **entry}
+    if failed:
+        reasons = failure_reasons(module) if module is not None else {}
+        why = {i: reasons.get(i) or entry.get("error") or "the notifier reported it failed" for i in failed}
+        print(_left_on_queue(messages, why, attributes), file=sys.stderr)
+        done["failed"] = [{"messageId": i, "why": w} for i, w in why.items()]
+        done.setdefault("error", f"{len(failed)} of {len(messages)} notification(s) failed")
+    return done
+
+
+def _left_on_queue(messages: list[dict[str, Any]], why: dict[str, str], attributes: dict[str, str]) -> str:
+    """The lines that say which notifications failed, why, and what the queue does with them next."""
+    redrive = json.loads(attributes.get("RedrivePolicy") or "{}")
+    limit = f" of {redrive['maxReceiveCount']} before the DLQ" if "maxReceiveCount" in redrive else ""
+    lines = [
+        f"error: notifier failed {len(why)} of {len(messages)} notification(s): left on the queue, back after its "
+        f"visibility timeout ({attributes.get('VisibilityTimeout', '?')} s)"
+    ]
+    for m in messages:
+        if m["MessageId"] in why:
+            count = m.get("Attributes", {}).get("ApproximateReceiveCount", "?")
+            lines.append(f"  {m['MessageId']} (receive {count}{limit}): {why[m['MessageId']]}")
+    return "\n".join(lines)
 
 
 def up(args: argparse.Namespace) -> int:
@@ -139,7 +193,90 @@ def up(args: argparse.Namespace) -> int:
     if args.example:
         policy = local_stack.create_example(endpoint, env, state)
         print(f"example: asg:train-spot (2 nodes), alarms gpufleet-train-gpu-high/low, {policy}", file=sys.stderr)
+    if topic := env.get(defaults.ENV_NOTIFY_TOPIC_ARN):
+        local_stack.subscribe_oncall(endpoint, topic)
     print("\n".join(local_stack.exports(env, endpoint)))
+    return 0
+
+
+def _local_endpoint(args: argparse.Namespace) -> str | None:
+    """The local stack's endpoint (loopback only: these commands emulate AWS, they never touch it)."""
+    from gpufleet.aws.clients import is_loopback
+
+    endpoint = getattr(args, "endpoint", None) or os.environ.get(defaults.ENV_ENDPOINT_URL)
+    return endpoint if endpoint and is_loopback(endpoint) else None
+
+
+def _as_eks_would(args: argparse.Namespace) -> None:
+    """[EMULATED EKS] after the functions ran on the local stack: node groups' desiredSize onto their ASGs."""
+    from gpufleet_tools import local_stack
+
+    endpoint = _local_endpoint(args)
+    if endpoint and not args.aws:
+        for note in local_stack.sync_nodegroups(endpoint):
+            print(note, file=sys.stderr)
+
+
+def nodegroup(args: argparse.Namespace) -> int:
+    """The node group, its backing ASG and its cluster's Kubernetes API; on stdout the export of
+    GPUFLEET_KUBE_ENDPOINTS for every local cluster (`eval "$(gpufleet local nodegroup ...)"`)."""
+    from gpufleet_tools import local_kube, local_stack
+
+    endpoint, (cluster, _, name) = _local_endpoint(args), args.group.partition("/")
+    if not endpoint:
+        print(
+            f'error: no local stack: `eval "$(gpufleet local up)"` first (or ${defaults.ENV_ENDPOINT_URL})',
+            file=sys.stderr,
+        )
+        return 2
+    if not cluster or not name or not 0 <= args.min <= args.desired <= args.max:
+        print(
+            f"error: {args.group} --min {args.min} --desired {args.desired} --max {args.max}: "
+            "want CLUSTER/NODEGROUP and min <= desired <= max",
+            file=sys.stderr,
+        )
+        return 2
+    tags = dict(t.split("=", 1) for t in args.tag or ()) or {defaults.TAG_MANAGED: defaults.TAG_MANAGED_VALUE}
+    sizes = (args.min, args.max, args.desired)
+    asg = local_stack.create_nodegroup(endpoint, cluster, name, sizes, args.instance_type, tags)
+    url = local_kube.start(Path(args.dir), cluster, local_stack.free_port())
+    print(
+        f"eks:{cluster}/{name}: backing ASG {asg} ({args.desired} of {args.max}); Kubernetes API {url} [emulated]",
+        file=sys.stderr,
+    )
+    found = json.dumps(local_kube.endpoints(Path(args.dir)))
+    print(f"export {ENV_KUBE_ENDPOINTS}={shlex.quote(found)}")
+    return 0
+
+
+def add_pod(args: argparse.Namespace) -> int:
+    """A pod the scheduler could not place, in the cluster's local Kubernetes API."""
+    from datetime import UTC, datetime
+
+    from gpufleet_tools import local_kube
+
+    namespace, _, name = args.pod.rpartition("/")
+    selector = dict(s.split("=", 1) for s in args.selector or ())
+    doc = local_kube.waiting_pod(namespace or "default", name, args.gpus, selector, datetime.now(UTC))
+    local_kube.add_pod(Path(args.dir), args.cluster, doc)
+    print(
+        f"{args.cluster}: pod {namespace or 'default'}/{name} waits for {args.gpus} GPU(s) [emulated]", file=sys.stderr
+    )
+    return 0
+
+
+def oncall(args: argparse.Namespace) -> int:
+    """Each SNS message the notification topic published (subject, then body), as on-call would get it."""
+    from gpufleet_tools import local_stack
+
+    endpoint = _local_endpoint(args)
+    if not endpoint:
+        print('error: no local stack: `eval "$(gpufleet local up)"` first', file=sys.stderr)
+        return 2
+    got = local_stack.read_oncall(endpoint)
+    for m in got:
+        print(f"== {m['subject']}\n{m['message']}\n")
+    print(f"{len(got)} message(s) to on-call", file=sys.stderr)
     return 0
 
 

@@ -22,7 +22,7 @@ from gpufleet.domain.models import GroupObservation
 from gpufleet.domain.policy import FleetPolicy
 from gpufleet.events.alarms import described_metrics
 from gpufleet.events.kubernetes import ClusterUnreadable
-from gpufleet.settings import KubeEndpoint, Settings
+from gpufleet.settings import ENV_KUBE_ENDPOINTS, KubeEndpoint, Settings
 from gpufleet_tools.doctor.core import AccountView, AlarmView, DemandView, Presence, reads_gpufleet_metrics
 
 _NOT_FOUND = ("ResourceNotFoundException", "NotFound", "NotFoundException")
@@ -140,6 +140,9 @@ class DemandProbe:
         except AWS_FAILURES as exc:
             return DemandView(group="", source=source, problem=f"DescribeCluster failed ({error_code(exc)})")
         mode = found.get("accessConfig", {}).get("authenticationMode")
+        override = self.overrides.get(cluster)
+        if override is not None and override.token is not None:
+            return self._with_token(cluster, source)
         if mode == "CONFIG_MAP":
             return DemandView(
                 group="", source=source, problem="its authentication mode is CONFIG_MAP: access entries need API"
@@ -159,6 +162,19 @@ class DemandProbe:
             hint = "name it in the stack's EksClusters parameter"
             return DemandView(group="", source=source, problem=f"no access entry has {VIEW_POLICY} ({hint})")
         return DemandView(group="", source=source, found=f"{reached}; {VIEW_POLICY} for {', '.join(entry)}")
+
+    def _with_token(self, cluster: str, source: str) -> DemandView:
+        """A cluster GPUFLEET_KUBE_ENDPOINTS gives a token for (the local stack's API; a cluster outside
+        EKS's DescribeCluster): the scaler reads it with that token, not its role, so access entries and
+        the authentication mode do not apply; the token must be let in."""
+        try:
+            pods = PodReader(self.eks, self.session, self.overrides).read(cluster)
+        except ClusterUnreadable as exc:
+            return DemandView(
+                group="", source=source, problem=f"{exc.cause} (with the token {ENV_KUBE_ENDPOINTS} gives)"
+            )
+        waiting = f"the API answers: {len(pods.waiting)} pod(s) waiting for GPUs now"
+        return DemandView(group="", source=source, found=f"{waiting}, with the token {ENV_KUBE_ENDPOINTS} gives")
 
     def _view_entry(self, cluster: str) -> list[str] | None:
         """The principals with AmazonEKSViewPolicy on the cluster; None when they cannot be read."""
