@@ -75,6 +75,11 @@ sam-build: $(SAM_VENV)/bin/.installed
 	@test -n "$(PY313)" || { echo "error: no python3.13 interpreter found; sam build needs it for the Lambda runtime python3.13 (install one, e.g. 'pyenv install 3.13')"; exit 1; }
 	SAM_CLI_TELEMETRY=0 PATH="$(dir $(PY313)):$$PATH" $(SAM_VENV)/bin/sam build
 
+# The fuzz at full scale (86k inputs, ~3 min): `make test` runs half of it to stay in its time budget.
+.PHONY: fuzz
+fuzz: venv
+	GPUFLEET_FUZZ_SCALE=1 $(BIN)/pytest -q -p no:cacheprovider tests/unit/test_fuzz_inputs.py
+
 .PHONY: unit
 unit: venv
 	GPUFLEET_FUZZ_SCALE=0.05 $(BIN)/pytest -q -p no:cacheprovider tests/unit
@@ -85,7 +90,7 @@ unit: venv
 .PHONY: pytest
 pytest: venv
 	@GPUFLEET_SIDE_SESSION=1 $(BIN)/pytest -q -p no:cacheprovider tests/crash > .pytest-crash.log 2>&1 & crash=$$!; \
-	GPUFLEET_REQUIRE_SAM_BUILD=1 $(BIN)/pytest tests --ignore=tests/crash --durations=12 --cov=gpufleet --cov=gpufleet_tools \
+	GPUFLEET_FUZZ_SCALE=0.5 GPUFLEET_REQUIRE_SAM_BUILD=1 $(BIN)/pytest tests --ignore=tests/crash --durations=12 --cov=gpufleet --cov=gpufleet_tools \
 	  --cov=gpufleet_node --cov-report=term:skip-covered --cov-report=json:.coverage.json; main=$$?; \
 	wait $$crash; crashed=$$?; echo "--- crash points (tests/crash, its own session) ---"; tail -n 25 .pytest-crash.log; \
 	test $$main -eq 0 -a $$crashed -eq 0

@@ -143,6 +143,14 @@ def test_the_shipped_policies_are_clean() -> None:
             "groups[0] (g): demand.metric needs demand.gpus_per_node",
         ),
         ("{name: g, kind: asg, demand: {sqs: {queue_url: 'https://q/1/j'}}}", "demand.sqs needs demand.gpus_per_node"),
+        (
+            "{name: g, kind: asg, demand: {metric: {namespace: GPUFleet, metric_name: Pending}, gpus_per_node: 8}}",
+            "groups[0] (g): demand.metric.namespace 'GPUFleet' is one every GPU node may write",
+        ),
+        (
+            "{name: g, kind: asg, demand: {metric: {namespace: GPUFleet/slurm, metric_name: P}, gpus_per_node: 8}}",
+            "any node could steer this group's size",
+        ),
     ],
 )
 def test_a_demand_source_the_group_cannot_use(rule: str, problem: str) -> None:
@@ -155,5 +163,6 @@ def test_demand_sources_that_fit_their_groups_are_fine() -> None:
 groups:
   - {name: train-gpu, cluster: ml, kind: eks-nodegroup, demand: {kubernetes: {}}}
   - {name: slurm, kind: asg, demand: {metric: {namespace: Slurm, metric_name: PendingGPUs}, gpus_per_node: 8}}
+  - {name: other, kind: asg, demand: {metric: {namespace: GPUFleetSlurm, metric_name: P}, gpus_per_node: 8}}
 """
     assert policy_problems(parse_policy(text, "p.yaml")) == []

@@ -11,6 +11,7 @@ import fnmatch
 
 from gpufleet.domain.models import GroupKind, GroupRef
 from gpufleet.domain.policy import FleetPolicy, GroupRule, GroupSettings
+from gpufleet_node.schema import NAMESPACE as NODE_NAMESPACE
 
 
 def policy_problems(policy: FleetPolicy) -> list[str]:
@@ -122,4 +123,18 @@ def _demand_problems(policy: FleetPolicy) -> list[str]:
         if demand.kubernetes is None and demand.gpus_per_node is None and kind is not GroupKind.EKS_NODEGROUP:
             source = "sqs" if demand.sqs is not None else "metric"
             problems.append(f"{label}: demand.{source} needs demand.gpus_per_node (GPUs per instance of the ASG)")
+        if demand.metric is not None and node_writable(demand.metric.namespace):
+            problems.append(
+                f"{label}: demand.metric.namespace {demand.metric.namespace!r} is one every GPU node may write "
+                f"(NodePublisherPolicy allows PutMetricData in {NODE_NAMESPACE!r}): any node could steer this "
+                "group's size; publish the backlog in a namespace only the scheduler's role writes (default Slurm)"
+            )
     return problems
+
+
+def node_writable(namespace: str) -> bool:
+    """Whether the GPU nodes' own policy lets them write this CloudWatch namespace.
+
+    IAM scopes PutMetricData by namespace only (no dimension key), so a demand metric there is a number any
+    node of any group can set: docs/security.md."""
+    return namespace == NODE_NAMESPACE or namespace.startswith(NODE_NAMESPACE + "/")
