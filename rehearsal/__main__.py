@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rehearsal.calls import ENV_RECORD, CallRecorder
 from rehearsal.demand_scene import TOKEN
+from rehearsal.forged_scene import ForgedScene
 from rehearsal.kube_api import KubeApi, kube_api
 from rehearsal.moto import moto_server
 from rehearsal.moto_ext import ENV_LOGS_NOW
@@ -48,10 +49,17 @@ def main() -> int:
         )
         server.reset()
         trust = TrustScenes(out, kube, TOKEN).run()
-    result.lines += ["", *trust.lines]
-    result.decisions += trust.decisions
-    result.checks += trust.checks
-    result.failures += trust.failures
+        print(
+            "\none compromised node (rehearsal/forged_scene.py): moto reset, asg:infer and one node of asg:train "
+            "writing what the node role lets any node write [emulated: moto enforces no IAM]"
+        )
+        server.reset()
+        forged = ForgedScene(out, kube, TOKEN).run()
+    for scene in (trust, forged):
+        result.lines += ["", *scene.lines]
+        result.decisions += scene.decisions
+        result.checks += scene.checks
+        result.failures += scene.failures
     write_outputs(result, out)
     if recorder is not None:
         recorder.dump(os.environ[ENV_RECORD])

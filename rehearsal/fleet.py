@@ -16,7 +16,7 @@ import boto3
 from gpufleet.domain import defaults
 from gpufleet_node import schema
 from gpufleet_tools import local
-from gpufleet_tools.local_stack import eks_backing_asg_tags  # noqa: F401  (one list of EKS's tags)
+from gpufleet_tools.local_stack import eks_backing_asg_tags
 
 INSTANCE_TYPE = "g5.12xlarge"
 MANAGED_TAG = {defaults.TAG_MANAGED: defaults.TAG_MANAGED_VALUE}

@@ -68,6 +68,24 @@ def test_rehearsal_meets_its_expected_outcomes(tmp_path: Path) -> None:
         "never became GPU-ready' (delivered at +1",
         "min), told once over 3 ticks; its job got a new node at +16 min (1 -> 2)",
         "eks:ml/gpu-infer: 3 pods (cpu 4, memory 16Gi, 1 GPU) fit no g5.xlarge: nothing launched, told once in 3 ticks",
+        # one compromised node (rehearsal/forged_scene.py, issue 29): it writes what the node role allows
+        "asg:infer: [emulated: moto enforces no IAM; tests/iam/test_node_policy.py: any node may write the GPUFleet "
+        "namespace, any dimensions] a node of asg:train flooded its GPUUtilization series (Values=[100], Counts "
+        "50,000 in all; Average 99.",
+        "held 2 -> 2 on its members' own series (5 %), on-call told: 'gpufleet [WARNING] asg:infer: GPU metrics hold "
+        "data no member could publish'",
+        "asg:infer: [emulated: moto enforces no IAM; tests/iam/test_node_policy.py: a node writes only its own "
+        "GPUFleet/Node/${aws:userid}] GPU 1 lost forged under i-",
+        "(replace_unhealthy on): not replaced, told once over 2 guard runs ('action: GPU fault reported for i-",
+        "under the shared namespace but not by the instance itself: not replacing; possible forgery from another "
+        "node'); then i-",
+        "'s own publisher reported it: replaced (told at +11 min, the incident's updates paced: 'gpufleet [CRITICAL "
+        "update] asg:infer: GPU failure confirmed by i-",
+        "asg:infer: [emulated: moto enforces no IAM; tests/integration/test_report_moto.py: any node may write any "
+        "stream] `gpufleet report` on 2026-11-23: a record for team finance holding GPU 0 for 1e9 s under i-",
+        "is FLAGGED, not summed ('1. stream i-",
+        "claim 277,777.8 GPU-h (teams finance)",
+        "the totals unchanged (1.33 GPU-h, $1.89), no team finance",
     ):
         assert expected in out
     assert "FAIL" not in out
@@ -87,5 +105,12 @@ def test_rehearsal_meets_its_expected_outcomes(tmp_path: Path) -> None:
     assert "3 node(s) held by running messages: 2 idle node(s) not needed: scale in 5 -> 3" in timeline
     assert "passed over 3 scale-in protected" in timeline
     assert "launched 16 min ago and is not GPU-ready" in timeline
+    # what on-call got about the flood: the numbers, and what the scaler decided on instead
+    assert (
+        "[SNS] gpufleet [WARNING] asg:infer: GPU metrics hold data no member could publish: decided on 2 of 2 "
+        "InService members' own series (group asg:infer GPUUtilization: " in timeline
+    )
+    assert "samples, more than the 1,920 its publishers can write) instead." in timeline
+    assert "1 flagged, not summed" in timeline and "FLAGGED RECORDS" in timeline
     posted = sorted((tmp_path / "slack").glob("*.json"))
     assert posted and all(json.loads(p.read_text())["blocks"][0]["type"] == "header" for p in posted)
