@@ -97,3 +97,26 @@ def test_describe_tags_needs_instance_profile_credentials(node_policy: list[dict
     assert evaluate(node_policy, "ec2:DescribeTags", "*", FORGER).allowed
     assert not evaluate(node_policy, "ec2:DescribeTags", "*", {"aws:userid": "AIDAUSER"}).allowed
     assert not evaluate(node_policy, "ec2:DescribeInstances", "*", FORGER).allowed
+
+
+# AWS's CloudWatchAgentServerPolicy, often on GPU and EKS node roles beside ours: PutMetricData anywhere.
+CLOUDWATCH_AGENT = {"Effect": "Allow", "Action": ["cloudwatch:PutMetricData"], "Resource": "*"}
+
+
+@pytest.mark.parametrize(
+    ("namespace", "allowed"),
+    [
+        (VICTIM_NAMESPACE, False),  # the Deny wins over the agent's Allow
+        (schema.node_namespace("AROACWAGENTROLE:i-0123456789abcdef0"), False),  # under any role id
+        (schema.node_namespace(FORGER["aws:userid"]), True),
+        ("CWAgent", True),  # the agent's own metrics are untouched
+    ],
+)
+def test_another_policy_on_the_node_role_cannot_open_another_nodes_namespace(
+    node_policy: list[dict[str, Any]], namespace: str, allowed: bool
+) -> None:
+    """IAM permissions add up: a node role that also carries the CloudWatch agent's policy may write every
+    namespace, so the node policy denies every GPUFleet/Node/ namespace but the caller's own."""
+    both = [*node_policy, CLOUDWATCH_AGENT]
+    verdict = evaluate(both, "cloudwatch:PutMetricData", "*", {**FORGER, "cloudwatch:namespace": namespace})
+    assert verdict.allowed is allowed, verdict.why
