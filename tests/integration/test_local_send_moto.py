@@ -133,3 +133,24 @@ def test_failed_notifications_stay_on_the_queue_and_the_send_fails(gpu_fleet: Fl
     names = ["ApproximateNumberOfMessagesNotVisible", "ApproximateNumberOfMessages"]
     counts = sqs.get_queue_attributes(QueueUrl=env["GPUFLEET_NOTIFY_QUEUE_URL"], AttributeNames=names)["Attributes"]
     assert (counts[names[0]], counts[names[1]]) == ("1", "0")  # the failed one in flight; the good one deleted
+
+
+def test_more_than_one_batch_of_notifications_is_all_delivered(gpu_fleet: Fleet, tmp_path: Path) -> None:
+    """Before: `local send` received one batch (10) and exited 0; the other 15 stayed queued, never
+    delivered. Now it hands the queue over batch after batch until nothing is visible: all 25 reach the
+    notifier, the 24 good ones are deleted, the one failure (in a later batch) stays and the send fails."""
+    env = create_stack(TEMPLATE, gpu_fleet.endpoint)
+    scaler = FAKE_SCALER.replace('("fine", "refused by Slack")', '["fine"] * 20 + ["refused by Slack"] + ["fine"] * 4')
+    for name, source in (("scaler", scaler), ("notifier", FAKE_NOTIFIER)):
+        (tmp_path / "functions" / name).mkdir(parents=True)
+        (tmp_path / "functions" / name / "app.py").write_text(source)
+    extra = ("--param", "AlarmNamePrefix=gpufleet-", "--functions-dir", str(tmp_path / "functions"))
+    code, out, err = send(gpu_fleet, _named_alarm(tmp_path), *extra, extra_env=env)
+    notifier = json.loads(out)["notifier"]
+    assert code == 1 and notifier["notifications"] == 25, err
+    [failed] = notifier["failed"]
+    assert failed["why"] == "RuntimeError: refused by Slack"
+    assert notifier["result"]["batchItemFailures"] == [{"itemIdentifier": failed["messageId"]}]
+    names = ["ApproximateNumberOfMessagesNotVisible", "ApproximateNumberOfMessages"]
+    counts = boto3.client("sqs").get_queue_attributes(QueueUrl=env["GPUFLEET_NOTIFY_QUEUE_URL"], AttributeNames=names)
+    assert (counts["Attributes"][names[0]], counts["Attributes"][names[1]]) == ("1", "0")

@@ -154,11 +154,11 @@ def test_malformed_messages_go_to_the_dlq_with_a_reason_and_the_rest_proceeds(no
 
 
 def test_rate_limits_and_server_errors_are_retried_by_slack_sdk(notify: Harness) -> None:
-    notify.receiver.script.extend(["429:1", "500", "ok"])
+    notify.receiver.script.extend(["429:1", "503", "ok"])
     notify.send(notification(1))
     failed, _ = notify.deliver()
     assert failed == []
-    assert notify.receiver.answers == ["429:1", "500", "ok"]
+    assert notify.receiver.answers == ["429:1", "503", "ok"]
     assert len(notify.receiver.received) == 1
 
 
@@ -266,7 +266,7 @@ def test_the_slack_secret_never_appears_in_logs(notify: Harness, capfd: pytest.C
     handler.setFormatter(notify.app.logger.registered_formatter)
     notify.app.logger.addHandler(handler)  # every record the function logs, as JSON, in this test
     try:
-        notify.receiver.script.extend(["500", "500", "500", "stall:2"])
+        notify.receiver.script.extend(["503", "503", "503", "stall:2"])
         notify.send(notification(1), notification(2))
         failed, _ = notify.deliver()
         notify.deliver(failed)

@@ -103,7 +103,7 @@ def test_at_the_cap_a_new_connection_takes_the_place_of_the_oldest_idle_one(star
         s.close()
 
 
-def test_at_the_cap_with_none_idle_the_new_connection_is_refused_at_once(start):
+def test_at_the_cap_with_none_idle_the_new_connection_is_refused_at_once(start, caplog):
     # One response, then the rate holds the next requests: they are in, waiting, and not idle.
     endpoint = start(Limits(max_connections=3, max_per_client=10, responses_per_s=0.001, read_timeout_s=60))
     first = connect(endpoint.port)
@@ -116,11 +116,12 @@ def test_at_the_cap_with_none_idle_the_new_connection_is_refused_at_once(start):
     extra = connect(endpoint.port, "127.0.0.9")
     assert status(read_all(extra)) == 503  # not queued: answered and closed
     assert endpoint.stats.refused == 1 and endpoint.server.open_connections == 3
+    assert any("at the connection cap (3); refused" in r.getMessage() for r in caplog.records)
     for s in [first, *waiting, extra]:
         s.close()
 
 
-def test_one_client_gets_at_most_its_share(start):
+def test_one_client_gets_at_most_its_share(start, caplog):
     endpoint = start(Limits(max_connections=10, max_per_client=2, read_timeout_s=60))
     mine = [connect(endpoint.port) for _ in range(2)]
     assert eventually(lambda: endpoint.server.open_connections == 2)
@@ -130,6 +131,9 @@ def test_one_client_gets_at_most_its_share(start):
     other.sendall(REQUEST)
     assert status(read_all(other)) == 200  # another address still gets in
     assert endpoint.stats.refused == 1
+    # The log names the limit that refused it (before: "at the connection cap (10)", with 2 open).
+    said = [r.getMessage() for r in caplog.records if "refused a connection" in r.getMessage()]
+    assert len(said) == 1 and "at the per-address limit (2)" in said[0] and "cap" not in said[0]
     for s in [*mine, third, other]:
         s.close()
 

@@ -322,14 +322,16 @@ class BoundedServer:
                 return
 
     def _turn_away(self, sock: socket.socket, host: str, evicted: bool = False) -> None:
-        """A 503 (best effort; the caller closes): a client over the cap is told, not queued."""
+        """A 503 (best effort; the caller closes), not a queue; the log names the limit: per address or all."""
         with contextlib.suppress(OSError):
             sock.setblocking(False)
             sock.send(REFUSED)
         self.stats.evicted += evicted
         self.stats.refused += not evicted
         what = "evicted an idle connection" if evicted else "refused a connection"
-        _warn(self.stats.refused + self.stats.evicted, "at the connection cap (%d); %s from %s", self.cap, what, host)
+        mine = not evicted and self._per_client[host] >= self.limits.max_per_client
+        limit = ("the per-address limit", self.limits.max_per_client) if mine else ("the connection cap", self.cap)
+        _warn(self.stats.refused + self.stats.evicted, "at %s (%d); %s from %s", *limit, what, host)
         now = self.clock()
         if self._refusals.spent(now):  # a connect flood: let the kernel's backlog take it
             self._listen(False, float(int(now) + 1))

@@ -100,13 +100,13 @@ def test_a_retry_after_longer_than_the_time_left_is_not_waited_out() -> None:
 
 @pytest.mark.parametrize("mode", ["webhook", "bot"])
 def test_retries_that_fit_in_the_time_left_are_still_made(mode: str, socket_timeouts: list[float | None]) -> None:
-    """A 500 and a 429 (Retry-After: 0) within 10 s: both retried after their pauses, each attempt's
+    """A 503 and a 429 (Retry-After: 0) within 10 s: both retried after their pauses, each attempt's
     socket given what is left after the pause, at most the poster's 2 s."""
     clock = Clock()
-    receiver = SlackReceiver(script=deque(["500", "429:0"]))
+    receiver = SlackReceiver(script=deque(["503", "429:0"]))
     with slack_receiver(receiver) as (rx, base):
         poster(base, mode, timeout_s=2, clock=clock).post(PAYLOAD, within_s=10)
-    assert rx.answers == ["500", "429:0", "ok"] and len(rx.received) == 1
+    assert rx.answers == ["503", "429:0", "ok"] and len(rx.received) == 1
     assert len(clock.pauses) == 2 and all(0 <= p < 10 for p in clock.pauses)
     assert socket_timeouts == [2, 2, 2]
 
@@ -115,7 +115,7 @@ def test_a_retry_is_given_only_the_time_left() -> None:
     """With 2.5 s left after a pause, the next attempt's timeout is 2 (whole seconds), not the poster's 5:
     the deadline computed from the injected clock."""
     clock = Clock()
-    receiver = SlackReceiver(script=deque(["500"]))
+    receiver = SlackReceiver(script=deque(["503"]))
     with slack_receiver(receiver) as (rx, base):
         p = poster(base, "webhook", timeout_s=5, clock=clock)
         p._until = clock() + 3.5  # what post() sets; here to read _retry_fits on its own

@@ -6,12 +6,14 @@ measures elapsed time. Before: every sweep re-posted the unconfirmed delivery (a
 
 from __future__ import annotations
 
+import json
 import socket
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 from aws_lambda_powertools import Logger, Metrics
@@ -21,7 +23,8 @@ from gpufleet.notify.incidents import Incident, Silence
 from gpufleet.notify.model import Notification, Severity
 from gpufleet.notify.render import MAYBE_DUPLICATE
 from gpufleet.notify.service import DeliveryFailed, Notifier
-from gpufleet.notify.slack import SlackConfig, SlackPoster
+from gpufleet.notify.slack import SlackConfig, SlackFailed, SlackPoster, SlackUnconfirmed
+from rehearsal.loopback import serve
 from rehearsal.slack import SlackReceiver, slack_receiver
 
 T0 = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
@@ -133,16 +136,17 @@ def test_a_slack_that_answers_late_gets_each_post_twice_at_most_in_three_minutes
 
 
 def test_a_slack_that_errors_is_still_retried_at_every_sweep_and_one_that_answers_is_unaffected() -> None:
-    """500s (slack-sdk retries each post twice more) send nothing: every sweep tries again, unmarked.
-    Then Slack answers: the next incident is posted once, and the sweeps after have nothing to do."""
-    with notifier(["500"] * 9) as (n, rx, store):
-        with pytest.raises(DeliveryFailed, match="HTTP 500"):
+    """503s (slack-sdk retries each post twice more; the server could not take it) send nothing: every sweep
+    tries again, unmarked. Then Slack answers: the next incident is posted once, and the sweeps after have
+    nothing to do."""
+    with notifier(["503"] * 9) as (n, rx, store):
+        with pytest.raises(DeliveryFailed, match="HTTP 503"):
             n.handle_message(warning(1), T0)
         retried = run(n, 30, 90)
         assert n.handle_message(warning(2), T0 + timedelta(seconds=100)) == "posted-new"
         quiet = run(n, 120, 240)
     assert retried == [{"failed": 1}, {"failed": 1}, {"posted-new": 1}] and all(o == {} for o in quiet)
-    assert rx.answers == ["500"] * 9 + ["ok", "ok"] and len(rx.received) == 2
+    assert rx.answers == ["503"] * 9 + ["ok", "ok"] and len(rx.received) == 2
     assert not any(MAYBE_DUPLICATE in t for t in texts(rx))
     assert all(inc.in_flight is None and inc.sent_count == 1 for inc in store.all())
 
@@ -159,3 +163,68 @@ def test_a_slack_that_refuses_connections_is_still_retried_at_every_sweep() -> N
     [incident] = store.all()
     assert incident.in_flight is not None and incident.in_flight.unanswered == 0
     assert incident.in_flight.attempts == 7
+
+
+@contextmanager
+def landing_slack(status: int, body: bytes = b"") -> Iterator[tuple[list[bytes], str]]:
+    """(posts, base URL): a Slack edge that takes every post (it lands) and answers `status` with `body`,
+    as a gateway does when the backend that posted it was slow (504) or failed after posting."""
+    posts: list[bytes] = []
+
+    class Edge(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            posts.append(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    with serve(Edge) as base:
+        yield posts, base
+
+
+@pytest.mark.parametrize("status", [500, 502, 504])
+def test_a_post_answered_with_an_error_after_it_landed_is_repeated_once_then_held(status: int) -> None:
+    """Issue 29 (probe): each post lands and the edge answers 500, 502 or 504. Before: slack-sdk retried
+    a 500 twice within the post and every sweep posted again, unmarked (21 posts in 10 minutes). Now: the
+    post and one marked repeat in 10 minutes of sweeps, then held to the repeat interval."""
+    with landing_slack(status) as (posts, base), notifier([], base=base) as (n, _, store):
+        with pytest.raises(DeliveryFailed, match=f"HTTP {status}"):
+            n.handle_message(warning(1), T0)
+        run(n, 30, 600)
+        in_ten_minutes = [json.loads(p)["text"] for p in posts]
+        run(n, 630 + REPEAT_S, 660 + REPEAT_S)
+        [incident] = store.all()
+    assert len(in_ten_minutes) == 2
+    assert MAYBE_DUPLICATE not in in_ten_minutes[0] and MAYBE_DUPLICATE in in_ten_minutes[1]
+    assert len(posts) == 3 and MAYBE_DUPLICATE in json.loads(posts[2])["text"]  # one more after the interval
+    assert incident.in_flight is not None and incident.in_flight.unanswered == 3
+
+
+@pytest.mark.parametrize(
+    ("mode", "status", "body", "unconfirmed", "attempts"),
+    [
+        ("webhook", 500, b"rollup_error", True, 1),
+        ("webhook", 502, b"", True, 1),
+        ("webhook", 504, b"", True, 1),
+        ("webhook", 503, b"", False, 3),  # the server could not take it: retried within the post
+        ("bot", 500, b"", True, 1),
+        ("bot", 504, b"", True, 1),
+        ("bot", 200, b'{"ok": false, "error": "internal_error"}', True, 1),
+        ("bot", 200, b'{"ok": false, "error": "fatal_error"}', True, 1),
+        ("bot", 503, b"", False, 3),
+    ],
+)
+def test_which_answers_may_have_posted(mode: str, status: int, body: bytes, unconfirmed: bool, attempts: int) -> None:
+    """Answers that do not prove the post was refused raise SlackUnconfirmed and are not retried within
+    the post (a retry would post again, unmarked); a 503 is retried, as before."""
+    with landing_slack(status, body) as (posts, base):
+        secret = f"{base}/services/T0/B0/X" if mode == "webhook" else '{"bot_token": "xoxb-t", "channel": "#c"}'
+        poster = SlackPoster(SlackConfig.from_secret(secret), api_url=f"{base}/api/", sleep=lambda s: None)
+        with pytest.raises(SlackFailed) as caught:
+            poster.post({"text": "t", "blocks": []})
+    assert isinstance(caught.value, SlackUnconfirmed) is unconfirmed
+    assert len(posts) == attempts

@@ -130,23 +130,61 @@ def _not_delivered(event: Any, template: Path, params: dict[str, str], args: arg
 _PASSED_ON = ("endpoint", "policy", "table", "functions_dir")
 
 
+# `local send` hands the queue to the notifier batch after batch, as Lambda's event source polls, until a
+# receive finds nothing visible; at most this many batches of 10 (200 notifications), so a notifier that
+# queues as fast as it takes cannot keep one send running. What is left then is said, and the send fails.
+MAX_RECEIVE_ROUNDS = 20
+
+
 def _hand_queue_to_notifier(args: argparse.Namespace) -> dict[str, Any] | None:
-    """[the SQS event source] what the functions queued for the notifier, delivered to it once: its part
-    of the document, or None when nothing was queued. As Lambda's event source with
-    ReportBatchItemFailures: the records the notifier answers as failed (or every record, when it raises)
-    stay on the queue and come back after its visibility timeout; only the others are deleted."""
-    from gpufleet_tools.local import batch_failures, failure_reasons, sqs_event
+    """[the SQS event source] what the functions queued for the notifier, delivered to it in batches of 10
+    until the queue has nothing visible: its part of the document, or None when nothing was queued. As
+    Lambda's event source with ReportBatchItemFailures: the records the notifier answers as failed (or every
+    record of a batch, when it raises) stay on the queue and come back after its visibility timeout; only
+    the others are deleted."""
     from gpufleet_tools.session import client
 
     queue = os.environ.get(defaults.ENV_NOTIFY_QUEUE_URL)
     if not queue:
         return None
     sqs = client("sqs")
-    messages = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10, AttributeNames=["All"]).get("Messages", [])
-    if not messages:
-        return None
-    print(f"delivered {len(messages)} queued notification(s) to notifier", file=sys.stderr)
     attributes = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["All"])["Attributes"]
+    done: dict[str, Any] = {"function": "notifier", "notifications": 0, "already_handled": [], "result": None}
+    failures: list[dict[str, str]] = []
+    for _ in range(MAX_RECEIVE_ROUNDS):
+        messages = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10, AttributeNames=["All"]).get(
+            "Messages", []
+        )
+        if not messages:
+            break
+        entry, failed = _deliver_batch(sqs, queue, messages, attributes, args)
+        done["notifications"] += len(messages)
+        done["already_handled"] += entry.get("already_handled", [])
+        done["result"] = _merged(done["result"], entry.get("result"))
+        failures += failed
+        if "error" in entry:
+            done.setdefault("error", entry["error"])
+    else:
+        left = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["ApproximateNumberOfMessages"])
+        if int(left["Attributes"]["ApproximateNumberOfMessages"]):
+            why = f"notifications still queued after {MAX_RECEIVE_ROUNDS} batches: run `gpufleet local send` again"
+            print(f"error: {why}", file=sys.stderr)
+            done.setdefault("error", why)
+    if not done["notifications"]:
+        return None
+    if failures:
+        done["failed"] = failures
+        done.setdefault("error", f"{len(failures)} of {done['notifications']} notification(s) failed")
+    return done
+
+
+def _deliver_batch(
+    sqs: Any, queue: str, messages: list[dict[str, Any]], attributes: dict[str, str], args: argparse.Namespace
+) -> tuple[dict[str, Any], list[dict[str, str]]]:
+    """One batch to the notifier: its entry, and the records left on the queue with why."""
+    from gpufleet_tools.local import batch_failures, failure_reasons, sqs_event
+
+    print(f"delivered {len(messages)} queued notification(s) to notifier", file=sys.stderr)
     region = os.environ.get("AWS_DEFAULT_REGION", "us-east-1")
     entry, module = _call("notifier", sqs_event(messages, attributes["QueueArn"], region), args)
     ids = [m["MessageId"] for m in messages]
@@ -154,14 +192,20 @@ def _hand_queue_to_notifier(args: argparse.Namespace) -> dict[str, Any] | None:
     for m in messages:
         if m["MessageId"] not in failed:
             sqs.delete_message(QueueUrl=queue, ReceiptHandle=m["ReceiptHandle"])
-    done = {"function": "notifier", "notifications": len(messages), **entry}
-    if failed:
-        reasons = failure_reasons(module) if module is not None else {}
-        why = {i: reasons.get(i) or entry.get("error") or "the notifier reported it failed" for i in failed}
-        print(_left_on_queue(messages, why, attributes), file=sys.stderr)
-        done["failed"] = [{"messageId": i, "why": w} for i, w in why.items()]
-        done.setdefault("error", f"{len(failed)} of {len(messages)} notification(s) failed")
-    return done
+    if not failed:
+        return entry, []
+    reasons = failure_reasons(module) if module is not None else {}
+    why = {i: reasons.get(i) or entry.get("error") or "the notifier reported it failed" for i in failed}
+    print(_left_on_queue(messages, why, attributes), file=sys.stderr)
+    return entry, [{"messageId": i, "why": w} for i, w in why.items()]
+
+
+def _merged(before: Any, result: Any) -> Any:
+    """The batches' answers as one: their batchItemFailures together (a single batch's answer as it was)."""
+    if not isinstance(before, dict) or not isinstance(result, dict):
+        return result if before is None else before
+    items = [*(before.get("batchItemFailures") or []), *(result.get("batchItemFailures") or [])]
+    return {**before, **result, "batchItemFailures": items}
 
 
 def _left_on_queue(messages: list[dict[str, Any]], why: dict[str, str], attributes: dict[str, str]) -> str:

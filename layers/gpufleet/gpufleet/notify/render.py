@@ -27,7 +27,7 @@ SLACK_BLOCKS_MAX = 50
 SLACK_FALLBACK_MAX = 3000  # the notification text (Slack truncates at 40,000; on-call reads the first line)
 
 # Said on a repeat of a post whose answer never came: on-call may see the same message twice.
-MAYBE_DUPLICATE = "may be a duplicate: Slack did not answer in time"
+MAYBE_DUPLICATE = "may be a duplicate: Slack did not confirm the last post"
 
 _ICON = {Severity.INFO: ":information_source:", Severity.WARNING: ":warning:", Severity.CRITICAL: ":rotating_light:"}
 _OCCASION_LABEL = {

@@ -45,7 +45,14 @@ from gpufleet.notify.incidents import (
 from gpufleet.notify.model import Notification, Severity
 from gpufleet.notify.policy import Route
 from gpufleet.notify.render import render_slack, render_sns
-from gpufleet.notify.slack import MIN_ATTEMPT_S, SlackFailed, SlackPoster, SlackRejected, SlackTimedOut
+from gpufleet.notify.slack import (
+    MIN_ATTEMPT_S,
+    SlackFailed,
+    SlackPoster,
+    SlackRejected,
+    SlackTimedOut,
+    SlackUnconfirmed,
+)
 
 MAX_WRITE_CONFLICTS = 8
 SILENCE_CACHE = timedelta(seconds=30)
@@ -90,7 +97,7 @@ class SlackOutcome:
     thread_ts: str | None = None
     error: str | None = None  # failed or timed out: the redelivery retries it
     refused: bool = False  # Slack refused it: no retry can fix that
-    unanswered: bool = False  # timed out: the post may have landed (one repeat at most, then held)
+    unanswered: bool = False  # timed out or a 500/502/504: the post may have landed (one repeat, then held)
 
 
 ACCEPTS = (EventKind.QUEUE_BATCH, EventKind.SWEEP)
@@ -356,20 +363,23 @@ class Channels:
             self.count("slack-failures")
             if isinstance(exc, SlackTimedOut):
                 self.count("slack-timeouts")
-            return SlackOutcome(error=str(exc), unanswered=isinstance(exc, SlackTimedOut))
+            elif isinstance(exc, SlackUnconfirmed):
+                self.count("slack-unconfirmed")
+            return SlackOutcome(error=str(exc), unanswered=isinstance(exc, SlackUnconfirmed))
         self.count("slack-posts")
         return SlackOutcome(thread_ts=thread_ts)
 
 
 def tell_unanswered(logger: Logger, count: Callable[[str], str], incident: Incident, policy: FleetPolicy) -> None:
-    """One line per post Slack did not answer: what happens to it next (repeated once, then held)."""
+    """One line per post Slack did not confirm (no answer in time, or a 500/502/504): what happens to it
+    next (repeated once, then held)."""
     assert incident.in_flight is not None
     held = incident.in_flight.unanswered >= MAX_UNANSWERED
     if held:
         count("slack-held")
     repeat_s = policy.notifications.grouping.repeat_interval_s
     logger.warning(
-        "Slack did not answer in time; the post may have landed",
+        "Slack did not confirm the post; it may have landed",
         extra={
             "delivery": incident.in_flight.delivery_id,
             "unanswered": incident.in_flight.unanswered,

@@ -46,9 +46,13 @@ class SlackFailed(RuntimeError):
     """Slack did not confirm the post (after slack-sdk's own retries); redelivery may succeed."""
 
 
-class SlackTimedOut(SlackFailed):
-    """Slack did not answer in time. The post may have landed: it is repeated at most once, marked as a
-    possible duplicate, then held (notify.incidents.plan_delivery)."""
+class SlackUnconfirmed(SlackFailed):
+    """Slack's answer does not say the post was refused: it may have landed. It is repeated at most once,
+    marked as a possible duplicate, then held (notify.incidents.plan_delivery), as a timeout is."""
+
+
+class SlackTimedOut(SlackUnconfirmed):
+    """Slack did not answer in time; the post may have landed."""
 
 
 class SlackRejected(SlackFailed):
@@ -101,13 +105,41 @@ def payload_problems(payload: dict[str, Any]) -> list[str]:
     return problems
 
 
+# Answers after which the post may have landed (issue 29), so they count as a timeout does. Slack's own
+# words: HTTP 500 is its webhook's "something strange and unusual happened"
+# (https://api.slack.com/changelog/2016-05-17-changes-to-errors-for-incoming-webhooks), and the Web API's
+# internal_error / fatal_error say "It's possible some aspect of the operation succeeded before the error
+# was raised" (https://api.slack.com/methods/chat.postMessage, common errors). 502 and 504 come from a
+# gateway whose backend failed or was slow after taking the request. 503 is not here: RFC 9110 15.6.4
+# says the server could not handle the request (overload, maintenance): nothing was posted, so it is
+# retried at once and at every sweep, unmarked.
+UNCONFIRMED_STATUSES = frozenset({500, 502, 504})
+UNCONFIRMED_ERRORS = frozenset({"internal_error", "fatal_error"})
+RETRIED_STATUSES = (503,)  # retried within the post: an answer that proves nothing was posted
+
+
+class UnavailableRetryHandler(ServerErrorRetryHandler):
+    """slack-sdk's server-error handler retries 500 and 503 within one post; a 500 retried so may post
+    the same message again, unmarked. This one retries only RETRIED_STATUSES."""
+
+    def _can_retry(
+        self,
+        *,
+        state: RetryState,
+        request: HttpRequest,
+        response: HttpResponse | None = None,
+        error: Exception | None = None,
+    ) -> bool:
+        return response is not None and response.status_code in RETRIED_STATUSES
+
+
 def retry_handlers() -> list[RetryHandler]:
-    """429 honours Retry-After; 500/503 and connection errors are retried with backoff. A read timeout
-    is not retried here: Slack may have posted already, so the incident's plan decides (one repeat at
-    most, then held: notify.incidents)."""
+    """429 honours Retry-After; 503 and connection errors are retried with backoff. A read timeout and
+    the answers in UNCONFIRMED_STATUSES are not retried here: Slack may have posted already, so the
+    incident's plan decides (one repeat at most, then held: notify.incidents)."""
     return [
         RateLimitErrorRetryHandler(max_retry_count=3),
-        ServerErrorRetryHandler(max_retry_count=2),
+        UnavailableRetryHandler(max_retry_count=2),
         ConnectionErrorRetryHandler(max_retry_count=2),
     ]
 
@@ -273,8 +305,7 @@ class SlackPoster:
             return self._send(payload, channel, thread_ts)
         except SlackApiError as exc:
             status, error = exc.response.status_code, exc.response.get("error")
-            kind = SlackRejected if _refused(status) or error in REFUSALS else SlackFailed
-            raise kind(f"Slack API error {error!r} (HTTP {status})") from None
+            raise _failure(status, error)(f"Slack API error {error!r} (HTTP {status})") from None
         except (OSError, ValueError) as exc:  # URLError, timeouts, connection resets
             if _timed_out(exc):
                 raise SlackTimedOut(f"Slack did not answer in time ({type(exc).__name__})") from None
@@ -293,7 +324,7 @@ class SlackPoster:
         assert self._webhook is not None
         answer = self._webhook.send(text=payload["text"], blocks=payload["blocks"], unfurl_links=False)
         if answer.status_code != 200:
-            kind = SlackRejected if _refused(answer.status_code) else SlackFailed
+            kind = _failure(answer.status_code, None)
             raise kind(f"Slack webhook answered HTTP {answer.status_code}: {answer.body[:200]!r}")
         return None
 
@@ -315,3 +346,10 @@ REFUSALS = frozenset(
 
 def _refused(status: int) -> bool:
     return 400 <= status < 500 and status != 429
+
+
+def _failure(status: int, error: str | None) -> type[SlackFailed]:
+    """Refused (no retry can fix it), may have posted (repeated once, marked), or failed (retried)."""
+    if status in UNCONFIRMED_STATUSES or error in UNCONFIRMED_ERRORS:
+        return SlackUnconfirmed
+    return SlackRejected if _refused(status) or error in REFUSALS else SlackFailed
