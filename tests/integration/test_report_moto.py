@@ -167,24 +167,28 @@ def test_a_node_may_write_any_stream_of_the_usage_group(node_policy: list[dict[s
 
 def test_a_forging_node_is_flagged_in_the_report_not_billed(aws: str, capsys: pytest.CaptureFixture[str]) -> None:
     """Two p5.48xlarge nodes, 6 hours each: 96 GPU-h. Node i-f then writes 10,000 GPU-h for `finance`:
-    under i-a's id in its own stream, into i-a's stream over i-a's windows (after i-a wrote them), and
-    one record holding a GPU for 9,994 hours. The report at HEAD billed finance 10,000 GPU-h, $68,800."""
+    under i-a's id in its own stream, into i-a's stream over three of i-a's windows (before i-a wrote
+    them: CloudWatch Logs takes events up to 2 h ahead, so they are read first), and one record holding a
+    GPU for 9,994 hours. The report at HEAD billed finance 10,000 GPU-h, $68,800; with the first-read rule
+    it billed finance those three windows. Now they are a conflict: neither record counts (94 GPU-h)."""
     windows = [DAY0 + timedelta(minutes=5 * i) for i in range(72)]
     team = {"kind": "pod", "namespace": "ml", "pod": "train-0", "container": "main"}
     by_node = {node: [(at, _p5(node, at, team)) for at in windows] for node in ("i-a", "i-f")}
     by_node["i-f"] += [(at, _p5("i-a", at, FINANCE)) for at in windows[:6]]  # another node's id: 4 GPU-h
     by_node["i-f"].append((windows[7], _p5("i-f", windows[7], FINANCE, [[0, "0", 9994 * 3600.0, 0, 0, 0]])))
-    put_records(boto3.client("logs"), by_node)
-    forged = [(at, _p5("i-a", at, FINANCE)) for at in windows[10:13]]  # into i-a's own stream: 2 GPU-h
-    put_records(boto3.client("logs"), {"i-a": forged}, create=False)
+    logs = boto3.client("logs")
+    put_records(logs, {"i-a": [(at, _p5("i-a", at, FINANCE)) for at in windows[10:13]]})  # i-a's own: 2 GPU-h
+    logs.create_log_stream(logGroupName=USAGE_LOG_GROUP, logStreamName="i-f")
+    put_records(logs, by_node, create=False)
     period = ["--start", DAY0.isoformat(), "--end", (DAY0 + timedelta(hours=6)).isoformat()]
     assert main(["report", "--endpoint", aws, "--no-progress", "--format", "json", *period]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["total"]["gpu_hours_held"] == pytest.approx(96.0)
-    assert doc["total"]["cost_usd"] == pytest.approx(96 * P5_GPU_HOUR)
-    assert {t["team"] for t in doc["teams"]} == {"ml"} and doc["records"] == 144
+    assert doc["total"]["gpu_hours_held"] == pytest.approx(96.0 - 2.0)
+    assert doc["total"]["cost_usd"] == pytest.approx(94 * P5_GPU_HOUR)
+    assert {t["team"] for t in doc["teams"]} == {"ml"} and doc["records"] == 141
     flagged = {(f["kind"], f["stream"], f["node"]): f for f in doc["flagged"]}
     assert set(flagged) == {("stream", "i-f", "i-a"), ("held", "i-f", "i-f"), ("conflict", "i-a", "i-a")}
-    assert sum(f["claimed_gpu_hours"] for f in flagged.values()) == pytest.approx(10_000.0)
-    assert all(f["teams"] == ["finance"] for f in flagged.values())
-    assert [flagged[k]["records"] for k in sorted(flagged)] == [3, 1, 6]  # conflict, held, stream
+    assert sum(f["claimed_gpu_hours"] for f in flagged.values()) == pytest.approx(10_000.0 + 2.0)
+    assert [flagged[k]["teams"] for k in sorted(flagged)] == [["finance", "ml"], ["finance"], ["finance"]]
+    assert [flagged[k]["records"] for k in sorted(flagged)] == [6, 1, 6]  # conflict, held, stream
+    assert "neither counted" in flagged[("conflict", "i-a", "i-a")]["detail"]

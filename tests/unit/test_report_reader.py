@@ -137,3 +137,28 @@ def test_since_and_start_are_one_or_the_other(capsys: pytest.CaptureFixture[str]
     with pytest.raises(SystemExit) as exit_:
         main(["report", "--since", "1d", "--start", "2026-11-01"])
     assert exit_.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+
+
+def test_slices_are_cut_on_whole_hours_so_a_window_and_those_over_it_are_read_in_one() -> None:
+    """A period from 10:05: a slice boundary at 10:05 + 1 h would split the 11:00 hour, so an hour-long
+    window at 11:00 and a 5-minute one at 11:30 would be read in two slices and never judged together."""
+    start = DAY0 + timedelta(hours=10, minutes=5)
+    period = Period(start, start + timedelta(hours=2))
+    ms = int(start.timestamp() * 1000)
+    assert slices(period) == [(ms, ms + 3_300_000), (ms + 3_300_000, ms + 6_900_000), (ms + 6_900_000, ms + 7_200_000)]
+    at = int((DAY0 + timedelta(hours=11)).timestamp())
+    assert period.slice_of(at) == period.slice_of(at + 3599) == 1 != period.slice_of(at + 3600)
+
+
+def test_each_slice_read_to_its_end_is_told() -> None:
+    done: list[tuple[int, int]] = []
+    read_usage(
+        FakeLogs(),
+        PERIOD,
+        Selection(),
+        lambda *event: None,
+        workers=2,
+        max_tps=1000,
+        on_slice=lambda *s: done.append(s),
+    )
+    assert sorted(done) == slices(PERIOD)

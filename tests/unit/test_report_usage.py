@@ -143,10 +143,12 @@ def test_period_last_ends_on_a_window_boundary() -> None:
 
 
 def test_a_resent_record_counts_once_and_a_restarted_node_s_second_record_counts() -> None:
-    first = message()
-    after_restart = message(rows=[[0, "0", 120, 100, 0, 0]])
-    r = report_of([first, first, after_restart])
-    assert (r.records, r.duplicates) == (2, 1)
+    """The publisher restarted 180 s into the window: its two records hold each GPU 300 s together."""
+    before = message(rows=[[g, "0", 180, 100, 0, 0] for g in range(4)])
+    after_restart = message(rows=[[g, "0", 120, 100, 0, 0] for g in range(4)])
+    r = report_of([before, before, after_restart])
+    assert (r.records, r.duplicates, r.flagged) == (2, 1, ())
+    assert r.total.held_h == pytest.approx(4 * 300 / 3600)
 
 
 def test_a_resend_read_after_another_slice_s_windows_still_counts_once() -> None:

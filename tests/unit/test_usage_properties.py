@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from gpufleet_node.usage import Holder, UsageWindow, split_record
 from gpufleet_node.workload import POD, Workload
-from gpufleet_tools.report.bounds import Ledger, check, claimed
+from gpufleet_tools.report.bounds import RESENT, Ledger, check, claimed
 from gpufleet_tools.report.identity import identify
 from gpufleet_tools.report.prices import PriceBook
 from gpufleet_tools.report.records import RecordParser, UsageRecord
@@ -62,21 +62,29 @@ window_samples = st.lists(
 
 
 @settings(max_examples=40, deadline=None)
-@given(window_samples, st.integers(60, 4000))
-def test_an_honest_nodes_record_is_never_flagged_split_or_not(samples, max_bytes):
-    """Each GPU sampled for at most the window (300 s, 10 s a sample): every part the node writes of it
-    is within the report's bounds, and its parts fit the window together."""
+@given(window_samples, st.integers(60, 4000), st.sampled_from([60, 300]), st.floats(0, 1.0), st.integers(0, 30))
+def test_an_honest_nodes_record_is_never_flagged_split_or_not(samples, max_bytes, window_s, reach_s, restart_at):
+    """Each GPU sampled for at most the window (30 samples), its first sample reaching up to one sample
+    interval (1 s) before the window's start; the publisher restarted after `restart_at` samples (two
+    records of the window). Every part the node writes is within the report's bounds, and the parts of
+    the window fit it together: all count (identical content twice would be a resend, counted once)."""
     start = datetime(2026, 11, 23, 10, 5, tzinfo=UTC)
-    window = UsageWindow(start, 300, 4)
-    for gpu, util, holders in samples:
-        window.add(gpu, 10.0, util, holders)
-    record = window.record("i-0node", "g5.12xlarge", "asg:train")
+    windows = [UsageWindow(start, window_s, 4), UsageWindow(start, window_s, 4)]
+    sampled: set[int] = set()
+    for i, (gpu, util, holders) in enumerate(samples):
+        windows[i >= restart_at].add(gpu, window_s / 30 + (0.0 if gpu in sampled else reach_s), util, holders)
+        sampled.add(gpu)
     book, parser = PriceBook(), RecordParser(identify)
     ledger = Ledger(86400, int(start.timestamp()) // 86400 * 86400)
-    stamp = int(start.timestamp() * 1000)
-    for text in split_record(record, max_bytes):
-        parsed = parser.parse(text, "i-0node", stamp)
-        assert isinstance(parsed, UsageRecord)
-        gpus = book.gpus(parsed.instance_type, parsed.group)
-        assert check(parsed, gpus, claimed(parsed)) is None
-        assert ledger.admit(parsed, gpus, claimed(parsed)) is None
+    stamp, judged = int(start.timestamp() * 1000), []
+    for window in windows:
+        if not window.rows:
+            continue  # the publisher writes no record of a window without rows
+        for text in split_record(window.record("i-0node", "g5.12xlarge", "asg:train"), max_bytes):
+            parsed = parser.parse(text, "i-0node", stamp)
+            assert isinstance(parsed, UsageRecord)
+            gpus = book.gpus(parsed.instance_type, parsed.group)
+            assert check(parsed, gpus, claimed(parsed)) is None
+            judged += ledger.admit(parsed, gpus)
+    judged += ledger.flush()
+    assert all(verdict is None or verdict is RESENT for _, verdict in judged)

@@ -145,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
             workers=args.workers,
             max_tps=args.max_tps,
             progress=not args.no_progress,
+            on_slice=sums.slice_read,
         )
     except ReportUnavailable as exc:
         print(f"error: {exc}", file=sys.stderr)

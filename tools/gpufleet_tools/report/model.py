@@ -47,6 +47,16 @@ class Period:
         """The chart's bucket and the reader's time slice: an hour under HOURLY_BELOW, else a day."""
         return HOUR if self.hourly else DAY
 
+    @property
+    def slice_origin(self) -> int:
+        """Where the reader's slices are counted from (epoch s): the period's start on the whole hour, so
+        that no hour, and so no window a node writes (report.bounds), is read in two slices."""
+        return int(self.start.timestamp()) // HOUR * HOUR
+
+    def slice_of(self, epoch: int) -> int:
+        """The reader's slice a window starting at `epoch` is read in."""
+        return (epoch - self.slice_origin) // self.slice_s
+
     def bucket(self, epoch: int) -> int:
         """The chart bucket (hour or UTC day) a window starting at `epoch` counts in."""
         size = HOUR if self.hourly else DAY
@@ -176,7 +186,7 @@ class FlagKind(StrEnum):
     WINDOW = "window"  # a window no node writes: longer than an hour, or off its own grid
     GPUS = "gpus"  # more GPUs, or a higher GPU index, than a node of its type has
     HELD = "held"  # a GPU held longer than the window
-    CONFLICT = "conflict"  # a second record of a window (or hour) the node's first records already fill
+    CONFLICT = "conflict"  # records of one window (or of overlapping ones) together hold more than the node can
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,13 +60,18 @@ def json_filter(selection: Selection) -> str | None:
 
 # (log stream, event timestamp in epoch ms, message) of one usage record
 OnRecord = Callable[[str, int, str], None]
+# [start, end) in epoch ms of a slice read to its end: no record of it comes after
+OnSlice = Callable[[int, int], None]
 
 
 def slices(period: Period) -> list[tuple[int, int]]:
-    """[start, end) in epoch milliseconds, one per day (per hour under two days)."""
-    size = period.slice_s * 1000
+    """[start, end) in epoch milliseconds, one per day (per hour under two days), cut on whole hours
+    from `period.slice_origin`: the records of one window, and of windows that overlap it, are then all
+    in one slice, next to each other (report.bounds judges them together)."""
+    size, origin = period.slice_s * 1000, period.slice_origin * 1000
     start, end = int(period.start.timestamp() * 1000), int(period.end.timestamp() * 1000)
-    return [(s, min(s + size, end)) for s in range(start, end, size)]
+    cuts = range(origin + size, end, size)
+    return list(zip([start, *cuts], [*cuts, end], strict=True))
 
 
 class _RateLimit:
@@ -86,7 +91,9 @@ class _RateLimit:
             time.sleep(at - now)
 
 
-_DONE = object()
+@dataclass(frozen=True)
+class _Done:
+    span: tuple[int, int]
 
 
 def _put(pages: queue.Queue[Any], item: Any, stop: threading.Event) -> None:
@@ -107,7 +114,7 @@ def _read_slice(
     pages: queue.Queue[Any],
     stop: threading.Event,
 ) -> None:
-    """Every page of one slice into `pages`, then _DONE (or the exception that stopped it)."""
+    """Every page of one slice into `pages`, then _Done (or the exception that stopped it)."""
     try:
         args: dict[str, Any] = {"logGroupName": log_group, "startTime": span[0], "endTime": span[1] - 1}
         if pattern:
@@ -124,7 +131,7 @@ def _read_slice(
             if not token:
                 break
             args["nextToken"] = token
-        _put(pages, _DONE, stop)
+        _put(pages, _Done(span), stop)
     except Exception as exc:  # handed to the reading thread, which says it in one line
         _put(pages, exc, stop)
 
@@ -147,14 +154,17 @@ def _unavailable(exc: Exception, log_group: str) -> ReportUnavailable:
 
 
 def _consume(
-    pages: queue.Queue[Any], slices_left: int, stats: ReadStats, on_record: OnRecord, bar: Any
+    pages: queue.Queue[Any], slices_left: int, stats: ReadStats, on: tuple[OnRecord, OnSlice | None], bar: Any
 ) -> Exception | None:
     """Pages into `on_record` until every slice is done; the first failure stops it and is returned."""
+    on_record, on_slice = on
     while slices_left:
         item = pages.get()
-        if item is _DONE:
+        if isinstance(item, _Done):
             slices_left -= 1
             bar.update(1)
+            if on_slice is not None:
+                on_slice(*item.span)
         elif isinstance(item, Exception):
             return item
         else:
@@ -177,9 +187,11 @@ def read_usage(
     workers: int = DEFAULT_WORKERS,
     max_tps: float = FILTER_LOG_EVENTS_TPS,
     progress: bool = False,
+    on_slice: OnSlice | None = None,
 ) -> ReadStats:
-    """Every record of the period to `on_record(stream, timestamp_ms, message)`, on this thread; raises
-    ReportUnavailable."""
+    """Every record of the period to `on_record(stream, timestamp_ms, message)`, on this thread, and
+    `on_slice(start_ms, end_ms)` when a slice has been read to its end (UsageSums.slice_read: its windows
+    are judged then and let go); raises ReportUnavailable."""
     from tqdm import tqdm
 
     from gpufleet.aws.clients import AWS_FAILURES  # botocore's exceptions, imported when reading
@@ -202,7 +214,7 @@ def read_usage(
         for span in spans:
             pool.submit(_read_slice, client, log_group, span, pattern, limit, pages, stop)
         try:
-            failure = _consume(pages, len(spans), stats, on_record, bar)
+            failure = _consume(pages, len(spans), stats, (on_record, on_slice), bar)
         finally:
             stop.set()  # the other slices stop at their next page
             bar.close()

@@ -13,7 +13,9 @@ Words, as in the tables:
   instance type without a price are counted apart (`unpriced_h`) and their cost shown as unknown.
 
 A record is a claim (report.bounds): one that claims more than its node could have done, or that a node
-wrote under another's name, is flagged with its log stream and not summed.
+wrote under another's name, is flagged with its log stream and not summed; so are all the records of a
+window that together hold more than the node can. A window's records are judged together once all of them
+are read: records are summed as their windows are judged (`add`, `slice_read`, `report`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from gpufleet_node.schema import TEAM_UNALLOCATED
-from gpufleet_tools.report.bounds import RESENT, Ledger, Verdict, check, claimed
+from gpufleet_tools.report.bounds import RESENT, Judged, Ledger, Verdict, check, claimed
 from gpufleet_tools.report.model import (
     DAY,
     HOUR,
@@ -130,7 +132,7 @@ class UsageSums:
         self.nodes: set[str] = set()
         self.gone: dict[tuple[str, str], _Gone] = {}
         self.flags: dict[tuple[FlagKind, str, str], _Flags] = {}
-        self._ledger = Ledger(period.slice_s, self._start)
+        self._ledger = Ledger(period.slice_s, period.slice_origin)
 
     def add(self, parsed: UsageRecord | Skipped) -> None:
         if isinstance(parsed, Skipped):
@@ -140,18 +142,28 @@ class UsageSums:
         if not self._start <= r.start < self._end or not self.selection.matches(r.group):
             self.outside += 1
             return
-        gpus, claim = self.book.gpus(r.instance_type, r.group), claimed(r)
-        verdict = check(r, gpus, claim)
-        if verdict is None:
-            admitted = self._ledger.admit(r, gpus, claim)
-            if admitted is RESENT:
-                self.duplicates += 1
-                return
-            verdict = admitted
+        gpus = self.book.gpus(r.instance_type, r.group)
+        verdict = check(r, gpus, claimed(r))
         if verdict is not None:
             self._flag(r, verdict)
             return
-        self._sum(r)
+        self._settle(self._ledger.admit(r, gpus))
+
+    def slice_read(self, start_ms: int, end_ms: int) -> None:
+        """The reader is done with the slice [start_ms, end_ms): its records' windows are judged now, and
+        their memory let go (report.reader's `on_slice`)."""
+        del end_ms  # a slice is known by its start
+        self._settle(self._ledger.slice_read(self.period.slice_of(start_ms // 1000)))
+
+    def _settle(self, judged: list[Judged]) -> None:
+        """Records whose window the ledger has judged: summed, counted once more as a resend, or flagged."""
+        for r, verdict in judged:
+            if verdict is RESENT:
+                self.duplicates += 1
+            elif verdict is None:
+                self._sum(r)
+            else:
+                self._flag(r, verdict)
 
     def _flag(self, r: UsageRecord, verdict: Verdict) -> None:
         key = (verdict.kind, r.stream or "?", r.node)
@@ -188,6 +200,7 @@ class UsageSums:
 
     def report(self, prices: PriceBook | None = None, share_unallocated: bool = False) -> Report:
         """`prices`: the book to price with (default: the one the records were bounded with)."""
+        self._settle(self._ledger.flush())  # the windows still open: every record has been read
         return _build(self, prices or self.book, share_unallocated)
 
 
