@@ -203,8 +203,9 @@ DEFAULT_DETAIL = DETAIL_ADAPTIVE
 # percentiles answer "all idle?" and "busiest GPU"), memory used percent as statistics over all GPUs
 # (Maximum = the fullest GPU: the scaler's idle check, the OOM guard's screening) and NVMLUp.
 ADAPTIVE_INSTANCE_METRICS: Tuple[Metric, ...] = (GPU_UTILIZATION, GPU_MEMORY_USED_PERCENT, NVML_UP)
-# Adaptive, always on per group; one series for all the group's nodes (target tracking reads the
-# Average of GPUUtilization, the fleet memory alarms the Maximum of GPUMemoryUsedPercent).
+# Adaptive, always on per group; one series for all the group's nodes (the scaler and its alarms read the
+# Average: any node may write here, and one datum sets a Maximum; the OOM guard screens on the Maximum of
+# GPUMemoryUsedPercent and confirms on the instances' own series before acting).
 ADAPTIVE_GROUP_METRICS: Tuple[Metric, ...] = (GPU_UTILIZATION, GPU_MEMORY_USED_PERCENT)
 # Event counters: in adaptive mode sent only when non-zero (a quiet GPU costs nothing; alarms on them
 # must treat missing data as not breaching). Per GPU and per instance; the GPU lost, XID and health

@@ -6,15 +6,30 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpufleet.domain.models import Action, Decision, GroupKind, GroupRef, MetricRef, SeriesStats, Trigger, TriggerKind
+from gpufleet.domain.models import (
+    Action,
+    AlarmCondition,
+    Decision,
+    GroupKind,
+    GroupRef,
+    MetricRef,
+    SeriesStats,
+    Trigger,
+    TriggerKind,
+)
 from gpufleet.scaling.metric_trust import (
+    MEMBER_LEFT,
     Member,
+    Verdict,
+    alarm_checked,
     check_group,
     combine,
     from_members,
+    minute_bound,
     samples_bound,
     series_acted_on,
     series_problem,
+    statistic_problem,
 )
 from gpufleet_node import schema
 
@@ -24,8 +39,9 @@ REF = GroupRef(kind=GroupKind.ASG, name="infer")
 
 
 def honest(name: str, gpus: int, util: float, seconds: int = LOOKBACK) -> SeriesStats:
+    """What `gpus` GPUs publish at `util` for `seconds`: full minutes of gpus x 60 samples."""
     n = gpus * seconds
-    return SeriesStats(name=name, samples=n, total=n * util, maximum=util, minimum=util)
+    return SeriesStats(name=name, samples=n, total=n * util, maximum=util, minimum=util, busiest_minute=gpus * 60)
 
 
 def plus(stats: SeriesStats, samples: float, value: float) -> SeriesStats:
@@ -34,7 +50,7 @@ def plus(stats: SeriesStats, samples: float, value: float) -> SeriesStats:
     minimum = min(stats.minimum if stats.minimum is not None else value, value)
     total = (stats.total or 0.0) + samples * value
     update = {"samples": stats.samples + samples, "total": total, "maximum": maximum, "minimum": minimum}
-    return stats.model_copy(update=update)
+    return stats.model_copy(update={**update, "busiest_minute": stats.busiest_minute + samples})  # all in one minute
 
 
 @pytest.mark.parametrize(
@@ -45,10 +61,22 @@ def plus(stats: SeriesStats, samples: float, value: float) -> SeriesStats:
         (SeriesStats(name="g", samples=10, maximum=1e9), 2880, "g: maximum 1e+09, above 100"),
         (SeriesStats(name="g", samples=10, minimum=-5), 2880, "g: minimum -5, below 0"),
         (SeriesStats(name="g"), 0, None),  # no data is no forgery
+        (
+            SeriesStats(name="g", samples=600, busiest_minute=491),
+            2880,
+            "g: 491 samples in one minute, more than the 490 its publishers can write in a minute",
+        ),
     ],
 )
 def test_series_problem(stats: SeriesStats, bound: float, problem: str | None) -> None:
-    assert series_problem(stats, bound) == problem
+    assert series_problem(stats, bound, minute_bound(8)) == problem
+
+
+def test_the_minute_bound_is_a_window_of_samples_plus_two_percent() -> None:
+    """Windows start on the epoch's minute, so one member's 60 s window lands whole in one period."""
+    assert minute_bound(4) == pytest.approx(4 * 60 * 1.02)
+    assert minute_bound(8, per_gpu_s=2.0) == pytest.approx(8 * 2 * 60 * 1.02)  # high_resolution: true
+    assert minute_bound(4, window_s=300) == pytest.approx(4 * 300 * 1.02)  # a 300 s window is one datum
 
 
 def test_bound_is_a_sample_per_gpu_second_plus_one_window() -> None:
@@ -70,27 +98,60 @@ def test_the_probe_a_forged_sample_count_falls_back_to_the_members() -> None:
     ("forged_members", "trusted"),
     [
         (0, True),
-        (1, False),  # 1 clean of 2 is no majority
+        (1, False),  # one member's own series failing holds the group: no member is left out
         (2, False),
     ],
 )
-def test_members_need_a_clean_majority(forged_members: int, trusted: bool) -> None:
+def test_every_member_must_be_clean(forged_members: int, trusted: bool) -> None:
     group = plus(honest("group", 8, 5.0), 1e6, 100.0)
     own = {m.instance_id: honest(m.instance_id, 4, 5.0) for m in TWO}
     for m in TWO[:forged_members]:
         own[m.instance_id] = plus(own[m.instance_id], 1e5, 100.0)
     verdict = from_members(group, TWO, own, LOOKBACK)
     assert verdict.trusted is trusted
+    assert (verdict.tell, verdict.forged) == (not trusted, not trusted)  # a member's own series: evidence, told
     if not trusted:
-        assert verdict.held is not None and "cannot be believed" in verdict.held and "2,880" in verdict.held
+        assert verdict.held is not None and "cannot be believed" in verdict.held and "1,440" in verdict.held
 
 
-def test_three_members_one_forged_uses_the_other_two() -> None:
+def test_a_forger_cannot_pick_which_members_count() -> None:
+    """Probe: 95/95/5 % (65 %, in band). Spoiling the idle member's own series used to drop it and let
+    the two busy ones (a majority) read 95 %. Now the group holds, naming that series."""
     members = [*TWO, Member(instance_id="i-c", gpus=4)]
-    own = {m.instance_id: honest(m.instance_id, 4, 10.0) for m in members}
-    own["i-c"] = plus(own["i-c"], 5000, 100.0)
+    own = {"i-a": honest("i-a", 4, 95.0), "i-b": honest("i-b", 4, 95.0), "i-c": honest("i-c", 4, 5.0)}
+    own["i-c"] = plus(own["i-c"], 3000, 50.0)
     verdict = from_members(SeriesStats(name="g", samples=1e6), members, own, LOOKBACK)
-    assert verdict.utilization == pytest.approx(10.0) and verdict.source.startswith("2 of 3")
+    assert verdict.utilization is None and verdict.held is not None and "1 of 3" in verdict.held
+    assert "i-c: 4,200 samples, more than the 1,440" in verdict.held and verdict.tell
+
+
+@pytest.mark.parametrize(
+    ("group", "tell", "note"),
+    [
+        # A member left (or a node wrote on the group series only): the members decide, nobody is paged.
+        (honest("g", 12, 50.0), False, MEMBER_LEFT),
+        # The same, in one minute only: the minute bound fails, the members decide.
+        (honest("g", 8, 50.0).model_copy(update={"busiest_minute": 8 * 60 * 1.5}), False, MEMBER_LEFT),
+        # A value no percent series holds is evidence: the members decide and on-call is told.
+        (honest("g", 8, 50.0).model_copy(update={"maximum": 1e9}), True, "maximum 1e+09, above 100"),
+        # More than the group's max size could publish (4 x 4 GPUs x 360 s = 5,760): no member that left explains it.
+        (honest("g", 20, 50.0), True, "decided on the members' own series"),
+        (honest("g", 16, 50.0), False, MEMBER_LEFT),  # two members that just left (4,800 samples): not paged
+    ],
+)
+def test_a_failing_group_series_with_clean_members_decides_on_them(group: SeriesStats, tell: bool, note: str) -> None:
+    own = {m.instance_id: honest(m.instance_id, 4, 20.0) for m in TWO}
+    assert check_group(group, TWO, LOOKBACK) is None
+    verdict = from_members(group, TWO, own, LOOKBACK, max_size=4)
+    assert verdict.utilization == pytest.approx(20.0) and not verdict.from_group
+    assert (verdict.tell, verdict.forged) == (tell, tell)
+    assert note in verdict.note
+
+
+def test_a_member_still_booting_counts_with_what_it_wrote() -> None:
+    own = {"i-a": honest("i-a", 4, 30.0), "i-b": SeriesStats(name="i-b")}  # i-b has published nothing yet
+    verdict = from_members(honest("g", 12, 50.0), TWO, own, LOOKBACK)
+    assert verdict.utilization == pytest.approx(30.0) and not verdict.tell
 
 
 def test_unknown_gpus_hold() -> None:
@@ -98,17 +159,20 @@ def test_unknown_gpus_hold() -> None:
     assert check_group(honest("g", 4, 5.0), members, LOOKBACK) is None
     verdict = from_members(honest("g", 4, 5.0), members, {}, LOOKBACK)
     assert verdict.held is not None and "GPUs of i-a unknown" in verdict.held
+    assert verdict.tell and not verdict.forged  # told: the series cannot be checked at all
 
 
 def test_an_empty_group_believes_no_data() -> None:
     assert check_group(SeriesStats(name="g", samples=1, total=100, maximum=100, minimum=100), [], LOOKBACK) is None
-    assert from_members(SeriesStats(name="g", samples=1), [], {}, LOOKBACK).held is not None
+    verdict = from_members(SeriesStats(name="g", samples=1), [], {}, LOOKBACK)
+    assert verdict.held is not None and "no InService member" in verdict.held and not verdict.tell
 
 
-def test_combine_sums_periods() -> None:
+def test_combine_sums_periods_and_keeps_the_busiest_minute() -> None:
     got = combine("g", {"SampleCount": [10, 20], "Sum": [50, 100], "Maximum": [9, 7], "Minimum": [1, 3]})
     assert (got.samples, got.total, got.maximum, got.minimum, got.mean) == (30, 150, 9, 1, 5.0)
-    assert combine("g", {}).mean is None
+    assert got.busiest_minute == 20
+    assert combine("g", {}).mean is None and combine("g", {}).busiest_minute == 0
 
 
 def _decision(action: Action, kind: TriggerKind, name: str = "") -> Decision:
@@ -157,27 +221,114 @@ def test_which_decisions_are_checked(
     util=st.floats(min_value=0, max_value=100),
     forged_value=st.floats(min_value=0, max_value=100),
     forged_share=st.floats(min_value=0, max_value=3),
+    spread=st.integers(min_value=1, max_value=LOOKBACK // 60),
 )
-def test_a_forger_moves_the_mean_by_its_share_of_the_slack_or_is_never_used(
-    members: list[int], util: float, forged_value: float, forged_share: float
+def test_a_forger_moves_a_minute_by_the_jitter_or_is_never_used(
+    members: list[int], util: float, forged_value: float, forged_share: float, spread: int
 ) -> None:
-    """Every member publishes the whole lookback at `util`; a forger adds samples at `forged_value` to
-    the group series, up to three times the slack. Under the bound the mean moves by at most the slack's
-    share of the distance; over it the group series is not used and the members' mean is exact."""
+    """Every member publishes every minute of the lookback at `util`; a forger adds up to three times
+    the lookback's slack at `forged_value` to the group series, spread evenly over `spread` of those
+    minutes. Believed, the series moves by at most the minute jitter's share of the distance (2 %: a
+    minute the members published holds no room but that); not believed, the members' own mean is exact
+    and nobody is paged (their series are clean)."""
     group = [Member(instance_id=f"i-{n}", gpus=g) for n, g in enumerate(members)]
     gpus = sum(members)
-    slack = gpus * 60.0
-    series = plus(honest("group", gpus, util), forged_share * slack, forged_value)
+    minutes = LOOKBACK // 60
+    forged = forged_share * gpus * 60.0
+    counts = [gpus * 60.0 + (forged / spread if m < spread else 0.0) for m in range(minutes)]
+    sums = [gpus * 60.0 * util + (forged / spread * forged_value if m < spread else 0.0) for m in range(minutes)]
+    values = [util, forged_value] if forged > 0 else [util]
+    series = combine("group", {"SampleCount": counts, "Sum": sums, "Maximum": [max(values)], "Minimum": [min(values)]})
     verdict = check_group(series, group, LOOKBACK)
-    if series.samples <= samples_bound(gpus, LOOKBACK):
-        assert verdict is not None and verdict.utilization is not None
-        share = slack / (gpus * (LOOKBACK + 60))  # 1/6
-        assert abs(verdict.utilization - util) <= share * abs(forged_value - util) + 1e-6
+    if verdict is not None:
+        assert verdict.utilization is not None
+        jitter = minute_bound(gpus) / (gpus * 60) - 1  # the room in a published minute, as a share
+        assert abs(verdict.utilization - util) <= jitter / (1 + jitter) * abs(forged_value - util) + 1e-6
     else:
-        assert verdict is None
         own = {m.instance_id: honest(m.instance_id, m.gpus or 0, util) for m in group}
         used = from_members(series, group, own, LOOKBACK)
-        assert used.utilization == pytest.approx(util, abs=1e-6)
+        assert used.utilization == pytest.approx(util, abs=1e-6) and not used.tell
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    utils=st.lists(st.floats(min_value=0, max_value=100), min_size=2, max_size=6),
+    spoiled=st.data(),
+    forged=st.floats(min_value=1.03, max_value=50),
+)
+def test_no_member_can_be_left_out_by_a_forger(utils: list[float], spoiled: st.DataObject, forged: float) -> None:
+    """Whichever members' own series a forger pushes over their bounds (in one minute), the group holds
+    and is told: the members' mean is never taken from a subset the forger chose."""
+    group = [Member(instance_id=f"i-{n}", gpus=4) for n in range(len(utils))]
+    own = {m.instance_id: honest(m.instance_id, 4, u) for m, u in zip(group, utils, strict=True)}
+    which = spoiled.draw(st.sets(st.sampled_from(sorted(own)), min_size=1))
+    for iid in which:
+        own[iid] = plus(own[iid], (forged - 1) * 4 * 60, 50.0)  # the minute holds `forged` times a window
+    verdict = from_members(SeriesStats(name="g", samples=1e9), group, own, LOOKBACK)
+    assert verdict.held is not None and verdict.utilization is None and verdict.tell and verdict.forged
+
+
+@pytest.mark.parametrize(
+    ("stat", "problem"),
+    [
+        ("Average", None),
+        ("AVERAGE", None),  # SNS spells it in capitals
+        (None, None),  # not said: not judged
+        ("Maximum", "its statistic Maximum (on GPUMemoryUsedPercent) can be set by one datum any node may write"),
+        ("Minimum", "its statistic Minimum"),
+        ("p99", "its statistic p99"),
+        ("TM(0:100)", "its statistic TM(0:100)"),
+        ("SampleCount", "its statistic SampleCount"),
+    ],
+)
+def test_an_alarm_acts_on_a_gpufleet_series_by_its_average_only(stat: str | None, problem: str | None) -> None:
+    read = MetricRef(namespace="GPUFleet", name="GPUMemoryUsedPercent", dimensions=REF.metric_dimensions, stat=stat)
+    got = statistic_problem([read])
+    assert (got is None) if problem is None else (got is not None and problem in got and "use Average" in got)
+    # Another namespace is not node-writable: its statistic is the alarm owner's business.
+    assert statistic_problem([read.model_copy(update={"namespace": "AWS/SQS"})]) is None
+
+
+@pytest.mark.parametrize(
+    ("comparison", "value", "breached"),
+    [
+        ("GreaterThanThreshold", 50.0, False),
+        ("GreaterThanThreshold", 50.1, True),
+        ("GreaterThanOrEqualToThreshold", 50.0, True),
+        ("LessThanThreshold", 49.9, True),
+        ("LessThanOrEqualToThreshold", 50.1, False),
+        ("LessThanLowerOrGreaterThanUpperThreshold", 99.0, None),  # an anomaly band: cannot be weighed
+    ],
+)
+def test_alarm_condition(comparison: str, value: float, breached: bool | None) -> None:
+    assert AlarmCondition(threshold=50, comparison=comparison).breached(value) is breached
+
+
+ABOVE_50 = AlarmCondition(threshold=50, comparison="GreaterThanThreshold")
+ON_MEMBERS = Verdict(utilization=95.0, source="2 of 2", dropped=("g: over",), note=MEMBER_LEFT)
+
+
+@pytest.mark.parametrize(
+    ("verdict", "condition", "action", "says"),
+    [
+        (Verdict(utilization=95.0), None, Action.SCALE_OUT, "r"),  # the group series was believed
+        (Verdict(held="nope", source="none"), ABOVE_50, Action.HOLD, "but nope: held"),
+        (ON_MEMBERS, ABOVE_50, Action.SCALE_OUT, "their mean 95.0% is GreaterThanThreshold 50"),
+        (
+            ON_MEMBERS.model_copy(update={"utilization": 5.0}),
+            ABOVE_50,
+            Action.HOLD,
+            "their mean 5.0% is not GreaterThanThreshold 50: held",
+        ),
+        (ON_MEMBERS, None, Action.HOLD, "the next tick decides"),
+    ],
+)
+def test_an_alarm_on_a_failing_group_series_weighs_the_members_mean(
+    verdict: Verdict, condition: AlarmCondition | None, action: Action, says: str
+) -> None:
+    got = alarm_checked(_decision(Action.SCALE_OUT, TriggerKind.ALARM, "a"), verdict, condition)
+    assert got.action is action and says in got.reason
+    assert got.desired == (3 if action is Action.SCALE_OUT else 2)
 
 
 def test_a_high_resolution_fleet_gets_twice_the_bound_when_the_policy_says_so() -> None:
@@ -189,3 +340,14 @@ def test_a_high_resolution_fleet_gets_twice_the_bound_when_the_policy_says_so() 
     doubled = [m.model_copy(update={"samples_per_gpu_s": 2.0}) for m in plain]
     assert group_bound(plain, 300) == 2 * 8 * 1.0 * 360
     assert group_bound(doubled, 300) == 2 * group_bound(plain, 300)
+
+
+def test_a_fleet_with_five_minute_windows_says_so_and_passes_the_minute_bound() -> None:
+    """`window_s: 300` puts a whole window's samples into one minute: the policy's `node_window_s: 300`
+    makes the minute bound one window's samples; at the default it reads as over the bound."""
+    from gpufleet.scaling.metric_trust import Member, group_minute_bound
+
+    plain = [Member(instance_id="i-1", gpus=8)]
+    five = [Member(instance_id="i-1", gpus=8, window_s=300)]
+    assert group_minute_bound(five) == 5 * group_minute_bound(plain)
+    assert group_minute_bound(plain) < 8 * 300 <= group_minute_bound(five)

@@ -122,7 +122,8 @@ class GpuMetricsReader:
         self, series: Mapping[str, tuple[schema.Metric, dict[str, str]]], end: datetime, lookback_s: int
     ) -> dict[str, SeriesStats]:
         """Each named series (key -> metric, dimensions) over the lookback as one summary: TRUST_STATS,
-        one batched read (4 metrics requested per series)."""
+        one batched read (4 metrics requested per series). Its per-period SampleCounts give the busiest
+        minute too (`metric_trust.minute_bound`): nothing more is requested for it."""
         queries = [
             SeriesQuery(f"{key}|{stat}", metric, tuple(dims.items()), stat)
             for key, (metric, dims) in series.items()
@@ -148,7 +149,10 @@ class GpuMetricsReader:
         return {iid: s.model_copy(update={"name": f"instance {iid} {metric.name}"}) for iid, s in found.items()}
 
     def members(
-        self, instances: Sequence[InstanceObservation], per_gpu_s: float = defaults.NODE_SAMPLES_PER_GPU_S
+        self,
+        instances: Sequence[InstanceObservation],
+        per_gpu_s: float = defaults.NODE_SAMPLES_PER_GPU_S,
+        window_s: int = defaults.NODE_PUBLISH_WINDOW_S,
     ) -> list[Member]:
         """The group's listed instances with their GPUs (None where the type cannot be told)."""
         types = sorted({i.instance_type for i in instances if i.instance_type})
@@ -161,6 +165,7 @@ class GpuMetricsReader:
                 gpus=known.get(i.instance_type) if i.instance_type else None,
                 in_service=i.in_service,
                 samples_per_gpu_s=per_gpu_s,
+                window_s=window_s,
             )
             for i in instances
         ]
@@ -171,11 +176,12 @@ class GpuMetricsReader:
         end: datetime,
         lookback_s: int,
         per_gpu_s: float = defaults.NODE_SAMPLES_PER_GPU_S,
+        window_s: int = defaults.NODE_PUBLISH_WINDOW_S,
     ) -> dict[str, Verdict]:
         """Per group key: the series its decision would act on, checked (`metric_trust`): one batched read
         of the groups' series (4 metrics each), and of the InService members' own where a group's fails."""
         groups = self.group_checks({k: (obs.ref, m) for k, (obs, m) in wanted.items()}, end, lookback_s)
-        members = {k: self.members(obs.instances, per_gpu_s) for k, (obs, _) in wanted.items()}
+        members = {k: self.members(obs.instances, per_gpu_s, window_s) for k, (obs, _) in wanted.items()}
         out: dict[str, Verdict] = {}
         failing: dict[str, schema.Metric] = {}
         for key in wanted:
@@ -189,7 +195,7 @@ class GpuMetricsReader:
             ids = [m.instance_id for k in keys for m in members[k] if m.in_service]
             own = self.member_checks(ids, metric, end, lookback_s) if ids else {}
             for key in keys:
-                out[key] = from_members(groups[key], members[key], own, lookback_s)
+                out[key] = from_members(groups[key], members[key], own, lookback_s, wanted[key][0].max_size)
         return out
 
     def gpus_of(self, instance_id: str) -> list[int]:

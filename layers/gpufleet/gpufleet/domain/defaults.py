@@ -95,5 +95,15 @@ DEFAULT_EXPENDABLE_PRIORITY = -10
 # land in the same series: twice the samples), reads as over the bound and holds, told (docs/scaler.md).
 NODE_SAMPLES_PER_GPU_S = 1.0
 NODE_PUBLISH_WINDOW_S = 60
+# A publisher's windows start on the epoch's minute (gpufleet_node.aggregate.window_start) and its datums
+# carry the window's start, so each 60 s window lands whole in one of GetMetricData's 60 s periods: a
+# member puts at most GPUs x 60 x samples-per-GPU-second into any one minute. The rounds run on the
+# monotonic clock and the windows on the wall clock: a wall clock stepped back by up to a second (NTP)
+# fits one extra round into a window, 1/60 = 1.7 %; 2 % covers it.
+NODE_MINUTE_JITTER = 0.02
+METRIC_PERIOD_S = 60  # the period the scaler reads GPU series with (GetMetricData Period)
+# The one statistic an alarm on a node-writable GPU series may act with: a mean weighed by samples, which
+# the sample bound holds down. Maximum, Minimum, percentiles and trimmed statistics follow one datum.
+ALARM_TRUSTED_STAT = "Average"
 PERCENT_MIN = 0.0  # a percent series (GPUUtilization, GPUMemoryUsedPercent) holds nothing outside 0-100
 PERCENT_MAX = 100.0

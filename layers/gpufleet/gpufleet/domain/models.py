@@ -90,6 +90,32 @@ class MetricRef(Frozen):
     namespace: str | None = None
     name: str | None = None
     dimensions: dict[str, str] = Field(default_factory=dict)
+    # The statistic the alarm reads it with ("Average", "Maximum", "p99", "TM(10%:90%)"); None: not said.
+    # Only an Average is held down by the sample bound (scaling/metric_trust.py).
+    stat: str | None = None
+
+
+# CloudWatch's static-threshold comparisons: does `value` breach `threshold`?
+_COMPARE = {
+    "GreaterThanThreshold": lambda v, t: v > t,
+    "GreaterThanOrEqualToThreshold": lambda v, t: v >= t,
+    "LessThanThreshold": lambda v, t: v < t,
+    "LessThanOrEqualToThreshold": lambda v, t: v <= t,
+}
+
+
+class AlarmCondition(Frozen):
+    """A metric alarm's static threshold and comparison, as DescribeAlarms says them: what the scaler
+    weighs the members' own mean against when the group series an alarm read cannot be believed."""
+
+    threshold: float
+    comparison: str
+
+    def breached(self, value: float) -> bool | None:
+        """Whether `value` is on the alarm's side of its threshold; None: not a static comparison
+        (anomaly detection bands)."""
+        compare = _COMPARE.get(self.comparison)
+        return None if compare is None else bool(compare(value, self.threshold))
 
 
 # ---- what caused a decision ----
@@ -353,6 +379,7 @@ class SeriesStats(Frozen):
     total: float | None = None
     maximum: float | None = None
     minimum: float | None = None
+    busiest_minute: float = 0.0  # the most samples of any one period (GetMetricData's Period 60)
 
     @property
     def mean(self) -> float | None:

@@ -12,7 +12,7 @@ import math
 import re
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Annotated, Any, Self, get_args
+from typing import Annotated, Any, Literal, Self, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
@@ -306,6 +306,9 @@ class FleetPolicy(Frozen):
     # Samples the nodes' publisher puts into a GPU series per GPU-second (the forged-series bound,
     # scaling/metric_trust.py): 1 at its defaults, 2 when the nodes set `high_resolution: true`.
     node_samples_per_gpu_s: float = Field(default=defaults.NODE_SAMPLES_PER_GPU_S, gt=0, le=10)
+    # The nodes' publisher `window_s` (10, 30, 60, 120, 300): a window longer than a minute lands whole in
+    # one minute of a series, which the per-minute bound must allow.
+    node_window_s: Literal[10, 30, 60, 120, 300] = 60  # defaults.NODE_PUBLISH_WINDOW_S
     audit_ttl_days: int = Field(default=defaults.DEFAULT_AUDIT_TTL_DAYS, ge=1, le=400)
     discovery: Discovery = Discovery()
     defaults: GroupSettings = GroupSettings()

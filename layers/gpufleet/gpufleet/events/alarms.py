@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import Field
 
 from gpufleet.domain.errors import InvalidEvent
-from gpufleet.domain.models import AlarmState, MetricRef
+from gpufleet.domain.models import AlarmCondition, AlarmState, MetricRef
 from gpufleet.domain.values import MAX_TEXT
 from gpufleet.events.common import Lenient, Name, Text, Timestamp, validate
 from gpufleet.events.model import AlarmEvent, AlarmSource, ScheduleTick
@@ -28,6 +28,7 @@ class _Metric(Lenient):
 
 class _MetricStat(Lenient):
     metric: _Metric
+    stat: Name | None = None  # "Average", "Maximum", "p99": only an Average may act (scaling/metric_trust.py)
 
 
 class _MetricQuery(Lenient):
@@ -86,6 +87,7 @@ def _metrics_from_detail(conf: _Configuration) -> tuple[MetricRef, ...]:
             namespace=q.metricStat.metric.namespace,
             name=q.metricStat.metric.name,
             dimensions=q.metricStat.metric.dimensions,
+            stat=q.metricStat.stat,
         )
         for q in conf.metrics
         if q.metricStat is not None
@@ -139,6 +141,7 @@ class _SnsMetric(Lenient):
 
 class _SnsMetricStat(Lenient):
     Metric: _SnsMetric
+    Stat: Name | None = None
 
 
 class _SnsMetricQuery(Lenient):
@@ -150,6 +153,8 @@ class _SnsTrigger(Lenient):
     Namespace: Name | None = None
     Dimensions: list[_SnsDimension] = Field(default_factory=list)
     Metrics: list[_SnsMetricQuery] = Field(default_factory=list)
+    Statistic: Name | None = None  # SNS spells it in capitals ("AVERAGE")
+    ExtendedStatistic: Name | None = None
 
 
 class _SnsAlarmMessage(Lenient):
@@ -171,14 +176,25 @@ def _metrics_from_sns(trig: _SnsTrigger | None) -> tuple[MetricRef, ...]:
     if trig is None:
         return ()
     refs = (
-        [MetricRef(namespace=trig.Namespace, name=trig.MetricName, dimensions=_dims(trig.Dimensions))]
+        [
+            MetricRef(
+                namespace=trig.Namespace,
+                name=trig.MetricName,
+                dimensions=_dims(trig.Dimensions),
+                stat=trig.ExtendedStatistic or trig.Statistic,
+            )
+        ]
         if trig.MetricName
         else []
     )
     for q in trig.Metrics:
         if q.MetricStat is not None:
             m = q.MetricStat.Metric
-            refs.append(MetricRef(namespace=m.Namespace, name=m.MetricName, dimensions=_dims(m.Dimensions)))
+            refs.append(
+                MetricRef(
+                    namespace=m.Namespace, name=m.MetricName, dimensions=_dims(m.Dimensions), stat=q.MetricStat.Stat
+                )
+            )
     return tuple(refs)
 
 
@@ -209,13 +225,32 @@ def from_sns_message(message: str, message_id: str) -> AlarmEvent:
 
 
 def described_metrics(alarm: dict[str, Any]) -> tuple[MetricRef, ...]:
-    def ref(m: dict[str, Any]) -> MetricRef:
-        dims = {d["Name"]: d["Value"] for d in m.get("Dimensions", [])}
-        return MetricRef(namespace=m.get("Namespace"), name=m.get("MetricName"), dimensions=dims)
+    """Every metric a DescribeAlarms item reads, with its statistic (Statistic or ExtendedStatistic for a
+    single-metric alarm, MetricStat.Stat for each metric of a Metrics array)."""
 
-    found = [ref(alarm)] if alarm.get("MetricName") else []
-    found += [ref(q["MetricStat"]["Metric"]) for q in alarm.get("Metrics", []) if q.get("MetricStat", {}).get("Metric")]
+    def ref(m: dict[str, Any], stat: Any) -> MetricRef:
+        dims = {d["Name"]: d["Value"] for d in m.get("Dimensions", [])}
+        return MetricRef(
+            namespace=m.get("Namespace"), name=m.get("MetricName"), dimensions=dims, stat=str(stat) if stat else None
+        )
+
+    found = [ref(alarm, alarm.get("ExtendedStatistic") or alarm.get("Statistic"))] if alarm.get("MetricName") else []
+    found += [
+        ref(q["MetricStat"]["Metric"], q["MetricStat"].get("Stat"))
+        for q in alarm.get("Metrics", [])
+        if q.get("MetricStat", {}).get("Metric")
+    ]
     return tuple(found)
+
+
+def described_condition(alarm: dict[str, Any] | None) -> AlarmCondition | None:
+    """A metric alarm's static threshold and comparison (DescribeAlarms' Threshold, ComparisonOperator);
+    None for an alarm on a math expression (its threshold is not one series') or an anomaly band."""
+    if not alarm or alarm.get("Threshold") is None or not alarm.get("ComparisonOperator"):
+        return None
+    if any("Expression" in q for q in alarm.get("Metrics", [])):
+        return None
+    return AlarmCondition(threshold=float(alarm["Threshold"]), comparison=str(alarm["ComparisonOperator"]))
 
 
 def suppressed_by(alarm: dict[str, Any]) -> str | None:

@@ -220,24 +220,31 @@ def _plural(n: int, noun: str) -> str:
 
 
 def forged_series_note(group: str, verdict: Verdict, at: datetime, event_id: str, region: str) -> Notification:
-    """A GPU series that would have driven a group's scaling holds more than its members can publish, or
-    values outside 0-100: a node wrote on another's series (docs/scaler.md, "Forged metrics"). Told with
-    the numbers and what the scaler used instead, or that it held; one incident per group, so every tick
-    that sees it again folds into it."""
+    """A GPU series that would have driven a group's scaling holds what no member could publish (a
+    member's own series over its bounds, values outside 0-100): a node wrote on another's series
+    (docs/scaler.md, "Forged metrics"); or it cannot be checked at all (GPUs unknown, the read failed).
+    Told with the numbers and what the scaler used instead, or that it held; one incident per group, so
+    every tick that sees it again folds into it. A group series over its current members' bound alone
+    (a member just left) is not told: `Verdict.tell`."""
     held = verdict.held is not None
     facts = {"seen": "; ".join(d for d in verdict.dropped if d)[:900] or "-", "used": verdict.source}
     if verdict.utilization is not None:
         facts["utilization used"] = f"{verdict.utilization:.1f}%"
+    title = "GPU metrics hold data no member could publish" if verdict.forged else "GPU metrics cannot be checked"
+    hint = (
+        "Any node may write the GPUFleet namespace: look for a node writing other groups' series."
+        if verdict.forged
+        else "Scaling on this group's GPU series waits until they can be checked."
+    )
     return note(
         NotificationKind.CONTROL,
         Severity.WARNING,
         group,
-        f"{group}: GPU metrics hold data no member could publish" + (": scaling held" if held else ""),
+        f"{group}: {title}" + (": scaling held" if held else ""),
         at=at,
         source="scaler",
         id_parts=("forged-series", event_id, group),
-        reason=(verdict.held or f"decided on {verdict.source} instead")
-        + ". Any node may write the GPUFleet namespace: look for a node writing other groups' series.",
+        reason=f"{verdict.held or f'decided on {verdict.source} instead'}. {hint}",
         facts=facts,
         incident_key=f"forged-series:{group}",
         links=console_links(group, region, None),

@@ -21,6 +21,7 @@ from gpufleet.aws.metrics import GpuMetricsReader
 from gpufleet.domain.errors import ActionFailed
 from gpufleet.domain.models import (
     Action,
+    AlarmCondition,
     AlarmState,
     Decision,
     Demand,
@@ -36,13 +37,20 @@ from gpufleet.domain.models import (
 )
 from gpufleet.domain.policy import FleetPolicy, GroupSettings
 from gpufleet.events import EventKind
-from gpufleet.events.alarms import as_cloudwatch_says, from_described_alarm
+from gpufleet.events.alarms import as_cloudwatch_says, described_condition, from_described_alarm
 from gpufleet.events.model import AlarmEvent, AlarmSource, ScheduleTick
 from gpufleet.notify.model import Notification
 from gpufleet.scaling.core import decide_alarm, decide_reconcile, decide_request
 from gpufleet.scaling.demand_source import DemandReader
 from gpufleet.scaling.execution import ControlContext
-from gpufleet.scaling.metric_trust import Verdict, series_acted_on
+from gpufleet.scaling.metric_trust import (
+    Verdict,
+    alarm_checked,
+    doubted,
+    hold,
+    series_acted_on,
+    statistic_problem,
+)
 from gpufleet.scaling.notes import (
     CANNOT_ACT,
     alarm_resolved_notes,
@@ -212,7 +220,7 @@ class Scaler:
         watch_owners(self.ctx, [obs for obs, _ in managed], states, now)
         tracked = [obs.ref for obs, s in managed if s.target.enabled]
         utils = self.metrics.group_utilization(tracked, now, policy.metric_lookback_s) if tracked else {}
-        firing, alarm_metrics = firing_alarms(self.alarms, tick, policy, self.ctx.logger)
+        firing, alarm_metrics, conditions = firing_alarms(self.alarms, tick, policy, self.ctx.logger)
 
         def decide(obs: GroupObservation, settings: GroupSettings) -> Decision:
             alarms = firing.get(obs.ref.key, ())
@@ -230,7 +238,8 @@ class Scaler:
         if self.demand is not None:
             pairs, told = _attached(self.demand, self.ctx.logger, pairs, now, policy, self.ctx.region)
         first = [isolated(obs, s) for obs, s in pairs]
-        doubted = checked_series(self, pairs, first, alarm_metrics, isolated, tick.event_id, now, policy)
+        read = (alarm_metrics, conditions)
+        doubted = checked_series(self, pairs, first, read, isolated, tick.event_id, now, policy)
         want = [i for i, d in enumerate(first) if d.needs_instance_metrics]
         if want:
             enriched = _metrics_or_none(self.metrics, [pairs[i][0] for i in want], now, policy, self.ctx.logger)
@@ -273,18 +282,19 @@ def series_verdicts(
 ) -> dict[str, Verdict]:
     """The series these groups' decisions would act on, checked; a read that fails holds them."""
     try:
-        return metrics.verdicts(wanted, now, policy.metric_lookback_s, policy.node_samples_per_gpu_s)
+        rate, window = policy.node_samples_per_gpu_s, policy.node_window_s
+        return metrics.verdicts(wanted, now, policy.metric_lookback_s, rate, window)
     except Exception as exc:
         logger.exception("GPU series could not be checked; those groups hold", extra={"n": len(wanted)})
         why = f"the GPU series could not be checked ({type(exc).__name__}: {exc})"
-        return {key: Verdict(held=why, source="none") for key in wanted}
+        return {key: Verdict(held=why, source="none", tell=True) for key in wanted}
 
 
 def checked_series(
     scaler: Scaler,
     pairs: list[tuple[GroupObservation, GroupSettings]],
     first: list[Decision],
-    alarm_metrics: dict[str, tuple[MetricRef, ...]],
+    alarms_read: tuple[dict[str, tuple[MetricRef, ...]], dict[str, AlarmCondition | None]],
     isolated: Callable[[GroupObservation, GroupSettings], Decision],
     event_id: str,
     now: datetime,
@@ -292,10 +302,16 @@ def checked_series(
 ) -> list[Notification]:
     """Decisions that would act on a group's GPU series (the band, an alarm on it) act only on a series
     its members could have written (`metric_trust`): the band then decides on the checked mean (the
-    members' own where the group series fails), an alarm on a failed series holds. Updates `pairs` and
-    `first` in place; returns what to tell. Ticks where nothing would act read nothing more."""
+    members' own where the group series fails), an alarm as `alarm_checked` says; an alarm whose
+    statistic one datum can set holds. Updates `pairs` and `first` in place; returns what to tell. Ticks
+    where nothing would act read nothing more."""
+    alarm_metrics, conditions = alarms_read
     wanted: dict[str, tuple[GroupObservation, schema.Metric]] = {}
-    for (obs, _), d in zip(pairs, first, strict=True):
+    for i, ((obs, _), d) in enumerate(zip(pairs, first, strict=True)):
+        bad_stat = _bad_statistic(d, alarm_metrics)
+        if bad_stat is not None:
+            first[i] = hold(d, bad_stat)
+            continue
         metric = series_acted_on(d, obs.ref, alarm_metrics)
         if metric is not None:
             wanted[obs.ref.key] = (obs, metric)
@@ -305,38 +321,52 @@ def checked_series(
         verdict = verdicts.get(obs.ref.key)
         if verdict is None:
             continue
-        if not _from_group(verdict):
+        if verdict.tell:
             told.append(forged_series_note(obs.ref.key, verdict, now, event_id, scaler.ctx.region))
         if d.trigger.kind is not TriggerKind.UTILIZATION_BAND:
-            first[i] = d if _from_group(verdict) else _doubted(d, verdict)
+            first[i] = alarm_checked(d, verdict, conditions.get(d.trigger.name or ""))
         elif verdict.held is not None:
-            first[i] = _doubted(d, verdict)
+            first[i] = doubted(d, verdict)
         else:
             pairs[i] = (obs.model_copy(update={"gpu_utilization": verdict.utilization}), settings)
             again = isolated(*pairs[i])
-            unchecked = again.trigger.kind is TriggerKind.ALARM and series_acted_on(again, obs.ref, alarm_metrics)
-            first[i] = (
-                _doubted(again, Verdict(held="its alarm's series was not checked this tick")) if unchecked else again
+            if verdict.note:
+                again = again.model_copy(update={"reason": f"{again.reason} [{verdict.note}]"})
+            unchecked = again.trigger.kind is TriggerKind.ALARM and (
+                series_acted_on(again, obs.ref, alarm_metrics) or _bad_statistic(again, alarm_metrics)
             )
+            first[i] = hold(again, "its alarm's series was not checked this tick") if unchecked else again
     return told
 
 
 def alarm_series_checked(
     scaler: Scaler, decision: Decision, alarm: AlarmEvent, obs: GroupObservation, now: datetime, policy: FleetPolicy
 ) -> tuple[Decision, list[Notification]]:
-    """An alarm on the group's own GPU series acts only if that series passes the check (`metric_trust`):
-    else it evaluated data a node wrote on, and the group holds, told. A read that fails raises: the
-    delivery is retried (its idempotency record is released), never decided as a hold for good."""
+    """An alarm on the group's own GPU series acts only if that series passes the check (`metric_trust`),
+    and only with a statistic the check holds down (Average); where only the members' own series pass,
+    their mean is weighed against the alarm's threshold (one DescribeAlarms, on those deliveries alone).
+    A read that fails raises: the delivery is retried (its idempotency record is released), never
+    decided as a hold for good."""
+    bad_stat = _bad_statistic(decision, {alarm.alarm_name: alarm.metrics})
+    if bad_stat is not None:
+        return hold(decision, bad_stat), []
     metric = series_acted_on(decision, obs.ref, {alarm.alarm_name: alarm.metrics})
     if metric is None:
         return decision, []
     wanted = {obs.ref.key: (obs, metric)}
     lookback, rate = policy.metric_lookback_s, policy.node_samples_per_gpu_s
-    verdict = scaler.metrics.verdicts(wanted, now, lookback, rate)[obs.ref.key]
-    if _from_group(verdict):
-        return decision, []
-    told = [forged_series_note(obs.ref.key, verdict, now, alarm.event_id, scaler.ctx.region)]
-    return _doubted(decision, verdict), told
+    verdict = scaler.metrics.verdicts(wanted, now, lookback, rate, policy.node_window_s)[obs.ref.key]
+    told = [forged_series_note(obs.ref.key, verdict, now, alarm.event_id, scaler.ctx.region)] if verdict.tell else []
+    weigh = not verdict.from_group and verdict.trusted
+    condition = described_condition(scaler.alarms.describe(alarm.alarm_name)) if weigh else None
+    return alarm_checked(decision, verdict, condition), told
+
+
+def _bad_statistic(decision: Decision, alarm_metrics: dict[str, tuple[MetricRef, ...]]) -> str | None:
+    """Why an alarm's scale step cannot act on the statistic it reads (`statistic_problem`), or None."""
+    if decision.action not in (Action.SCALE_OUT, Action.SCALE_IN) or decision.trigger.kind is not TriggerKind.ALARM:
+        return None
+    return statistic_problem(alarm_metrics.get(decision.trigger.name or "", ()))
 
 
 def as_cloudwatch_says_now(alarms: AlarmReader, alarm: AlarmEvent) -> AlarmEvent | str:
@@ -404,20 +434,22 @@ def with_instance_metrics(
 
 def firing_alarms(
     alarms: AlarmReader, tick: ScheduleTick, policy: FleetPolicy, logger: Logger
-) -> tuple[dict[str, list[tuple[str, Direction]]], dict[str, tuple[MetricRef, ...]]]:
+) -> tuple[dict[str, list[tuple[str, Direction]]], dict[str, tuple[MetricRef, ...]], dict[str, AlarmCondition | None]]:
     """Alarms still in ALARM send no new event; the tick re-raises them (cooldowns decide). Also each
-    alarm's metrics: an alarm on a group's GPU series is checked before it acts."""
+    alarm's metrics and threshold: an alarm on a group's GPU series is checked before it acts."""
     out: dict[str, list[tuple[str, Direction]]] = defaultdict(list)
     metrics: dict[str, tuple[MetricRef, ...]] = {}
+    conditions: dict[str, AlarmCondition | None] = {}
     for described in alarms.firing(policy.alarm_prefix):
         alarm = from_described_alarm(described, tick)
         target = resolve_alarm_target(alarm, alarms.tags(alarm.alarm_arn), policy)
         if target.group is not None and target.direction is not None and not alarm.actions_suppressed_by:
             out[target.group.key].append((alarm.alarm_name, target.direction))
             metrics[alarm.alarm_name] = alarm.metrics
+            conditions[alarm.alarm_name] = described_condition(described)
         else:
             logger.info("firing alarm ignored", extra={"alarm": alarm.alarm_name, "why": target.found_by})
-    return out, metrics
+    return out, metrics, conditions
 
 
 def _attached(
@@ -479,19 +511,6 @@ def _metrics_or_none(
     except Exception:
         logger.exception("instance metrics unreadable; scale-in waits", extra={"groups": len(observations)})
         return [None] * len(observations)
-
-
-def _from_group(verdict: Verdict) -> bool:
-    """The group series itself was believed (no series dropped, nothing held)."""
-    return verdict.trusted and not verdict.dropped
-
-
-def _doubted(decision: Decision, verdict: Verdict) -> Decision:
-    """A decision that would have acted on a GPU series that cannot be believed: a hold saying why."""
-    why = verdict.held or f"its GPU series holds data no member could publish ({'; '.join(verdict.dropped)})"
-    reason = f"{decision.reason}, but {why}: held"
-    update = {"action": Action.HOLD, "desired": decision.current, "victims": (), "needs_instance_metrics": False}
-    return decision.model_copy(update={**update, "reason": reason})
 
 
 def _held_without_metrics(decision: Decision) -> Decision:
