@@ -25,6 +25,13 @@ REAL = [
     (cgroupfs_pod(POD_UID, CID), ("pod", POD_UID, CID)),
     (cgroupfs_pod(POD_UID, CID, "guaranteed"), ("pod", POD_UID, CID)),
     ("/kubepods/besteffort/pod%s" % POD_UID, ("pod", POD_UID, None)),
+    # kubelet --cgroup-root=/kubelet: the cgroupfs form, and the systemd driver's level-prefixed form
+    ("/kubelet/kubepods/burstable/pod%s/%s" % (POD_UID, CID), ("pod", POD_UID, CID)),
+    (
+        "/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-burstable.slice/"
+        "kubelet-kubepods-burstable-pod%s.slice/cri-containerd-%s.scope" % (_sd(POD_UID), CID),
+        ("pod", POD_UID, CID),
+    ),
     ("/../../kubepods.slice/kubepods-pod%s.slice/cri-containerd-%s.scope" % (_sd(POD_UID), CID), ("pod", POD_UID, CID)),
     (
         "/../../../kubepods-burstable.slice/kubepods-burstable-pod%s.slice/cri-containerd-%s.scope"
@@ -54,6 +61,8 @@ def test_real_paths_name_their_owner(path, expected):
 # name=systemd line: every one is user 1000's.
 SPOOFS = [
     DELEGATED + "/kubepods/burstable/pod%s/%s" % (VICTIM, CID),
+    DELEGATED + "/kubelet/kubepods/burstable/pod%s/%s" % (VICTIM, CID),
+    DELEGATED + "/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-pod%s.slice" % _sd(VICTIM),
     DELEGATED + "/kubepods/pod%s" % VICTIM,
     DELEGATED + systemd_pod(VICTIM, CID, "burstable"),
     DELEGATED + systemd_pod(VICTIM, CID, "guaranteed"),
@@ -91,7 +100,7 @@ def test_the_same_spoofs_on_a_cgroup_v1_hybrid(path):
         (systemd_pod(MINE, OTHER_CID) + "/kubepods/pod%s/%s" % (VICTIM, CID), ("pod", MINE)),
         (systemd_pod(MINE, OTHER_CID) + "/user-2000.slice/session-1.scope", ("pod", MINE)),
         ("/docker/%s/kubepods/burstable/pod%s/%s" % (OTHER_CID, VICTIM, CID), ("unknown", None)),
-        ("/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-pod%s.slice" % _sd(VICTIM), ("unknown", None)),
+        ("/kubelet.slice/kubepods.slice/kubepods-pod%s.slice" % _sd(VICTIM), ("unknown", None)),
         ("/mykubepods.slice/kubepods-pod%s.slice" % _sd(VICTIM), ("unknown", None)),
         ("/kubepods.slice/kubepods-burstable.slice/kubepods-besteffort-pod%s.slice" % _sd(VICTIM), ("unknown", None)),
         ("/kubepods/burstable/besteffort/pod%s" % VICTIM, ("unknown", None)),

@@ -137,6 +137,9 @@ def _rooted(segments: List[str]) -> Optional[Workload]:
     top = segments[0]
     if top in _KUBE_ROOTS:
         return _pod_chain(segments)
+    nested = _under_cgroup_root(segments)
+    if nested is not None:
+        return _pod_chain(nested)
     if top.startswith("kubepods"):
         return UNKNOWN_WORKLOAD
     if top == _SYSTEM_SLICE and len(segments) > 1 and _STEPD_SCOPE.match(segments[1]):
@@ -151,6 +154,18 @@ def _rooted(segments: List[str]) -> Optional[Workload]:
         if uid and v1_job:
             return Workload(SLURM, job_id=v1_job.group(1), user=uid.group(1))
         return UNKNOWN_WORKLOAD
+    return None
+
+
+def _under_cgroup_root(segments: List[str]) -> Optional[List[str]]:
+    """The pod chain of a kubelet run with `--cgroup-root=/kubelet` (cgroupfs: /kubelet/kubepods/...; the
+    systemd driver prefixes each level with the root's name: /kubelet.slice/kubelet-kubepods.slice/
+    kubelet-kubepods-<qos>.slice/kubelet-kubepods-<qos>-pod<uid>.slice/...), as if at the top; else None.
+    Still a root-owned top level: a user's delegated subtree cannot make it."""
+    if len(segments) > 1 and segments[0] == "kubelet" and segments[1] == "kubepods":
+        return segments[1:]
+    if len(segments) > 1 and segments[0] == "kubelet.slice" and segments[1] == "kubelet-kubepods.slice":
+        return [seg[len("kubelet-") :] if seg.startswith("kubelet-kubepods") else seg for seg in segments[1:]]
     return None
 
 
