@@ -120,3 +120,10 @@ def test_another_policy_on_the_node_role_cannot_open_another_nodes_namespace(
     both = [*node_policy, CLOUDWATCH_AGENT]
     verdict = evaluate(both, "cloudwatch:PutMetricData", "*", {**FORGER, "cloudwatch:namespace": namespace})
     assert verdict.allowed is allowed, verdict.why
+
+
+def test_usage_records_need_instance_profile_credentials(node_policy: list[dict[str, Any]]) -> None:
+    """Any stream of the usage group (IAM cannot tie a stream to its writer), but only from an instance."""
+    stream = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/gpufleet/usage:log-stream:i-0f0f0f0f0f0f0f0f0"
+    assert evaluate(node_policy, "logs:PutLogEvents", stream, FORGER).allowed
+    assert not evaluate(node_policy, "logs:PutLogEvents", stream, {"aws:userid": "AIDAUSER"}).allowed
