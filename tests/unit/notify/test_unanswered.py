@@ -135,3 +135,20 @@ def test_posts_that_may_have_landed_are_bounded_by_the_repeat_interval(outcomes:
             break
     span_s = (unanswered_at[-1] - unanswered_at[0]).total_seconds()
     assert len(unanswered_at) <= MAX_UNANSWERED + span_s // REPEAT_S
+
+
+def test_a_held_critical_post_waits_the_group_interval_not_hours() -> None:
+    """Second probe: Slack failed twice with answers that may have posted, then recovered; a critical
+    incident's post was held for the repeat interval (4 h by default). It now waits the group interval."""
+    from gpufleet.notify.model import Severity
+
+    inc = fold(None, note(1, severity=Severity.CRITICAL), at(0))
+    inc, first = attempt(inc, at(GROUPING.group_wait_s), "timeout")
+    inc, repeats = sweeps(inc, 60, 120, "timeout")
+    assert first is not None and len(repeats) == 1 and inc.in_flight is not None
+    held = plan_delivery(inc, at(180), GROUPING, FLAP)
+    assert held.delivery is None
+    assert held.wake_at == inc.in_flight.unanswered_at + timedelta(seconds=GROUPING.group_interval_s)
+    assert GROUPING.group_interval_s < REPEAT_S
+    inc, later = sweeps(inc, 180, 120 + GROUPING.group_interval_s + 60, "ok")
+    assert len(later) == 1 and MAYBE_DUPLICATE in later[0] and inc.in_flight is None

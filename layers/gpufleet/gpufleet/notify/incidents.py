@@ -329,7 +329,9 @@ def _plan_in_flight(incident: Incident, delivery: Delivery, now: datetime, group
     """A delivery not confirmed yet. While an attempt may still be running, nobody posts. An attempt
     that died counts as unanswered (its post may have landed). Below MAX_UNANSWERED the same delivery is
     re-posted now; from there it is held: repeated after the repeat interval, or after the group interval
-    with what arrived since folded in, so a slow Slack costs one post per interval, not one per sweep."""
+    with what arrived since folded in, so a slow Slack costs one post per interval, not one per sweep.
+    A critical incident waits the group interval only: a Slack that failed twice and then recovered must
+    not keep a critical post back for hours (one marked post per group interval at most)."""
     since = delivery.posting_since
     if since is not None:
         if now - since < timedelta(seconds=POSTING_STALE_S):
@@ -339,7 +341,8 @@ def _plan_in_flight(incident: Incident, delivery: Delivery, now: datetime, group
         return Plan(delivery=delivery, why="re-post the delivery whose answer was not confirmed")
     last = delivery.unanswered_at or now
     news = _news(incident, delivery)
-    due = last + timedelta(seconds=grouping.group_interval_s if news else grouping.repeat_interval_s)
+    short = news or incident.severity is Severity.CRITICAL
+    due = last + timedelta(seconds=grouping.group_interval_s if short else grouping.repeat_interval_s)
     if now < due:
         why = f"held until {due:%H:%M:%S}: Slack did not answer {delivery.unanswered} posts, the last may have landed"
         return Plan(wake_at=due, why=why)
