@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpufleet.domain import defaults
 from gpufleet.domain.models import (
     Action,
     AlarmCondition,
@@ -134,8 +135,10 @@ def test_a_forger_cannot_pick_which_members_count() -> None:
         (honest("g", 8, 50.0).model_copy(update={"busiest_minute": 8 * 60 * 1.5}), False, MEMBER_LEFT),
         # A value no percent series holds is evidence: the members decide and on-call is told.
         (honest("g", 8, 50.0).model_copy(update={"maximum": 1e9}), True, "maximum 1e+09, above 100"),
-        # More than the group's max size could publish (4 x 4 GPUs x 360 s = 5,760): no member that left explains it.
-        (honest("g", 20, 50.0), True, "decided on the members' own series"),
+        # More than twice the max size of 8-GPU members could publish (2 x 4 x 8 x 360 s = 23,040): no
+        # member that left explains it (one that left may have been larger, the max size lowered since).
+        (honest("g", 200, 50.0), True, "decided on the members' own series"),  # 60,000 samples
+        (honest("g", 60, 50.0), False, MEMBER_LEFT),  # 18,000 samples: under that ceiling, not paged
         (honest("g", 16, 50.0), False, MEMBER_LEFT),  # two members that just left (4,800 samples): not paged
     ],
 )
@@ -351,3 +354,23 @@ def test_a_fleet_with_five_minute_windows_says_so_and_passes_the_minute_bound() 
     five = [Member(instance_id="i-1", gpus=8, window_s=300)]
     assert group_minute_bound(five) == 5 * group_minute_bound(plain)
     assert group_minute_bound(plain) < 8 * 300 <= group_minute_bound(five)
+
+
+def test_a_spot_reclaim_of_the_groups_largest_node_is_no_page() -> None:
+    """Second probe: a mixed-instances group (max 3) loses its 8-GPU node and lists two 1-GPU ones; the
+    series still holds the 8-GPU node's samples. The ceiling counts members at 8 GPUs: not paged."""
+    members = [Member(instance_id="i-a", gpus=1), Member(instance_id="i-b", gpus=1)]
+    own = {"i-a": honest("i-a", 1, 50.0), "i-b": honest("i-b", 1, 50.0)}
+    group = honest("g", 10, 50.0)  # 8 + 1 + 1 GPUs' samples
+    verdict = from_members(group, members, own, LOOKBACK, max_size=3)
+    assert verdict.trusted and not verdict.tell
+
+
+def test_an_in_band_hold_is_audited_every_tenth_minute() -> None:
+    """Second probe: a flood that pulls the Average into the band held the group silently; the check
+    only ran on ticks that would act. A band hold is now checked every SERIES_AUDIT_EVERY_MIN minutes."""
+    from gpufleet.scaling.metric_trust import series_audited
+
+    band_hold = _decision(Action.HOLD, TriggerKind.UTILIZATION_BAND)
+    audited = [m for m in range(60) if series_audited(band_hold, m) is not None]
+    assert audited == list(range(0, 60, defaults.SERIES_AUDIT_EVERY_MIN))

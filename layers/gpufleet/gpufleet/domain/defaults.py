@@ -107,3 +107,11 @@ METRIC_PERIOD_S = 60  # the period the scaler reads GPU series with (GetMetricDa
 ALARM_TRUSTED_STAT = "Average"
 PERCENT_MIN = 0.0  # a percent series (GPUUtilization, GPUMemoryUsedPercent) holds nothing outside 0-100
 PERCENT_MAX = 100.0
+# The most GPUs one current EC2 GPU instance type has (p5.48xlarge, p4d.24xlarge, g6e.48xlarge: 8), and
+# the slack for a max size lowered within the lookback: a group series past that many members' samples
+# is a flood no departed member explains.
+MAX_GPUS_PER_INSTANCE = 8
+CEILING_MAX_SIZE_FACTOR = 2
+# An in-band hold's group series is checked once every this many minutes (the acting ticks always are):
+# a flood that holds a group in the band is found within this time, at a tenth of the check's cost.
+SERIES_AUDIT_EVERY_MIN = 10

@@ -253,6 +253,18 @@ def described_condition(alarm: dict[str, Any] | None) -> AlarmCondition | None:
     return AlarmCondition(threshold=float(alarm["Threshold"]), comparison=str(alarm["ComparisonOperator"]))
 
 
+def alarm_range_s(alarm: dict[str, Any] | None) -> int:
+    """How far back a metric alarm reads: its longest period times EvaluationPeriods (DescribeAlarms'
+    Period and EvaluationPeriods, or each MetricStat's Period for a math alarm); 0 when not said."""
+    if not alarm:
+        return 0
+    periods = [alarm.get("Period")] + [q.get("MetricStat", {}).get("Period") for q in alarm.get("Metrics", [])]
+    longest = max((int(p) for p in periods if isinstance(p, int | float) and p > 0), default=0)
+    evaluations = alarm.get("EvaluationPeriods")
+    count = int(evaluations) if isinstance(evaluations, int | float) and evaluations > 0 else 1
+    return min(longest * count, 86_400)
+
+
 def suppressed_by(alarm: dict[str, Any]) -> str | None:
     value = alarm.get("ActionsSuppressedBy")
     return None if value in (None, "", "None") else str(value)

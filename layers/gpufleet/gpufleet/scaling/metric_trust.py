@@ -209,10 +209,16 @@ def past_ceiling(group: SeriesStats, members: Sequence[Member], lookback_s: int,
     the lookback: no member that left explains that (evidence, told), or None."""
     if max_size is None or not members:
         return None
-    largest = max(members, key=lambda m: (m.gpus or 0) * m.samples_per_gpu_s)
-    ceiling = max_size * samples_bound(largest.gpus or 0, lookback_s, largest.window_s, largest.samples_per_gpu_s)
-    if group.samples > ceiling:
-        return f"{group.samples:,.0f} samples, more than even {max_size} members (its max size) could publish"
+    # Members that left may have been larger than any listed now (a mixed-instances group losing its one
+    # 8-GPU node), and the max size may have been lowered within the lookback: count every member at the
+    # most GPUs an instance type has, and twice the max size.
+    widest = max(members, key=lambda m: m.window_s * m.samples_per_gpu_s)
+    one = samples_bound(defaults.MAX_GPUS_PER_INSTANCE, lookback_s, widest.window_s, widest.samples_per_gpu_s)
+    if group.samples > defaults.CEILING_MAX_SIZE_FACTOR * max_size * one:
+        return (
+            f"{group.samples:,.0f} samples, more than even {defaults.CEILING_MAX_SIZE_FACTOR * max_size} members "
+            f"of {defaults.MAX_GPUS_PER_INSTANCE} GPUs could publish (its max size {max_size})"
+        )
     return None
 
 
@@ -271,6 +277,16 @@ def alarm_series(metrics: Sequence[MetricRef], ref: GroupRef) -> schema.Metric |
     for m in metrics:
         if m.namespace == schema.NAMESPACE and m.name in PERCENT_SERIES and m.dimensions == ref.metric_dimensions:
             return PERCENT_SERIES[m.name]
+    return None
+
+
+def series_audited(decision: Decision, minute: int) -> schema.Metric | None:
+    """The group series behind a utilization-band hold, checked every SERIES_AUDIT_EVERY_MIN minutes: a
+    flood that pulls the group's Average into the band holds it without acting, so the acting-tick check
+    alone would never see it (a silent denial of scaling). None on other ticks and decisions."""
+    band_hold = decision.action is Action.HOLD and decision.trigger.kind is TriggerKind.UTILIZATION_BAND
+    if band_hold and minute % defaults.SERIES_AUDIT_EVERY_MIN == 0:
+        return schema.GPU_UTILIZATION
     return None
 
 

@@ -37,7 +37,7 @@ from gpufleet.domain.models import (
 )
 from gpufleet.domain.policy import FleetPolicy, GroupSettings
 from gpufleet.events import EventKind
-from gpufleet.events.alarms import as_cloudwatch_says, described_condition, from_described_alarm
+from gpufleet.events.alarms import alarm_range_s, as_cloudwatch_says, described_condition, from_described_alarm
 from gpufleet.events.model import AlarmEvent, AlarmSource, ScheduleTick
 from gpufleet.notify.model import Notification
 from gpufleet.scaling.core import decide_alarm, decide_reconcile, decide_request
@@ -49,6 +49,7 @@ from gpufleet.scaling.metric_trust import (
     doubted,
     hold,
     series_acted_on,
+    series_audited,
     statistic_problem,
 )
 from gpufleet.scaling.notes import (
@@ -312,7 +313,7 @@ def checked_series(
         if bad_stat is not None:
             first[i] = hold(d, bad_stat)
             continue
-        metric = series_acted_on(d, obs.ref, alarm_metrics)
+        metric = series_acted_on(d, obs.ref, alarm_metrics) or series_audited(d, now.minute)
         if metric is not None:
             wanted[obs.ref.key] = (obs, metric)
     verdicts = series_verdicts(scaler.metrics, scaler.ctx.logger, wanted, now, policy) if wanted else {}
@@ -354,11 +355,14 @@ def alarm_series_checked(
     if metric is None:
         return decision, []
     wanted = {obs.ref.key: (obs, metric)}
-    lookback, rate = policy.metric_lookback_s, policy.node_samples_per_gpu_s
+    described = scaler.alarms.describe(alarm.alarm_name)
+    # The alarm may look further back than the policy's lookback (10 periods of 60 s): check all it read.
+    lookback = max(policy.metric_lookback_s, alarm_range_s(described))
+    rate = policy.node_samples_per_gpu_s
     verdict = scaler.metrics.verdicts(wanted, now, lookback, rate, policy.node_window_s)[obs.ref.key]
     told = [forged_series_note(obs.ref.key, verdict, now, alarm.event_id, scaler.ctx.region)] if verdict.tell else []
     weigh = not verdict.from_group and verdict.trusted
-    condition = described_condition(scaler.alarms.describe(alarm.alarm_name)) if weigh else None
+    condition = described_condition(described) if weigh else None
     return alarm_checked(decision, verdict, condition), told
 
 
