@@ -220,7 +220,9 @@ def controller_reads(
     from rehearsal.moto import moto_server
     from tests.integration.conftest import TABLE, Fleet
 
-    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    # Minute 7: a tick that does not audit in-band holds (every SERIES_AUDIT_EVERY_MIN minutes); the audit
+    # tick is measured on its own below and counted once per that many ticks.
+    now = datetime.now(UTC).replace(minute=7, second=0, microsecond=0)
     with moto_server() as server:
         clients = fleet.Clients.create()
         fleet.create_state_table(clients.dynamodb, TABLE)
@@ -233,6 +235,11 @@ def controller_reads(
         scale_in.write_text("dry_run: true\ndiscovery: {eks: false}\n")
         bench_fleet = Fleet(clients, steady, server.url, "")
         tick = _tick(bench_fleet.scaler(notify_queue=queue), now, f"steady-{mode}")
+        every, defaults.SERIES_AUDIT_EVERY_MIN = defaults.SERIES_AUDIT_EVERY_MIN, 1
+        try:  # the same tick as an audit tick: the in-band groups' series checked (4 metrics each)
+            audit = _tick(bench_fleet.scaler(notify_queue=queue), now, f"audit-{mode}")
+        finally:
+            defaults.SERIES_AUDIT_EVERY_MIN = every
         check = _tick(bench_fleet.scaler(policy=scale_in.read_text(), notify_queue=queue), now, f"scale-in-{mode}")
         env = {defaults.ENV_STATE_TABLE: TABLE, defaults.ENV_POLICY_FILE: str(steady)}
         guard = build_guard(Logger(service="bench", level="ERROR"), Metrics(namespace="GPUFleet/Bench"), env=env)
@@ -247,6 +254,7 @@ def controller_reads(
         "nodes": 2 * group_nodes,
         "group_nodes": group_nodes,
         "tick": tick,
+        "audit_tick": audit,
         "scale_in_check": check,
         "guard": dict(counts),
     }
@@ -257,12 +265,20 @@ def controller_cost(reads: dict[str, Any], scenario: Scenario) -> tuple[float, f
     extra reads (upper bound)."""
     nodes, group_nodes = reads["nodes"], reads.get("group_nodes", GROUP_NODES)
     per_tick = reads["tick"]["metrics"] * GMD_METRIC + reads["tick"]["other"] * REQUEST
+    audit = reads.get("audit_tick", reads["tick"])  # one tick in SERIES_AUDIT_EVERY_MIN checks in-band holds
+    per_tick += (audit["metrics"] - reads["tick"]["metrics"]) * GMD_METRIC / _audit_every()
     per_eval = reads["guard"]["metrics"] * GMD_METRIC
     per_eval += reads["guard"]["other"] * REQUEST / GUARD_INVENTORY_EVALS  # ListMetrics, cached 15 min
     check_extra = (reads["scale_in_check"]["metrics"] - reads["tick"]["metrics"]) * GMD_METRIC
     checks = scenario.idle_hours() * HOUR // SCALE_IN_COOLDOWN_S  # per group of group_nodes
     reconcile = per_tick * TICKS_PER_MONTH / nodes + check_extra * checks / group_nodes
     return float(reconcile), float(per_eval * TICKS_PER_MONTH / nodes)
+
+
+def _audit_every() -> int:
+    from gpufleet.domain import defaults
+
+    return defaults.SERIES_AUDIT_EVERY_MIN
 
 
 # ---- the table ----
