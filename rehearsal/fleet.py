@@ -16,7 +16,7 @@ import boto3
 from gpufleet.domain import defaults
 from gpufleet_node import schema
 from gpufleet_tools import local
-from gpufleet_tools.local_stack import eks_backing_asg_tags
+from gpufleet_tools.local_stack import eks_backing_asg_tags, sync_nodegroup_sizes
 
 INSTANCE_TYPE = "g5.12xlarge"
 MANAGED_TAG = {defaults.TAG_MANAGED: defaults.TAG_MANAGED_VALUE}
@@ -145,18 +145,7 @@ def create_nodegroup(
 
 def sync_nodegroup_asgs(clients: Clients) -> list[str]:
     """[emulated EKS] propagate each node group's desiredSize to its backing ASG."""
-    notes = []
-    for cluster in clients.eks.list_clusters()["clusters"]:
-        for name in clients.eks.list_nodegroups(clusterName=cluster)["nodegroups"]:
-            ng = clients.eks.describe_nodegroup(clusterName=cluster, nodegroupName=name)["nodegroup"]
-            asg_name = ng["resources"]["autoScalingGroups"][0]["name"]
-            want = ng["scalingConfig"]["desiredSize"]
-            asg = clients.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[asg_name])
-            have = asg["AutoScalingGroups"][0]["DesiredCapacity"]
-            if have != want:
-                clients.autoscaling.set_desired_capacity(AutoScalingGroupName=asg_name, DesiredCapacity=want)
-                notes.append(f"[emulated EKS] {cluster}/{name}: backing ASG {have} -> {want}")
-    return notes
+    return sync_nodegroup_sizes(clients.eks, clients.autoscaling)
 
 
 def put_gpu_alarm(

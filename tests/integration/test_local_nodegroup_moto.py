@@ -5,16 +5,15 @@ such a group failed with a moto 500 until the user made the ASG by hand), and th
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from gpufleet_tools import local_kube, local_stack
 from rehearsal import fleet
-from tests.integration.conftest import NOW, TABLE, Fleet, decisions
+from tests.integration.conftest import TABLE, Fleet
 from tests.integration.test_invoke_events import gpufleet
-from tests.integration.test_scaler_moto import event
+from tests.integration.test_scaler_moto import eks_low_alarm_on_one_idle_node
 
 pytestmark = pytest.mark.integration
 
@@ -44,21 +43,7 @@ def test_a_local_nodegroup_has_its_backing_asg_and_scales(aws: str, tmp_path: Pa
     policy = tmp_path / "policy.yaml"
     policy.write_text("defaults: {scale_in_step: 1}\n")
     on = Fleet(clients, policy, aws, backing)
-    dims = {"ClusterName": "ml", "NodegroupName": "infer-gpu"}
-    fleet.put_gpu_alarm(
-        clients.cloudwatch, "gpufleet-infer-gpu-low", dims, direction="in", threshold=20, evaluation_periods=1
-    )
-    busy, idle = on.instances(backing)
-    for minute in range(3):
-        on.put_instance_gpu(busy, 90, 70, NOW - timedelta(minutes=minute + 1))
-        on.put_instance_gpu(idle, 0, 1, NOW - timedelta(minutes=minute + 1))
-    low = event(
-        "eventbridge-alarm-eks-math.json",
-        id="local-low",
-        resources=["arn:aws:cloudwatch:us-east-1:123456789012:alarm:gpufleet-infer-gpu-low"],
-    )
-    low["detail"]["alarmName"] = "gpufleet-infer-gpu-low"
-    (d,) = decisions(on.scaler().handle(low, NOW))
+    d, busy, idle = eks_low_alarm_on_one_idle_node(on, backing, "local-low")
     assert (d["action"], d["outcome"], d["victims"]) == ("scale-in", "applied", [idle]), d
     assert on.instances(backing) == [busy] and on.nodegroup_desired() == 1
     assert local_stack.sync_nodegroups(aws) == []  # the scale-in decremented the ASG itself: already equal

@@ -29,6 +29,27 @@ def event(name: str, **changes: Any) -> dict[str, Any]:
     return body
 
 
+def eks_low_alarm_on_one_idle_node(on: Fleet, backing: str, event_id: str) -> tuple[dict[str, Any], str, str]:
+    """ml/infer-gpu's two nodes, one busy and one idle for 3 minutes, and its low alarm delivered by
+    EventBridge: the scaler's decision, and the busy and idle instance ids."""
+    dims = {"ClusterName": "ml", "NodegroupName": "infer-gpu"}
+    fleet.put_gpu_alarm(
+        on.clients.cloudwatch, "gpufleet-infer-gpu-low", dims, direction="in", threshold=20, evaluation_periods=1
+    )
+    busy, idle = on.instances(backing)
+    for minute in range(3):
+        on.put_instance_gpu(busy, 90, 70, NOW - timedelta(minutes=minute + 1))
+        on.put_instance_gpu(idle, 0, 1, NOW - timedelta(minutes=minute + 1))
+    low = event(
+        "eventbridge-alarm-eks-math.json",
+        id=event_id,
+        resources=["arn:aws:cloudwatch:us-east-1:123456789012:alarm:gpufleet-infer-gpu-low"],
+    )
+    low["detail"]["alarmName"] = "gpufleet-infer-gpu-low"
+    (d,) = decisions(on.scaler().handle(low, NOW))
+    return d, busy, idle
+
+
 def state_change(name: str, event_id: str, at: datetime) -> dict[str, Any]:
     """Another state change of the sample's alarm (a new change, not the same one delivered again)."""
     body = event(name, id=event_id)
@@ -109,21 +130,7 @@ def test_eks_scale_in_with_the_backing_asg_tagged_as_eks_tags_it(gpu_fleet: Flee
     assert _asg_tags(gpu_fleet, backing) == fleet.eks_backing_asg_tags("ml", "infer-gpu")
     fleet.create_asg(gpu_fleet.clients, "someone-elses", min_size=0, max_size=4, desired=1)
     other = fleet.create_nodegroup(gpu_fleet.clients, "ml", "not-ours", min_size=1, max_size=3, desired=2, tags={})
-    dims = {"ClusterName": "ml", "NodegroupName": "infer-gpu"}
-    fleet.put_gpu_alarm(
-        gpu_fleet.clients.cloudwatch, "gpufleet-infer-gpu-low", dims, direction="in", threshold=20, evaluation_periods=1
-    )
-    busy, idle = gpu_fleet.instances(backing)
-    for minute in range(3):
-        gpu_fleet.put_instance_gpu(busy, 90, 70, NOW - timedelta(minutes=minute + 1))
-        gpu_fleet.put_instance_gpu(idle, 0, 1, NOW - timedelta(minutes=minute + 1))
-    low = event(
-        "eventbridge-alarm-eks-math.json",
-        id="eks-low",
-        resources=["arn:aws:cloudwatch:us-east-1:123456789012:alarm:gpufleet-infer-gpu-low"],
-    )
-    low["detail"]["alarmName"] = "gpufleet-infer-gpu-low"
-    (d,) = decisions(gpu_fleet.scaler().handle(low, NOW))
+    d, busy, idle = eks_low_alarm_on_one_idle_node(gpu_fleet, backing, "eks-low")
     assert (d["group"], d["action"], d["outcome"], d["victims"]) == ("eks:ml/infer-gpu", "scale-in", "applied", [idle])
     assert gpu_fleet.instances(backing) == [busy] and gpu_fleet.nodegroup_desired() == 1
     assert _asg_tags(gpu_fleet, backing)["gpufleet:managed"] == "true"

@@ -18,15 +18,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from gpufleet_tools.local_stack import await_answer
 from rehearsal.kube_api import KubeApi, _handler, pod
 
 TOKEN = "gpufleet-local-token"  # the emulator's static token: local only, never a secret
@@ -64,17 +62,9 @@ def start(state_dir: Path, cluster: str, port: int) -> str:
     proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     pid_file.write_text(str(proc.pid))
     url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            urllib.request.urlopen(f"{url}/api/v1/pods", timeout=1)
-        except urllib.error.HTTPError:  # 401 without a token: it answers
-            url_file.write_text(url)
-            return url
-        except OSError:
-            if proc.poll() is not None:
-                raise SystemExit(f"error: the local Kubernetes API exited (see {log.name})") from None
-            time.sleep(0.05)
-    raise SystemExit(f"error: the local Kubernetes API did not answer on {url}")
+    await_answer(f"{url}/api/v1/pods", proc, "the local Kubernetes API", Path(log.name))  # 401 answers too
+    url_file.write_text(url)
+    return url
 
 
 def endpoints(state_dir: Path) -> dict[str, dict[str, str]]:

@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -59,15 +60,24 @@ def start_moto(state_dir: Path, port: int = 0) -> str:
         start_new_session=True,
     )
     (state_dir / "moto.pid").write_text(str(proc.pid))
+    await_answer(f"{url}/moto-api/", proc, "moto server", state_dir / "moto.log")
+    return url
+
+
+def await_answer(probe: str, proc: subprocess.Popen[bytes], what: str, log: Path) -> None:
+    """Wait (10 s at most) until the server `proc` started answers HTTP on `probe`, any status (a 401
+    answers too); it exiting first, or never answering, ends the command with one line saying so."""
     for _ in range(200):
         try:
-            urllib.request.urlopen(f"{url}/moto-api/", timeout=1)
-            return url
+            urllib.request.urlopen(probe, timeout=1)
+            return
+        except urllib.error.HTTPError:
+            return
         except OSError:
             if proc.poll() is not None:
-                raise SystemExit(f"error: moto server exited (see {state_dir / 'moto.log'})") from None
+                raise SystemExit(f"error: {what} exited (see {log})") from None
             time.sleep(0.05)
-    raise SystemExit(f"error: moto server did not answer on {url}")
+    raise SystemExit(f"error: {what} did not answer on {probe.rsplit('/', 2)[0]}")
 
 
 def stop(state_dir: Path) -> bool:
@@ -297,7 +307,11 @@ def create_nodegroup(
 def sync_nodegroups(endpoint: str) -> list[str]:
     """[EMULATED EKS] each node group's desiredSize onto its backing ASG, as EKS does after
     UpdateNodegroupConfig (moto does not): one line for each group it changed."""
-    eks, autoscaling = _client("eks", endpoint), _client("autoscaling", endpoint)
+    return sync_nodegroup_sizes(_client("eks", endpoint), _client("autoscaling", endpoint))
+
+
+def sync_nodegroup_sizes(eks: Any, autoscaling: Any) -> list[str]:
+    """`sync_nodegroups` with the clients given (the rehearsal's)."""
     notes = []
     for cluster in eks.list_clusters()["clusters"]:
         for name in eks.list_nodegroups(clusterName=cluster)["nodegroups"]:

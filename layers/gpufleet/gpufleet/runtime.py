@@ -118,10 +118,11 @@ def build_scaler(
         )
     ctx = _control_context(settings, clients, table, queue, logger, emf, region_of(session))
     config, wrap = idempotency_for("scaler", table, clients.dynamodb)
-    demand = demand_reader(settings, clients, logger, session)
+    ec2 = client("ec2", session)  # one for the demand reader and the forged-series check's GPU counts
+    demand = demand_reader(settings, clients, logger, session, ec2)
     scaler = Scaler(
         ctx,
-        GpuMetricsReader(clients.cloudwatch, gpus_per_type=ec2_gpus(lambda: client("ec2", session))),
+        GpuMetricsReader(clients.cloudwatch, gpus_per_type=ec2_gpus(ec2)),
         AlarmReader(clients.cloudwatch),
         idempotent=wrap,
         demand=demand,
@@ -129,7 +130,9 @@ def build_scaler(
     return scaler, config
 
 
-def demand_reader(settings: Settings, clients: AwsClients, logger: Logger, session: Session | None) -> DemandReader:
+def demand_reader(
+    settings: Settings, clients: AwsClients, logger: Logger, session: Session | None, ec2: Any
+) -> DemandReader:
     """The groups' demand sources: pods from each EKS cluster's API (DescribeCluster, or the local override
     in GPUFLEET_KUBE_ENDPOINTS), queues, backlog metrics. Clients are made here; nothing is read until a
     group's policy names a source."""
@@ -138,7 +141,6 @@ def demand_reader(settings: Settings, clients: AwsClients, logger: Logger, sessi
     from gpufleet.aws.readiness import node_readiness
 
     own = session or Session()
-    ec2 = client("ec2", session)
     overrides = settings.kube_endpoints
 
     readers: dict[frozenset[tuple[str, float]], PodReader] = {}  # one per GPU resource table (its STS client kept)

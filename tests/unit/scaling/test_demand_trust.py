@@ -83,6 +83,17 @@ def asg(name: str, desired: int, max_size: int = 20, util: float = 0.0) -> Group
     )
 
 
+def eks_gpu(desired: int, name: str = "gpu", **fields: Any) -> GroupObservation:
+    """The EKS node group ml/`name` (min 0, max 10) at `desired`; `fields` set the rest of the observation."""
+    return GroupObservation(
+        ref=GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster="ml", name=name),
+        min_size=0,
+        max_size=10,
+        desired=desired,
+        **fields,
+    )
+
+
 def queue_settings(order: int | None = None, band: bool = True) -> GroupSettings:
     source = DemandSource(sqs=QueueDemand(queue_url=QUEUE, gpus_per_message=8), gpus_per_node=8, order=order)
     return GroupSettings(min=0, max=20, demand=source, target=TargetBand(enabled=band))
@@ -213,15 +224,7 @@ def test_an_unreadable_cluster_never_lets_the_band_scale_in_a_node_bound_to_a_gp
         raise ClusterUnreadable(cluster, "HTTP 503 Service Unavailable", "http")
 
     s = GroupSettings(min=0, max=10, demand=DemandSource(kubernetes=KubernetesDemand()))
-    obs = GroupObservation(
-        ref=GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster="ml", name="gpu"),
-        min_size=0,
-        max_size=10,
-        desired=2,
-        instances=instances(2, util=1.0),
-        instance_metrics_loaded=True,
-        gpu_utilization=1.0,
-    )
+    obs = eks_gpu(2, instances=instances(2, util=1.0), instance_metrics_loaded=True, gpu_utilization=1.0)
     [(seen, _)] = reader(cluster_pods=down).attach([(obs, s)], NOW)
     d = decide(seen, s)
     assert d.action is Action.HOLD and d.victims == ()
@@ -237,14 +240,7 @@ def test_an_unmapped_node_name_does_not_launch_a_node_a_tick() -> None:
         gpu_nodes=frozenset({"gone-node"}),
     )
     s = GroupSettings(min=0, max=10, demand=DemandSource(kubernetes=KubernetesDemand()))
-    obs = GroupObservation(
-        ref=GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster="ml", name="gpu"),
-        min_size=0,
-        max_size=10,
-        desired=5,
-        instances=instances(5),
-        instance_metrics_loaded=True,
-    )
+    obs = eks_gpu(5, instances=instances(5), instance_metrics_loaded=True)
     [(seen, _)] = reader(cluster_pods=lambda c, r: pods).attach([(obs, s)], NOW)
     d = decide(seen, s)
     assert d.action is Action.HOLD and d.desired == 5
@@ -293,13 +289,7 @@ def test_pods_that_need_a_node_each_come_in_one_change() -> None:
     """Before: required anti-affinity / a hostPort: 4 pods = 4 sequential boots."""
     s = GroupSettings(min=0, max=10, demand=DemandSource(kubernetes=KubernetesDemand()))
     waiting = tuple(WaitingWork(name=f"p{i}", gpus=1, whole_node=True) for i in range(4))
-    obs = GroupObservation(
-        ref=GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster="ml", name="gpu"),
-        min_size=0,
-        max_size=10,
-        desired=0,
-        demand=Demand(source="cluster ml", waiting=waiting, gpus_per_node=8, knows_nodes=True),
-    )
+    obs = eks_gpu(0, demand=Demand(source="cluster ml", waiting=waiting, gpus_per_node=8, knows_nodes=True))
     assert decide(obs, s).desired == 4
 
 
@@ -311,13 +301,7 @@ def test_a_node_not_gpu_ready_is_on_the_way_and_past_the_timeout_an_incident_not
     not room and no second node is launched for the pod it will take; at 16 minutes it is told."""
     pods = ClusterPods(cluster="ml", waiting=(WaitingPod(namespace="a", name="p", gpus=8),))
     s = GroupSettings(min=0, max=10, demand=DemandSource(kubernetes=KubernetesDemand()))
-    obs = GroupObservation(
-        ref=GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster="ml", name="gpu"),
-        min_size=0,
-        max_size=10,
-        desired=1,
-        instances=instances(1),
-    )
+    obs = eks_gpu(1, instances=instances(1))
 
     def probe(age_min: int) -> Any:
         return lambda ids, now, young: {
@@ -343,11 +327,8 @@ def test_one_gpu_is_said_in_the_singular() -> None:
 
     assert describe_waiting((WaitingWork(name="p", gpus=1),), NOW) == "1 pod (1x1 GPU) unschedulable"
     s = GroupSettings(min=0, max=10, demand=DemandSource(kubernetes=KubernetesDemand()))
-    obs = GroupObservation(
-        ref=GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster="ml", name="gpu"),
-        min_size=0,
-        max_size=10,
-        desired=0,
+    obs = eks_gpu(
+        0,
         demand=Demand(source="cluster ml", waiting=(WaitingWork(name="p", gpus=1),), gpus_per_node=1),
     )
     assert "(1 GPU per node)" in decide(obs, s).reason
@@ -366,11 +347,9 @@ def test_pods_that_fit_no_group_are_said_in_the_decision_and_told_once() -> None
     )
     unfit = (UnfitWork(key="serving/infer|cpu=4", count=3, text=text),)
     s = GroupSettings(min=0, max=10, demand=DemandSource(kubernetes=KubernetesDemand()))
-    obs = GroupObservation(
-        ref=GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster="ml", name="gpu-infer"),
-        min_size=0,
-        max_size=10,
-        desired=0,
+    obs = eks_gpu(
+        0,
+        name="gpu-infer",
         demand=Demand(source="cluster ml", gpus_per_node=1, knows_nodes=True, unfit=unfit),
     )
     d = decide(obs, s)
@@ -534,14 +513,7 @@ def test_nodes_full_under_custom_hostnames_still_get_waiting_pods_a_node() -> No
         gpu_nodes=frozenset({"gpu-a", "gpu-b", "gpu-c"}),
     )
     s = GroupSettings(min=0, max=10, demand=DemandSource(kubernetes=KubernetesDemand()))
-    obs = GroupObservation(
-        ref=GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster="ml", name="gpu"),
-        min_size=0,
-        max_size=10,
-        desired=3,
-        instances=instances(3),
-        instance_metrics_loaded=True,
-    )
+    obs = eks_gpu(3, instances=instances(3), instance_metrics_loaded=True)
     [(seen, _)] = reader(cluster_pods=lambda c, r: pods).attach([(obs, s)], NOW)
     d = decide(seen, s)
     assert (d.action, d.desired) == (Action.SCALE_OUT, 5) and d.victims == ()
@@ -565,13 +537,7 @@ def test_a_node_that_never_becomes_ready_stays_overdue_and_is_replaced_once() ->
     s = GroupSettings(min=0, max=10, demand=DemandSource(kubernetes=KubernetesDemand()))
 
     def group(n: int) -> GroupObservation:
-        return GroupObservation(
-            ref=GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster="ml", name="gpu"),
-            min_size=0,
-            max_size=10,
-            desired=n,
-            instances=instances(n),
-        )
+        return eks_gpu(n, instances=instances(n))
 
     ages = {"i-00": 60, "i-01": 31}  # minutes since launch; neither ever reported GPUs
     probe_calls: list[list[str]] = []

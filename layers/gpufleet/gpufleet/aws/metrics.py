@@ -30,6 +30,7 @@ class SeriesQuery:
     metric: schema.Metric
     dimensions: tuple[tuple[str, str], ...]
     stat: str
+    namespace: str = schema.NAMESPACE  # a node's own GPUFleet/Node/<aws:userid> for the guard's witness
 
 
 def group_dimensions(ref: GroupRef) -> dict[str, str]:
@@ -41,17 +42,13 @@ TRUST_STATS = ("SampleCount", "Sum", "Maximum", "Minimum")
 GpusPerType = Callable[[Sequence[str]], Mapping[str, int]]
 
 
-def ec2_gpus(make_ec2: Callable[[], Any]) -> GpusPerType:
-    """Instance type -> GPUs, from DescribeInstanceTypes (kept per container by `eks_nodes`); the EC2
-    client is made on the first check, so a cold start pays nothing for it."""
-    made: list[Any] = []
+def ec2_gpus(ec2: Any) -> GpusPerType:
+    """Instance type -> GPUs, from DescribeInstanceTypes (kept per container by `eks_nodes`)."""
 
     def gpus(types: Sequence[str]) -> Mapping[str, int]:
         from gpufleet.aws.eks_nodes import instance_types
 
-        if not made:
-            made.append(make_ec2())
-        return {name: t.gpus for name, t in instance_types(made[0], types).items()}
+        return {name: t.gpus for name, t in instance_types(ec2, types).items()}
 
     return gpus
 
@@ -80,7 +77,7 @@ class GpuMetricsReader:
                     "Id": qid,
                     "MetricStat": {
                         "Metric": {
-                            "Namespace": schema.NAMESPACE,
+                            "Namespace": q.namespace,
                             "MetricName": q.metric.name,
                             "Dimensions": [{"Name": k, "Value": v} for k, v in q.dimensions],
                         },

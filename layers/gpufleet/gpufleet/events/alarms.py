@@ -279,6 +279,9 @@ def _described(alarm: dict[str, Any], default_state: str) -> dict[str, Any]:
         "state_reason": str(alarm.get("StateReason", ""))[:MAX_TEXT],
         "metrics": described_metrics(alarm),
         "actions_suppressed_by": suppressed_by(alarm),
+        "described": True,
+        "condition": described_condition(alarm),
+        "range_s": alarm_range_s(alarm),
     }
 
 

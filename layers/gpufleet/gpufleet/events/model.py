@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, computed_field
 
-from gpufleet.domain.models import AlarmState, Frozen, MetricRef
+from gpufleet.domain.models import AlarmCondition, AlarmState, Frozen, MetricRef
 
 
 class EventKind(StrEnum):
@@ -53,6 +53,11 @@ class AlarmEvent(Frozen):
     # (state.actionsSuppressedBy) or an alarm mute rule (muteDetail). gpufleet holds too.
     actions_suppressed_by: str | None = None
     muted_by: str | None = None
+    # Only from DescribeAlarms (`described`): its static threshold (None for math or anomaly alarms) and
+    # how far back it reads, for the forged-series check (scaling/metric_trust.py).
+    described: bool = False
+    condition: AlarmCondition | None = None
+    range_s: int = 0
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from gpufleet.aws.fleet import chunks
+from gpufleet.aws.metrics import GpuMetricsReader, SeriesQuery
 from gpufleet.domain import defaults
 from gpufleet.guard.core import (
     GpuRef,
@@ -55,7 +55,7 @@ def corroborate(
     ids = {h.gpu.instance_id for h in candidates}
     since = now - timedelta(minutes=health.lookback_minutes)
     try:
-        own = OwnNamespaceReader(cloudwatch).counts(group, ids, since, since, now)
+        own = OwnNamespaceReader(cloudwatch).counts(group, ids, since, now)
     except Exception:  # nothing replaced on an unread confirmation; the next run reads it again
         logger.exception("reading the instances' own namespaces failed", extra={"group": group})
         return hold_unconfirmed(candidates, set(), dict.fromkeys(ids, UNREAD))
@@ -68,31 +68,29 @@ class OwnNamespaceReader:
     period_s: int = 60
 
     def counts(
-        self, group: str, instance_ids: Iterable[str], start: datetime, since: datetime, now: datetime
+        self, group: str, instance_ids: Iterable[str], since: datetime, now: datetime
     ) -> dict[str, list[HealthCounts]]:
-        """Per instance, its own GPU fault counters summed from `since` (read from `start`); an instance
-        with nothing in its own namespace is absent."""
+        """Per instance, its own GPU fault counters summed from `since`; an instance with nothing in its
+        own namespace is absent."""
         found = [(iid, m) for iid in sorted(set(instance_ids)) for m in self._own_metrics(iid)]
+        queries = [
+            SeriesQuery(
+                str(i),
+                schema.GPU_FAULT_REPORTED,
+                tuple((d["Name"], d["Value"]) for d in m["Dimensions"]),
+                "Sum",
+                namespace=m["Namespace"],
+            )
+            for i, (_, m) in enumerate(found)
+        ]
+        points = GpuMetricsReader(self.cloudwatch, self.period_s).fetch_points(queries, since, now)
         sums: dict[tuple[str, int], dict[str, float]] = {}
-        for batch in chunks(found, defaults.GET_METRIC_DATA_MAX_QUERIES):
-            queries = [
-                {"Id": f"q{i}", "MetricStat": {"Metric": m, "Period": self.period_s, "Stat": "Sum"}, "ReturnData": True}
-                for i, (_, m) in enumerate(batch)
-            ]
-            args: dict[str, Any] = {"MetricDataQueries": queries, "StartTime": start, "EndTime": now}
-            while True:
-                page = self.cloudwatch.get_metric_data(**args)
-                for res in page.get("MetricDataResults", []):
-                    iid, metric = batch[int(res["Id"][1:])]
-                    gpu = int(_dims(metric)[schema.DIM_GPU_INDEX])
-                    pairs = zip(res.get("Timestamps", []), res.get("Values", []), strict=False)
-                    total = sum(float(v) for t, v in pairs if t >= since)
-                    field = FIELDS[_dims(metric)[schema.DIM_FAULT]]
-                    slot = sums.setdefault((iid, gpu), {})
-                    slot[field] = slot.get(field, 0.0) + total
-                if not page.get("NextToken"):
-                    break
-                args["NextToken"] = page["NextToken"]
+        for i, (iid, metric) in enumerate(found):
+            dims = _dims(metric)
+            total = sum(v for t, v in points[str(i)] if t >= since)
+            slot = sums.setdefault((iid, int(dims[schema.DIM_GPU_INDEX])), {})
+            field = FIELDS[dims[schema.DIM_FAULT]]
+            slot[field] = slot.get(field, 0.0) + total
         out: dict[str, list[HealthCounts]] = {}
         for (iid, gpu), values in sorted(sums.items()):
             ref = GpuRef(group=group, instance_id=iid, gpu_index=gpu)

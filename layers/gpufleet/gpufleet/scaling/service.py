@@ -355,14 +355,16 @@ def alarm_series_checked(
     if metric is None:
         return decision, []
     wanted = {obs.ref.key: (obs, metric)}
-    described = scaler.alarms.describe(alarm.alarm_name)
+    if not alarm.described:  # an EventBridge delivery: no threshold or range in it (SNS and actions were re-read)
+        found = scaler.alarms.describe(alarm.alarm_name)
+        alarm = alarm.model_copy(update={"condition": described_condition(found), "range_s": alarm_range_s(found)})
     # The alarm may look further back than the policy's lookback (10 periods of 60 s): check all it read.
-    lookback = max(policy.metric_lookback_s, alarm_range_s(described))
+    lookback = max(policy.metric_lookback_s, alarm.range_s)
     rate = policy.node_samples_per_gpu_s
     verdict = scaler.metrics.verdicts(wanted, now, lookback, rate, policy.node_window_s)[obs.ref.key]
     told = [forged_series_note(obs.ref.key, verdict, now, alarm.event_id, scaler.ctx.region)] if verdict.tell else []
     weigh = not verdict.from_group and verdict.trusted
-    condition = described_condition(described) if weigh else None
+    condition = alarm.condition if weigh else None
     return alarm_checked(decision, verdict, condition), told
 
 
@@ -450,7 +452,7 @@ def firing_alarms(
         if target.group is not None and target.direction is not None and not alarm.actions_suppressed_by:
             out[target.group.key].append((alarm.alarm_name, target.direction))
             metrics[alarm.alarm_name] = alarm.metrics
-            conditions[alarm.alarm_name] = described_condition(described)
+            conditions[alarm.alarm_name] = alarm.condition
         else:
             logger.info("firing alarm ignored", extra={"alarm": alarm.alarm_name, "why": target.found_by})
     return out, metrics, conditions
