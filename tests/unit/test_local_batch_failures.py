@@ -4,6 +4,7 @@ source"), as a table."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,3 +32,16 @@ IDS = ["m1", "m2", "m3"]
 )
 def test_the_records_left_on_the_queue(response: Any, left: list[str]) -> None:
     assert batch_failures(response, IDS) == left
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["ml", "ns/p", "--gpus", "-3"], ["ml", "ns/", "--gpus", "1"], ["ml", "ns/p", "--selector", "no-equals"]],
+)
+def test_a_malformed_local_pod_is_refused_in_one_line_before_anything_is_read(args: list[str], tmp_path: Path) -> None:
+    from gpufleet_tools.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["local", "pod", *args, "--dir", str(tmp_path)])
+    assert str(exc.value).startswith("error: ") and "want NAMESPACE/NAME, --gpus >= 1" in str(exc.value)
+    assert list(tmp_path.iterdir()) == []

@@ -300,6 +300,11 @@ def add_pod(args: argparse.Namespace) -> int:
     from gpufleet_tools import local_kube
 
     namespace, _, name = args.pod.rpartition("/")
+    if args.gpus < 1 or not name or any("=" not in s for s in args.selector or ()):
+        raise SystemExit(
+            f"error: {args.pod} --gpus {args.gpus} --selector {args.selector}: "
+            "want NAMESPACE/NAME, --gpus >= 1, --selector KEY=VALUE"
+        )
     selector = dict(s.split("=", 1) for s in args.selector or ())
     doc = local_kube.waiting_pod(namespace or "default", name, args.gpus, selector, datetime.now(UTC))
     local_kube.add_pod(Path(args.dir), args.cluster, doc)
