@@ -44,11 +44,13 @@ DIM_GPU_INDEX = "GpuIndex"
 DIM_ASG_NAME = "AutoScalingGroupName"
 DIM_CLUSTER_NAME = "ClusterName"
 DIM_NODEGROUP_NAME = "NodegroupName"
+DIM_INSTANCE_GROUP_NAME = "InstanceGroupName"  # a SageMaker HyperPod cluster's instance group
 
 GPU_DIMENSIONS = (DIM_INSTANCE_ID, DIM_GPU_INDEX)
 INSTANCE_DIMENSIONS = (DIM_INSTANCE_ID,)
 GROUP_DIMENSIONS_ASG = (DIM_ASG_NAME,)
 GROUP_DIMENSIONS_EKS = (DIM_CLUSTER_NAME, DIM_NODEGROUP_NAME)
+GROUP_DIMENSIONS_HYPERPOD = (DIM_CLUSTER_NAME, DIM_INSTANCE_GROUP_NAME)
 
 
 # How a window of 1 Hz samples becomes one datum:
@@ -267,13 +269,16 @@ def group_dimensions(
     asg_name: "str | None" = None,
     cluster_name: "str | None" = None,
     nodegroup_name: "str | None" = None,
+    instance_group_name: "str | None" = None,
 ) -> Dict[str, str]:
-    """Dimensions that aggregate one ASG or one EKS managed node group."""
+    """Dimensions that aggregate one ASG, one EKS managed node group or one HyperPod instance group."""
     if cluster_name and nodegroup_name:
         return {DIM_CLUSTER_NAME: cluster_name, DIM_NODEGROUP_NAME: nodegroup_name}
+    if cluster_name and instance_group_name:
+        return {DIM_CLUSTER_NAME: cluster_name, DIM_INSTANCE_GROUP_NAME: instance_group_name}
     if asg_name:
         return {DIM_ASG_NAME: asg_name}
-    raise ValueError("a group is an ASG name or a (cluster, node group) pair")
+    raise ValueError("a group is an ASG name, a (cluster, node group) or a (cluster, instance group) pair")
 
 
 # ---- Who used the GPUs: per-workload usage records (`attribution` in the publisher config) ----

@@ -25,6 +25,7 @@ class Frozen(BaseModel):
 class GroupKind(StrEnum):
     ASG = "asg"
     EKS_NODEGROUP = "eks-nodegroup"
+    HYPERPOD = "hyperpod"  # a SageMaker HyperPod (Slurm) cluster's instance group: cluster + group name
 
 
 class Direction(StrEnum):
@@ -48,7 +49,8 @@ class CapacityType(StrEnum):
 
 
 class GroupRef(Frozen):
-    """An ASG (name) or an EKS managed node group (cluster + name)."""
+    """An ASG (name), an EKS managed node group (cluster + name) or a HyperPod instance group (cluster +
+    instance group name)."""
 
     kind: GroupKind
     name: str
@@ -58,6 +60,8 @@ class GroupRef(Frozen):
     def key(self) -> str:
         if self.kind is GroupKind.EKS_NODEGROUP:
             return f"eks:{self.cluster}/{self.name}"
+        if self.kind is GroupKind.HYPERPOD:
+            return f"hyperpod:{self.cluster}/{self.name}"
         return f"asg:{self.name}"
 
     @classmethod
@@ -71,7 +75,11 @@ class GroupRef(Frozen):
         cluster, slash, name = rest.partition("/")
         if kind == "eks" and slash and cluster and name:
             return cls(kind=GroupKind.EKS_NODEGROUP, cluster=cluster, name=name)
-        raise ValueError(f"not a group key: {key!r} (expected 'asg:NAME' or 'eks:CLUSTER/NODEGROUP')")
+        if kind == "hyperpod" and slash and cluster and name:
+            return cls(kind=GroupKind.HYPERPOD, cluster=cluster, name=name)
+        raise ValueError(
+            f"not a group key: {key!r} (expected 'asg:NAME', 'eks:CLUSTER/NODEGROUP' or 'hyperpod:CLUSTER/GROUP')"
+        )
 
     def __str__(self) -> str:
         return self.key
@@ -81,6 +89,8 @@ class GroupRef(Frozen):
         """The dimensions of this group's own GPU metrics, as the publisher sends them."""
         if self.kind is GroupKind.EKS_NODEGROUP:
             return schema.group_dimensions(cluster_name=self.cluster, nodegroup_name=self.name)
+        if self.kind is GroupKind.HYPERPOD:
+            return schema.group_dimensions(cluster_name=self.cluster, instance_group_name=self.name)
         return schema.group_dimensions(asg_name=self.name)
 
 
