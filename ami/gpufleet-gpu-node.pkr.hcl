@@ -3,6 +3,8 @@
 #   base=dlami the Deep Learning Base OSS Nvidia Driver GPU AMI, for plain Auto Scaling groups
 #   packer init . && packer build -var region=eu-west-1 -var kubernetes_version=1.33 .
 #   packer init . && packer build -var region=eu-west-1 -var base=dlami .
+# Never built in this repository's CI (no AWS account): tests/test_ami_packer.py parses it (python-hcl2) and
+# checks the provisioners against install.sh; ami/README.md says what that covers.
 packer {
   required_plugins {
     amazon = {
@@ -89,7 +91,13 @@ build {
   }
 
   provisioner "file" {
-    sources     = ["${path.root}/install.sh", "${path.root}/gpufleet-publisher.service", "${path.root}/publisher.json"]
+    sources = [
+      "${path.root}/install.sh",
+      "${path.root}/gpufleet-publisher.service",
+      "${path.root}/gpufleet-podresources-access.path",
+      "${path.root}/gpufleet-podresources-access.service",
+      "${path.root}/publisher.json",
+    ]
     destination = "/tmp/gpufleet/ami/"
   }
 

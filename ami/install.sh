@@ -15,7 +15,8 @@ Usage: install.sh [--root DIR] [--source DIR] [--no-deps]
 
 Installs the gpufleet GPU publisher: the Python package into /opt/gpufleet/lib, its systemd unit
 (gpufleet-publisher.service, enabled), /etc/gpufleet/publisher.json (kept if it exists), a
-'gpufleet' system user in the 'video' group, and /usr/local/bin/gpufleet-node (`gpufleet-node busy --
+'gpufleet' system user in the 'video' group, gpufleet-podresources-access.path (enabled: after each
+kubelet start, an ACL entry lets that user connect to the kubelet's PodResources socket), and /usr/local/bin/gpufleet-node (`gpufleet-node busy --
 COMMAND` keeps the node from scale-in while a queue worker's job runs; /etc/tmpfiles.d/gpufleet-busy.conf). Run as root in an AMI build (Packer: ami/*.pkr.hcl) on an
 NVIDIA GPU base image with python3 >= 3.9 and pip; it needs network access to PyPI for its two
 dependencies (boto3, nvidia-ml-py).
@@ -46,6 +47,11 @@ if [[ "$DEPS" == 1 ]]; then
   python3 -m pip install --quiet --no-compile --target "$LIB" -r "$SOURCE/requirements.txt" boto3
 fi
 install -m 0644 "$HERE/gpufleet-publisher.service" "$ROOT/etc/systemd/system/gpufleet-publisher.service"
+# The publisher runs as 'gpufleet', not root: this pair gives that user connect access to the kubelet's
+# PodResources socket (an ACL entry) again each time the kubelet binds a new one (gpufleet_node/socket_access.py).
+install -m 0644 "$HERE/gpufleet-podresources-access.path" "$ROOT/etc/systemd/system/gpufleet-podresources-access.path"
+install -m 0644 "$HERE/gpufleet-podresources-access.service" \
+  "$ROOT/etc/systemd/system/gpufleet-podresources-access.service"
 # `gpufleet-node busy -- COMMAND`: queue workers keep their node while they hold a job (docs/node-publisher.md).
 # Its jobs count themselves in /run/gpufleet-busy, shared by every worker user on the node (tmpfiles.d).
 install -d -m 0755 "$ROOT/usr/local/bin" "$ROOT/etc/tmpfiles.d"
@@ -66,6 +72,6 @@ if [[ "$ROOT" == "" ]]; then  # the real system: account, enable
   chown -R gpufleet:gpufleet /var/lib/gpufleet
   systemd-tmpfiles --create /etc/tmpfiles.d/gpufleet-busy.conf || true
   systemctl daemon-reload
-  systemctl enable gpufleet-publisher.service
+  systemctl enable gpufleet-publisher.service gpufleet-podresources-access.path
 fi
 echo "gpufleet publisher installed into ${ROOT:-/}"
