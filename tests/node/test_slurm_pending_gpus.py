@@ -1,10 +1,12 @@
 """ami/slurm_pending_gpus.py (Python >= 3.9): squeue's pending jobs -> the GPUs they ask for -> one datum."""
 
 import importlib.util
+import json
 import subprocess
 from pathlib import Path
 
 import pytest
+from hyperpod_config import RESOURCE_CONFIG
 
 from fakes import FakeCloudWatch
 
@@ -61,3 +63,125 @@ def test_squeue_missing_is_one_line_and_nothing_sent(capsys: pytest.CaptureFixtu
     cw = FakeCloudWatch()
     assert slurm.main(["--asg", "a"], squeue=broken, cloudwatch=cw) == 1
     assert cw.calls == [] and capsys.readouterr().err.startswith("error: squeue failed")
+
+
+# ---- HyperPod: --hyperpod, TRES requests, idle nodes ----
+
+# What this script's `squeue --Format=JobID:0|,NumNodes:0|,NumTasks:0|,Partition:0|,tres-per-job:0|,
+# tres-per-node:0|,tres-per-task:0` prints: TRES strings as Slurm builds them (src/common/proc_args.c
+# xfmt_tres: "gres/gpu:N"; tres_per_task "cpu=N,gres/gpu=N", src/common/slurm_opt.c); N/A when unset.
+SQUEUE_TRES = """\
+5001|2|2|train|N/A|gres/gpu:8|N/A
+5002|1|1|train|gres/gpu:4|N/A|N/A
+5003|1|4|debug|N/A|N/A|cpu=4,gres/gpu=1
+5004|2|16|train,debug|gres/gpu:16|gres/gpu:8|N/A
+5005|1|1|cpu|N/A|N/A|cpu=2
+5006|1|1|other|gres/gpu:a100:2|N/A|N/A
+"""
+
+
+@pytest.mark.parametrize(
+    ("tres", "gpus"),
+    [("gres/gpu:4", 4), ("gres/gpu:a100:2", 2), ("gpu:2", 2), ("N/A", 0), ("(null)", 0), ("", 0),
+     ("gres/gpu=1", 1), ("cpu=4,gres/gpu:a100=2", 2), ("gres:gpu:8", 8), ("gres/gpu", 1), ("gpu:a100", 1),
+     ("gres/gpu:8,gres/shard:2", 8), ("gres/shard:4", 0), ("license/iop1=1,cpu=10", 0)],
+)  # fmt: skip
+def test_gpus_in_a_tres_field(tres: str, gpus: int) -> None:
+    assert slurm.gpus_in(tres) == gpus
+
+
+@pytest.mark.parametrize(
+    ("line", "gpus"),
+    [("5001|2|2|train|N/A|gres/gpu:8|N/A", 16),  # --gpus-per-node=8 -N2
+     ("5002|1|1|train|gres/gpu:4|N/A|N/A", 4),  # --gpus=4
+     ("5003|1|4|debug|N/A|N/A|cpu=4,gres/gpu=1", 4),  # --gpus-per-task=1 -n4
+     ("5004|2|16|train,debug|gres/gpu:16|gres/gpu:8|N/A", 16),  # the same GPUs said twice: not 32
+     ("4101|2|gres/gpu:8|gpu", 16)],  # the older %i|%D|%b|%P line
+)  # fmt: skip
+def test_a_jobs_gpus_from_each_kind_of_request(line: str, gpus: int) -> None:
+    job = slurm.parse_job(line)
+    assert job is not None and job.gpus == gpus
+
+
+def test_partitions_map_jobs_to_instance_groups_and_unmapped_jobs_are_said() -> None:
+    specs = [slurm.GroupSpec.parse("ml-cluster:gpu-a=train"), slurm.GroupSpec.parse("ml-cluster:gpu-b=debug")]
+    totals, unmapped = slurm.pending_by_group(SQUEUE_TRES.splitlines(), specs)
+    assert totals == {("ml-cluster", "gpu-a"): 16 + 4 + 16, ("ml-cluster", "gpu-b"): 4}
+    assert unmapped == ["5006"]  # a GPU job in partition `other`; 5005 asks no GPU
+    catch_all = [specs[0], slurm.GroupSpec.parse("ml-cluster:gpu-b")]
+    totals, unmapped = slurm.pending_by_group(SQUEUE_TRES.splitlines(), catch_all)
+    assert totals[("ml-cluster", "gpu-b")] == 4 + 2 and unmapped == []
+
+
+@pytest.mark.parametrize(
+    ("state", "idle"),
+    [("idle", True), ("IDLE", True), ("idle~", False), ("idle*", False), ("idle#", False), ("idle%", False),
+     ("idle!", False), ("idle$", False), ("idle@", False), ("idle-", False), ("mixed", False),
+     ("allocated", False), ("drained", False), ("draining", False), ("completing", False), ("down*", False),
+     ("reserved", False), ("maint", False), ("idle+drain", False), ("IDLE+POWERED_DOWN", False), ("", False)],
+)  # fmt: skip
+def test_only_a_plainly_idle_node_is_idle(state: str, idle: bool) -> None:
+    assert slurm.is_idle(state) is idle
+
+
+def test_idle_nodes_of_mapped_groups_by_instance_id() -> None:
+    nodes = slurm.NodeMap(RESOURCE_CONFIG)
+    sinfo = [
+        "ip-10-1-28-64|idle",
+        "ip-10-1-28-64|idle",  # one line per partition
+        "ip-10-1-28-65|mixed",
+        "ip-10-1-28-66|idle",
+        "ip-10-1-28-66|drained",  # idle in one partition, drained: not idle
+        "ip-10-1-40-7|idle~",
+        "ip-10-1-113-28|idle",  # the controller's group is not mapped
+        "ip-10-9-9-9|idle",  # not in the resource file
+    ]
+    specs = [slurm.GroupSpec.parse("ml-cluster:gpu-a"), slurm.GroupSpec.parse("ml-cluster:gpu-b")]
+    assert slurm.idle_nodes(sinfo, nodes, specs) == [("ml-cluster", "gpu-a", "i-0a1")]
+
+
+def test_hyperpod_publishes_backlog_per_group_and_idle_nodes(tmp_path) -> None:
+    config = tmp_path / "resource_config.json"
+    config.write_text(json.dumps(RESOURCE_CONFIG))
+    cw = FakeCloudWatch()
+    argv = ["--hyperpod", "ml-cluster:gpu-a=train", "--hyperpod", "ml-cluster:gpu-b=debug",
+            "--resource-config", str(config)]  # fmt: skip
+    sinfo = ["ip-10-1-28-64|idle", "ip-10-1-40-7|allocated"]
+    assert slurm.main(argv, squeue=SQUEUE_TRES.splitlines, cloudwatch=cw, sinfo=lambda: sinfo) == 0
+    [call] = cw.calls
+    got = {(d["MetricName"], tuple((x["Name"], x["Value"]) for x in d["Dimensions"])): d["Value"]
+           for d in call["MetricData"]}  # fmt: skip
+    assert call["Namespace"] == "Slurm"
+    assert got == {
+        ("PendingGPUs", (("ClusterName", "ml-cluster"), ("InstanceGroupName", "gpu-a"))): 36.0,
+        ("PendingGPUs", (("ClusterName", "ml-cluster"), ("InstanceGroupName", "gpu-b"))): 4.0,
+        ("IdleNode", (("ClusterName", "ml-cluster"), ("InstanceGroupName", "gpu-a"), ("InstanceId", "i-0a1"))): 1.0,
+    }
+
+
+def test_no_resource_file_means_no_idle_node_but_the_backlog_still_goes(tmp_path, capsys) -> None:
+    cw = FakeCloudWatch()
+    argv = ["--hyperpod", "ml-cluster:gpu-a", "--resource-config", str(tmp_path / "absent.json")]
+    assert slurm.main(argv, squeue=SQUEUE_TRES.splitlines, cloudwatch=cw, sinfo=lambda: ["ip-10-1-28-64|idle"]) == 0
+    [call] = cw.calls
+    assert [d["MetricName"] for d in call["MetricData"]] == ["PendingGPUs"]
+    assert "idle nodes unknown" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", ["ml-cluster", ":gpu-a", "ml-cluster:"])
+def test_a_bad_hyperpod_target_is_one_line_and_nothing_sent(bad: str, capsys) -> None:
+    cw = FakeCloudWatch()
+    with pytest.raises(SystemExit) as exit_:
+        slurm.main(["--hyperpod", bad], squeue=SQUEUE_TRES.splitlines, cloudwatch=cw)
+    assert exit_.value.code == 2 and cw.calls == []
+    assert "CLUSTER:GROUP" in capsys.readouterr().err
+
+
+def test_the_squeue_command_asks_whole_fields() -> None:
+    """Width 0 prints the whole value: without it squeue cuts every --Format field at 20 characters
+    (src/squeue/opts.c _parse_long_token), and `cpu=4,gres/gpu:a100=1` would lose its count."""
+    fmt = next(a for a in slurm.SQUEUE if a.startswith("--Format="))
+    fields = fmt.split("=", 1)[1].split(",")
+    assert [f.split(":")[0] for f in fields] == [
+        "JobID", "NumNodes", "NumTasks", "Partition", "tres-per-job", "tres-per-node", "tres-per-task"]  # fmt: skip
+    assert all(f.split(":")[1].startswith("0") for f in fields)

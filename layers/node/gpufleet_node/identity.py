@@ -17,6 +17,14 @@ A tag lookup that fails (no network yet at boot, IAM not yet propagated, an IMDS
 the identity is not cached without its group: otherwise one bad minute at first boot would keep the node
 out of its group's series for the instance's whole life. `TagRefresher` keeps retrying in the background
 and re-reads the tags now and then, so `gpufleet:detail` can be switched on a running instance.
+
+A SageMaker HyperPod node is in no ASG and no EKS node group: its group is its cluster's instance group,
+read first, whenever the file is there, from HyperPod's resource configuration file
+(/opt/ml/config/resource_config.json, which HyperPod writes on every node and its lifecycle scripts read:
+aws-samples/awsome-distributed-training, 1.architectures/5.sagemaker-hyperpod/LifecycleScripts/base-config/
+lifecycle_script.py). Fields read: ClusterConfig.ClusterName, InstanceGroups[].Name and each group's
+Instances[].InstanceId, else Instances[].CustomerIpAddress matched to the node's IMDS local-ipv4 (what
+lifecycle_script.py matches on). A HyperPod identity reads no tags and starts no tag refresher.
 Python >= 3.9.
 """
 
@@ -27,7 +35,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from gpufleet_node import schema
 
@@ -42,6 +50,7 @@ GROUP_TAGS = (TAG_ASG, TAG_EKS_CLUSTER, TAG_EKS_NODEGROUP)
 TAGS_READ = (*GROUP_TAGS, schema.TAG_DETAIL)
 CACHE_VERSION = 2  # version 1 files could hold an identity whose tag lookup had failed: read again
 TAG_ATTEMPTS = 3
+HYPERPOD_RESOURCE_CONFIG = "/opt/ml/config/resource_config.json"
 
 
 class IdentityUnavailable(RuntimeError):
@@ -53,6 +62,8 @@ class Identity:
         "asg_name",
         "cluster_name",
         "detail",
+        "hyperpod_cluster",
+        "instance_group",
         "instance_id",
         "instance_type",
         "nodegroup_name",
@@ -70,6 +81,8 @@ class Identity:
         nodegroup_name: Optional[str] = None,
         detail: Optional[str] = None,
         tags_known: bool = True,
+        hyperpod_cluster: Optional[str] = None,
+        instance_group: Optional[str] = None,
     ) -> None:
         self.instance_id = instance_id
         self.region = region
@@ -79,9 +92,18 @@ class Identity:
         self.nodegroup_name = nodegroup_name
         self.detail = detail  # the gpufleet:detail tag's value
         self.tags_known = tags_known  # False: the tag lookup failed, group and detail are unknown yet
+        self.hyperpod_cluster = hyperpod_cluster  # a HyperPod node: its cluster and instance group
+        self.instance_group = instance_group
+
+    @property
+    def is_hyperpod(self) -> bool:
+        return bool(self.hyperpod_cluster and self.instance_group)
 
     def group_dimensions(self) -> Optional[Dict[str, str]]:
-        """EKS node group when the node belongs to one (its ASG is an implementation detail), else its ASG."""
+        """The HyperPod instance group on a HyperPod node; else the EKS node group when the node belongs to
+        one (its ASG is an implementation detail), else its ASG."""
+        if self.is_hyperpod:
+            return schema.group_dimensions(cluster_name=self.hyperpod_cluster, instance_group_name=self.instance_group)
         if self.cluster_name and self.nodegroup_name:
             return schema.group_dimensions(cluster_name=self.cluster_name, nodegroup_name=self.nodegroup_name)
         if self.asg_name:
@@ -89,7 +111,10 @@ class Identity:
         return None
 
     def group_key(self) -> Optional[str]:
-        """The group as the controller names it ("asg:NAME" or "eks:CLUSTER/NODEGROUP"), if any."""
+        """The group as the controller names it ("asg:NAME", "eks:CLUSTER/NODEGROUP" or
+        "hyperpod:CLUSTER/GROUP"), if any."""
+        if self.is_hyperpod:
+            return "hyperpod:%s/%s" % (self.hyperpod_cluster, self.instance_group)
         if self.cluster_name and self.nodegroup_name:
             return "eks:%s/%s" % (self.cluster_name, self.nodegroup_name)
         return "asg:%s" % self.asg_name if self.asg_name else None
@@ -106,6 +131,8 @@ class Identity:
             cluster_name=tags.get(TAG_EKS_CLUSTER),
             nodegroup_name=tags.get(TAG_EKS_NODEGROUP),
             detail=tags.get(schema.TAG_DETAIL),
+            hyperpod_cluster=self.hyperpod_cluster,
+            instance_group=self.instance_group,
         )
 
     def to_json(self) -> Dict[str, Any]:
@@ -164,12 +191,15 @@ def discover(
     cache_path: Optional[str] = None,
     attempts: int = TAG_ATTEMPTS,
     pause_s: float = 1.0,
+    resource_config: Optional[str] = HYPERPOD_RESOURCE_CONFIG,
 ) -> Identity:
-    """IMDS for the instance, tags for the group; written to `cache_path` once the tags were read, and
-    read from it next time (instance identity does not change while the instance lives). When every tag
-    lookup fails, the identity comes back with `tags_known=False` and is not cached."""
+    """IMDS for the instance, then HyperPod's resource file or else the tags for the group; written to
+    `cache_path` once the group source answered, and read from it next time (instance identity does not
+    change while the instance lives). When every tag lookup fails, the identity comes back with
+    `tags_known=False` and is not cached."""
+    on_hyperpod = bool(resource_config) and os.path.exists(str(resource_config))
     cached = _read_cache(cache_path)
-    if cached is not None:
+    if cached is not None and (cached.is_hyperpod or not on_hyperpod):
         return cached
     try:
         instance_id = imds.get("/latest/meta-data/instance-id")
@@ -180,6 +210,12 @@ def discover(
     if not instance_id or not region:
         raise IdentityUnavailable("instance metadata has no instance-id/region")
     identity = Identity(instance_id, region, instance_type, tags_known=False)
+    if on_hyperpod:
+        found = read_hyperpod(str(resource_config), instance_id, lambda: imds.get("/latest/meta-data/local-ipv4"))
+        if found is not None:
+            identity = Identity(instance_id, region, instance_type, hyperpod_cluster=found[0], instance_group=found[1])
+            write_cache(cache_path, identity)
+            return identity
     reader = TagReader(imds, lambda: ec2_client_factory(region), instance_id)
     for attempt in range(attempts):
         tags = reader.read()
@@ -191,6 +227,44 @@ def discover(
             time.sleep(pause_s * 2**attempt)
     log.warning("instance tags unreadable; publishing without group dimensions until they can be read")
     return identity
+
+
+def read_hyperpod(path: str, instance_id: str, local_ip: Callable[[], Optional[str]]) -> Optional[Tuple[str, str]]:
+    """(cluster name, instance group name) of this instance from HyperPod's resource configuration file, or
+    None (said once) when the file is unreadable or does not list this instance: the node then falls back
+    to its tags. Matched by InstanceId, else by CustomerIpAddress (the node's IMDS local-ipv4)."""
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+        cluster = str((doc.get("ClusterConfig") or {}).get("ClusterName") or doc.get("ClusterName") or "")
+        groups = [(str(g.get("Name") or ""), g.get("Instances") or []) for g in doc.get("InstanceGroups") or []]
+    except (OSError, ValueError, TypeError, AttributeError) as exc:
+        log.warning("HyperPod resource file %s unreadable (%s); reading instance tags instead", path, exc)
+        return None
+
+    def group_with(key: str, value: Optional[str]) -> Optional[str]:
+        for name, instances in groups:
+            if value and name and any(isinstance(i, dict) and i.get(key) == value for i in instances):
+                return name
+        return None
+
+    group = group_with("InstanceId", instance_id)
+    ip: Optional[str] = None
+    if group is None:
+        try:
+            ip = local_ip()
+        except (OSError, urllib.error.URLError):
+            ip = None
+        group = group_with("CustomerIpAddress", ip)
+    if cluster and group:
+        return cluster, group
+    log.warning(
+        "HyperPod resource file %s names no cluster or does not list %s (%s); reading instance tags instead",
+        path,
+        instance_id,
+        ip or "no local IP",
+    )
+    return None
 
 
 def _read_cache(cache_path: Optional[str]) -> Optional[Identity]:
@@ -311,6 +385,8 @@ class TagRefresher:
         return True
 
     def start(self) -> None:
+        if self.identity.is_hyperpod:  # its group is HyperPod's file, not tags: nothing to read again
+            return
         if self.every_s > 0 or not self.identity.tags_known:
             self._thread.start()
 

@@ -110,8 +110,10 @@ class UsageTracker:
         metric_sender: Sender,
         window_s: int = schema.USAGE_WINDOW_S,
         sample_s: float = 1.0,
+        jobs: Optional[Any] = None,
     ) -> None:
         self.attributor = attributor
+        self.jobs = jobs  # slurm_jobs.SlurmJobs on a Slurm node: each job's account and partition
         self.pod_resources = pod_resources
         self.uuids = list(uuids)
         self.log_sender = log_sender
@@ -174,6 +176,8 @@ class UsageTracker:
             return
         for topic, reason in self.attributor.unknown().items():
             window.unknown[topic] = _category(reason)
+        if self.jobs is not None:
+            self.jobs.enrich(window.workloads)
         record = window.record(identity.instance_id, identity.instance_type, identity.group_key())
         stamp = int(window.start.timestamp() * 1000)
         events = [{"timestamp": stamp, "message": text} for text in split_record(record)]

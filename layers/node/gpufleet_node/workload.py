@@ -14,7 +14,8 @@ UNIT = "unit"
 USER = "user"
 UNKNOWN = "unknown"
 KINDS = (POD, SLURM, UNIT, USER, UNKNOWN)
-RECORDED = ("namespace", "pod", "container", "pod_uid", "job_id", "unit", "user")  # container_id: too long
+RECORDED = ("namespace", "pod", "container", "pod_uid", "job_id", "unit", "user", "account", "partition")
+# (container_id: too long; account and partition: a Slurm job's, from squeue, see slurm_jobs.py)
 
 
 class Workload:
@@ -23,7 +24,18 @@ class Workload:
     Not changed after it is made (replace() makes a copy), so its key is computed once: it is what every
     dict of holders hashes and compares, thousands of times a sample on a busy node."""
 
-    FIELDS = ("container", "container_id", "job_id", "namespace", "pod", "pod_uid", "unit", "user")
+    FIELDS = (
+        "account",
+        "container",
+        "container_id",
+        "job_id",
+        "namespace",
+        "partition",
+        "pod",
+        "pod_uid",
+        "unit",
+        "user",
+    )
     __slots__ = ("_key", "kind", *FIELDS)
 
     def __init__(
@@ -37,6 +49,8 @@ class Workload:
         job_id: Optional[str] = None,
         unit: Optional[str] = None,
         user: Optional[str] = None,
+        account: Optional[str] = None,
+        partition: Optional[str] = None,
     ) -> None:
         if kind not in KINDS:
             raise ValueError("workload kind must be one of %s" % ", ".join(KINDS))
@@ -49,6 +63,8 @@ class Workload:
         self.job_id = job_id
         self.unit = unit
         self.user = user
+        self.account = account  # a Slurm job's account and partition (None: not a job, or not known)
+        self.partition = partition
         self._key: Optional[str] = None
 
     @property

@@ -35,9 +35,18 @@ def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
     when.add_argument("--start", type=_when, help="period start, ISO 8601 (UTC unless a zone is given)")
     p.add_argument("--end", type=_when, help="period end with --start (default: now)")
     p.add_argument(
-        "--group", action="append", default=[], help="only this group: asg:NAME or eks:CLUSTER/NODEGROUP (repeatable)"
+        "--group",
+        action="append",
+        default=[],
+        help="only this group: asg:NAME, eks:CLUSTER/NODEGROUP or hyperpod:CLUSTER/GROUP (repeatable)",
     )
     p.add_argument("--cluster", action="append", default=[], help="only this EKS cluster's node groups (repeatable)")
+    p.add_argument(
+        "--by",
+        choices=["team", "account", "partition"],
+        default="team",
+        help="what the team table sums by: team (default), or a Slurm job's account or partition",
+    )
     p.add_argument("--policy", help="fleet policy file: its spot.prices.on_demand ($/instance-hour) price the GPUs")
     p.add_argument(
         "--share-unallocated",
@@ -123,7 +132,7 @@ def _write(args: argparse.Namespace, report: Report) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gpufleet_node.schema import USAGE_LOG_GROUP
-    from gpufleet_tools.report.identity import identify
+    from gpufleet_tools.report.identity import identify_by
     from gpufleet_tools.report.reader import ReportUnavailable, read_usage
     from gpufleet_tools.report.records import RecordParser
     from gpufleet_tools.report.usage import UsageSums
@@ -134,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     except _Refused as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    sums, parser = UsageSums(period, selection, prices), RecordParser(identify)
+    sums, parser = UsageSums(period, selection, prices), RecordParser(identify_by(getattr(args, "by", "team")))
     try:
         read_usage(
             client("logs", args.endpoint),

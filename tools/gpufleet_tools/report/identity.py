@@ -3,10 +3,10 @@ the report and the node can never disagree on a workload's key, team or label.""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpufleet_node.workload import KINDS, RECORDED, Workload
+from gpufleet_node.workload import KINDS, RECORDED, SLURM, Workload
 from gpufleet_tools.report.records import WORKLOAD_FIELDS, WorkloadId, WorkloadKind
 
 # records.py (pure) cannot import the model: its copies of the recorded fields and kinds are held to it here.
@@ -14,7 +14,21 @@ assert ("kind", *RECORDED) == WORKLOAD_FIELDS, f"report.records.WORKLOAD_FIELDS 
 assert tuple(WorkloadKind) == KINDS, f"report.records.WorkloadKind is not {KINDS}"
 
 
-def identify(doc: Mapping[str, Any]) -> WorkloadId:
-    """A record's `w` entry (Workload.to_record()) as the report's WorkloadId."""
+BY = ("team", "account", "partition")  # what `gpufleet report --by` sums the team table by
+
+
+def identify(doc: Mapping[str, Any], by: str = "team") -> WorkloadId:
+    """A record's `w` entry (Workload.to_record()) as the report's WorkloadId. `by` account or partition:
+    a Slurm job is charged to its Slurm account or partition ("(no account)" when the node could not ask
+    squeue); other workloads (pods, units, users) keep their team, since they have neither."""
     workload = Workload.from_record(dict(doc))
-    return WorkloadId(key=workload.key, team=workload.team, label=workload.label(), kind=WorkloadKind(workload.kind))
+    team = workload.team
+    if by != "team" and workload.kind == SLURM:
+        team = getattr(workload, by) or f"(no {by})"
+    return WorkloadId(key=workload.key, team=team, label=workload.label(), kind=WorkloadKind(workload.kind))
+
+
+def identify_by(by: str) -> Callable[[Mapping[str, Any]], WorkloadId]:
+    if by not in BY:
+        raise ValueError(f"--by is one of {', '.join(BY)} (got {by!r})")
+    return lambda doc: identify(doc, by)

@@ -96,7 +96,7 @@ class _Bad(ValueError):
 
 # The node model's ("kind", *gpufleet_node.workload.RECORDED): a pure module shares only gpufleet_node.schema
 # with the node, so report.identity, which imports the model, checks this copy (and WorkloadKind's) on import.
-WORKLOAD_FIELDS = ("kind", "namespace", "pod", "container", "pod_uid", "job_id", "unit", "user")
+WORKLOAD_FIELDS = ("kind", "namespace", "pod", "container", "pod_uid", "job_id", "unit", "user", "account", "partition")
 
 
 def _number(value: Any, what: str) -> float:
