@@ -198,7 +198,10 @@ def test_silence_says_for_how_long_and_by_whom(
         ),
         ("spot: {groups: [{}]}", "spot.groups[0].group: Field required"),
         ("groups: [{kind: asg}]", "groups[0]: a group rule selects by name or by tags (or both)"),
-        ("groups: [{name: a, kind: gke}]", "groups[0] (a).kind: Input should be 'asg', 'eks-nodegroup' or 'hyperpod' (got 'gke')"),
+        (
+            "groups: [{name: a, kind: gke}]",
+            "groups[0] (a).kind: Input should be 'asg', 'eks-nodegroup' or 'hyperpod' (got 'gke')",
+        ),
     ],
 )
 def test_validation_says_what_was_expected(

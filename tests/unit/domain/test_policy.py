@@ -64,7 +64,10 @@ def test_step_sizes(step: int | str, current: int, size: int) -> None:
             "groups: [{name: ng, kind: eks-nodegroup}]",
             "groups[0] (ng): an eks-nodegroup rule with a name also needs its cluster",
         ),
-        ("groups: [{name: a, kind: gke}]", "groups[0] (a).kind: Input should be 'asg', 'eks-nodegroup' or 'hyperpod' (got 'gke')"),
+        (
+            "groups: [{name: a, kind: gke}]",
+            "groups[0] (a).kind: Input should be 'asg', 'eks-nodegroup' or 'hyperpod' (got 'gke')",
+        ),
         ("groups: [{name: a, bogus: 1}]", "groups[0] (a).bogus: Extra inputs are not permitted (got 1)"),
         (
             "defaults: {schedules: [{name: s, cron: '0 8 * *', duration_minutes: 60, desired: 2}]}",
