@@ -17,6 +17,7 @@ from rehearsal.kube_api import KubeApi, kube_api
 from rehearsal.moto import moto_server
 from rehearsal.moto_ext import ENV_LOGS_NOW
 from rehearsal.scenario import SLACK_CHANNEL, START, Rehearsal, write_outputs
+from rehearsal.selfmanaged_scene import SelfManagedScene
 from rehearsal.slack import slack_receiver
 from rehearsal.trust_scene import TrustScenes
 
@@ -55,7 +56,13 @@ def main() -> int:
         )
         server.reset()
         forged = ForgedScene(out, kube, TOKEN).run()
-    for scene in (trust, forged):
+        print(
+            "\na self-managed node group (rehearsal/selfmanaged_scene.py): moto reset, an ASG tagged for Cluster "
+            "Autoscaler, pods waiting in cluster ml [emulated Kubernetes API]"
+        )
+        server.reset()
+        selfmanaged = SelfManagedScene(out, kube, TOKEN).run()
+    for scene in (trust, forged, selfmanaged):
         result.lines += ["", *scene.lines]
         result.decisions += scene.decisions
         result.checks += scene.checks

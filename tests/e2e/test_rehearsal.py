@@ -86,6 +86,11 @@ def test_rehearsal_meets_its_expected_outcomes(tmp_path: Path) -> None:
         "is FLAGGED, not summed ('1. stream i-",
         "claim 277,777.8 GPU-h (teams finance)",
         "the totals unchanged (1.33 GPU-h, $1.89), no team finance",
+        # a self-managed node group (rehearsal/selfmanaged_scene.py, issue 30): tagged for Cluster Autoscaler
+        "asg:gpu-spot: self-managed, tagged for Cluster Autoscaler, no gpufleet shape configuration: 3 pending pods "
+        "-> scale-out 0 -> 3",
+        "the scale-in took the 2 idle nodes and passed over i-",
+        "which runs a GPU pod: 'no pods waiting (cluster ml): 2 idle node(s) not needed: scale in 3 -> 1",
     ):
         assert expected in out
     assert "FAIL" not in out

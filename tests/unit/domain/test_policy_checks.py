@@ -135,8 +135,13 @@ def test_the_shipped_policies_are_clean() -> None:
     ("rule", "problem"),
     [
         (
-            "{name: g, kind: asg, demand: {kubernetes: {}}}",
-            "groups[0] (g): demand.kubernetes reads an EKS cluster's pods",
+            "{name: g, cluster: hp, kind: hyperpod, max: 2, demand: {kubernetes: {}}}",
+            "groups[0] (hp/g): demand.kubernetes reads an EKS cluster's pods",
+        ),
+        ("{name: 'g*', demand: {kubernetes: {}}}", "groups[0] (g*): demand.kubernetes reads an EKS cluster's pods"),
+        (
+            "{name: g, cluster: ml, kind: eks-nodegroup, demand: {kubernetes: {cluster: prod}}}",
+            "groups[0] (ml/g): demand.kubernetes.cluster is for self-managed ASGs",
         ),
         (
             "{name: g, kind: asg, demand: {metric: {namespace: Slurm, metric_name: PendingGPUs}}}",
@@ -156,6 +161,19 @@ def test_the_shipped_policies_are_clean() -> None:
 def test_a_demand_source_the_group_cannot_use(rule: str, problem: str) -> None:
     found = policy_problems(parse_policy(f"groups:\n  - {rule}\n", "p.yaml"))
     assert any(p.startswith(problem) or problem in p for p in found), found
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        "{name: gpu-spot, kind: asg, demand: {kubernetes: {}}}",  # its cluster from its tags
+        "{name: gpu-spot, kind: asg, demand: {kubernetes: {cluster: ml}}}",
+        "{name: g, cluster: ml, kind: eks-nodegroup, demand: {kubernetes: {}}}",
+    ],
+)
+def test_pods_drive_a_self_managed_asg_as_a_managed_node_group(rule: str) -> None:
+    """Issue 30: demand.kubernetes on kind asg (an ASG whose nodes join an EKS cluster) was refused."""
+    assert policy_problems(parse_policy(f"groups:\n  - {rule}\n", "p.yaml")) == []
 
 
 def test_demand_sources_that_fit_their_groups_are_fine() -> None:

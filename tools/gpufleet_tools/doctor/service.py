@@ -22,6 +22,7 @@ from gpufleet.domain.models import GroupObservation
 from gpufleet.domain.policy import FleetPolicy
 from gpufleet.events.alarms import described_metrics
 from gpufleet.events.kubernetes import ClusterUnreadable
+from gpufleet.scaling.demand_source import joined_cluster
 from gpufleet.settings import ENV_KUBE_ENDPOINTS, KubeEndpoint, Settings
 from gpufleet_tools.doctor.core import AccountView, AlarmView, DemandView, Presence, reads_gpufleet_metrics
 
@@ -122,9 +123,13 @@ class DemandProbe:
             d = settings.demand if settings else None
             if d is None:
                 continue
-            if d.kubernetes is not None and obs.ref.cluster:
-                cluster = obs.ref.cluster
-                clusters.setdefault(cluster, self._cluster(cluster))
+            if d.kubernetes is not None:  # a managed node group's cluster, or a self-managed ASG's (rule or tags)
+                cluster, why = joined_cluster(obs, d)
+                if cluster is None:
+                    out.append(DemandView(group=obs.ref.key, source=f"pods of {obs.ref.key}", problem=why))
+                    continue
+                if cluster not in clusters:  # one check per cluster (setdefault would check it again)
+                    clusters[cluster] = self._cluster(cluster)
                 out.append(clusters[cluster].model_copy(update={"group": obs.ref.key}))
             elif d.sqs is not None:
                 out.append(self._queue(obs.ref.key, d.sqs.queue_url))

@@ -10,11 +10,13 @@ DescribeInstances filtered on `private-dns-name` (paged, 200 names a filter) map
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gpufleet.aws.clients import AWS_FAILURES, error_code
-from gpufleet.aws.eks_shape import GPU_LABELS, InstanceType, allocatable, instance_type, shape_labels
+from gpufleet.aws.eks_shape import GPU_LABELS, NVIDIA_GPU, InstanceType, allocatable, instance_type, shape_labels
+from gpufleet.domain import defaults
 from gpufleet.domain.errors import one_line
 from gpufleet.domain.quantity import parse_quantity
 from gpufleet.scaling.fit import REGION_LABEL, ZONE_LABEL, NodeShape
@@ -38,10 +40,11 @@ _SUBNET_ZONES: dict[str, str] = {}
 
 
 class ShapeUnknown(ValueError):
-    """A node group whose node shape cannot be told; one line naming it and why."""
+    """A node group whose node shape cannot be told; one line naming it and why (`what`: how a
+    self-managed group is named instead, "ASG NAME")."""
 
-    def __init__(self, cluster: str, nodegroup: str, why: str) -> None:
-        super().__init__(one_line(f"node group {cluster}/{nodegroup}: {why}"))
+    def __init__(self, cluster: str, nodegroup: str, why: str, what: str | None = None) -> None:
+        super().__init__(one_line(f"{what or f'node group {cluster}/{nodegroup}'}: {why}"))
 
 
 def described_instances(ec2: Any, name: str, values: Iterable[str], *also: Mapping[str, Any]) -> Iterator[Any]:
@@ -95,17 +98,13 @@ def subnet_zones(ec2: Any, subnets: Sequence[str]) -> tuple[str, ...]:
     return tuple(sorted({_SUBNET_ZONES[s] for s in subnets}))
 
 
-def _labels(
-    nodegroup: Mapping[str, Any], types: Mapping[str, InstanceType], zones: Sequence[str], region: str
-) -> tuple[tuple[str, str], ...]:
-    """The node group's own labels and those EKS, the kubelet and GPU feature discovery put on every node
-    of it (the instance type only when the group has one; the arch and GPU labels when all its types
-    agree; the zone when the group has one zone)."""
-    labels = {str(k): str(v) for k, v in (nodegroup.get("labels") or {}).items()}
-    labels[NODEGROUP_LABEL] = nodegroup["nodegroupName"]
-    if nodegroup.get("capacityType"):
-        labels[CAPACITY_TYPE_LABEL] = nodegroup["capacityType"]
-    labels[OS_LABEL] = "windows" if str(nodegroup.get("amiType", "")).startswith("WINDOWS") else "linux"
+def type_labels(
+    types: Mapping[str, InstanceType], zones: Sequence[str], region: str, os_name: str = "linux"
+) -> dict[str, str]:
+    """The labels the kubelet and GPU feature discovery put on every node of a group that launches
+    `types` (the instance type only when the group has one; the arch and GPU labels when all its types
+    agree; the zone when the group has one zone). Shared by managed node groups and self-managed ASGs."""
+    labels = {OS_LABEL: os_name}
     if len(types) == 1:
         labels[INSTANCE_TYPE_LABEL] = next(iter(types))
     archs = {t.arch for t in types.values()}
@@ -120,6 +119,20 @@ def _labels(
         labels[ZONE_LABEL] = zones[0]
     if region:
         labels[REGION_LABEL] = region
+    return labels
+
+
+def _labels(
+    nodegroup: Mapping[str, Any], types: Mapping[str, InstanceType], zones: Sequence[str], region: str
+) -> tuple[tuple[str, str], ...]:
+    """The node group's own labels and those EKS, the kubelet and GPU feature discovery put on every node
+    of it (`type_labels`)."""
+    labels = {str(k): str(v) for k, v in (nodegroup.get("labels") or {}).items()}
+    labels[NODEGROUP_LABEL] = nodegroup["nodegroupName"]
+    if nodegroup.get("capacityType"):
+        labels[CAPACITY_TYPE_LABEL] = nodegroup["capacityType"]
+    windows = str(nodegroup.get("amiType", "")).startswith("WINDOWS")
+    labels.update(type_labels(types, zones, region, "windows" if windows else "linux"))
     return tuple(sorted(labels.items()))
 
 
@@ -158,8 +171,11 @@ def node_shape(
     if zones is None:
         zones = subnet_zones(ec2, [str(s) for s in found.get("subnets") or []])
     disk = found.get("diskSize") if not found.get("launchTemplate") else None
-    offered = _least([allocatable(described[t], disk) for t in types])
-    offered.update({str(k): parse_quantity(v) for k, v in (overrides or {}).items()})
+    offered = least([allocatable(described[t], disk) for t in types])
+    given, why = checked_overrides(overrides)
+    if why:
+        raise ShapeUnknown(cluster, nodegroup, why)
+    offered.update(given)
     region = str(getattr(getattr(ec2, "meta", None), "region_name", "") or "")
     return NodeShape(
         gpus=fewest,
@@ -171,7 +187,27 @@ def node_shape(
     )
 
 
-def _least(offers: Sequence[Mapping[str, float]]) -> dict[str, float]:
+def quantity_problem(resource: str, amount: float) -> str | None:
+    """Why a node cannot offer this much of a resource (infinite, or past `defaults.NODE_GPUS_MAX` GPUs or
+    `defaults.NODE_RESOURCE_MAX` of anything else), or None: the pure fit's arithmetic stays finite."""
+    limit = defaults.NODE_GPUS_MAX if resource == NVIDIA_GPU else defaults.NODE_RESOURCE_MAX
+    if math.isfinite(amount) and 0 <= amount <= limit:
+        return None
+    return f"{resource} {amount:g} is more than a node offers (at most {limit:g})"
+
+
+def checked_overrides(overrides: Mapping[str, str] | None) -> tuple[dict[str, float], str]:
+    """Policy `demand.kubernetes.allocatable` as numbers, or ({}, why) when one is more than a node offers."""
+    raw = {str(k): v for k, v in (overrides or {}).items()}
+    given = {k: parse_quantity(v) for k, v in raw.items()}
+    for name, amount in sorted(given.items()):
+        why = quantity_problem(name, amount)
+        if why:
+            return {}, f"demand.kubernetes.allocatable {name}={raw[name]!r}: {why}"
+    return given, ""
+
+
+def least(offers: Sequence[Mapping[str, float]]) -> dict[str, float]:
     """Per resource, the least any of the types offers (a resource one type lacks is offered by none)."""
     keys = set.intersection(*(set(o) for o in offers)) if offers else set()
     return {k: min(o[k] for o in offers) for k in sorted(keys)}

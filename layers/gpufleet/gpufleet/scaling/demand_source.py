@@ -11,8 +11,9 @@ One model for every source, whose invariants are property-tested (tests/unit/sca
 - every group is read in isolation: one source's failure is its groups' alone, and the tick finishes.
 
 Sources:
-- Kubernetes (EKS node groups): one pod listing per cluster however many of its groups have a source. A
-  waiting pod is matched to the groups whose node shape it fits and counted once (`assign`).
+- Kubernetes (EKS managed node groups, and self-managed ASGs whose nodes join a cluster: `joined_cluster`):
+  one pod listing per cluster however many of its groups have a source, whichever their kind. A waiting pod
+  is matched to the groups whose node shape it fits and counted once (`assign`).
 - SQS (ASGs, node groups): visible messages wait; in-flight ones run (they hold nodes, never ask for more).
 - Metric: the GPUs waiting jobs request, the latest datum; none within 5 minutes: unreadable.
 A new node is room only once it is GPU-ready (`scaling.demand_share.not_gpu_ready`).
@@ -29,6 +30,7 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 
+from gpufleet.aws.asg_shape import WEIGHTED, cluster_of
 from gpufleet.aws.backlog import BacklogUnreadable, latest_values, queue_counts
 from gpufleet.aws.clients import AWS_FAILURES, error_code
 from gpufleet.aws.eks_nodes import ShapeUnknown
@@ -100,13 +102,15 @@ class DemandReader(_Warnings):
     def attach(self, pairs: Sequence[Pair], now: datetime, fallbacks: frozenset[str] = frozenset()) -> list[Pair]:
         """`fallbacks`: keys of groups that are another group's spot fallback (served after it)."""
         sourced: list[Member] = [(obs, s, s.demand) for obs, s in pairs if s.demand is not None]
+        weighted = {o.ref.key: self._weighted(o) for o, _, _ in sourced if _weighted_why(o)}
+        sourced = [m for m in sourced if m[0].ref.key not in weighted]
         if not sourced:
-            return list(pairs)
+            return [(weighted.get(obs.ref.key, obs), s) for obs, s in pairs]
         if self.tick_started is not None:
             self.tick_started()
         ready = self._readiness([(o, s) for o, s, _ in sourced], now)
         run = _Tick(now, fallbacks, ready)
-        found: dict[str, GroupObservation] = {}
+        found: dict[str, GroupObservation] = dict(weighted)
         kinds = (
             ("cluster", self._kubernetes, [m for m in sourced if m[2].kubernetes is not None]),
             ("queue", self._queues, [m for m in sourced if m[2].sqs is not None]),
@@ -127,6 +131,14 @@ class DemandReader(_Warnings):
             self.logger.exception("demand source failed; its groups fail closed", extra={"groups": _keys(unit)})
             why = one_line(f"reading it failed ({type(err).__name__}: {err})", limit=200)
             return {o.ref.key: self._unreadable(o, _source_name(d), why) for o, _, d in unit}
+
+    def _weighted(self, obs: GroupObservation) -> GroupObservation:
+        """A group whose desired counts weight units: its demand is not read (told once, fails closed)."""
+        return self._unreadable(obs, f"group {obs.ref.key}", str(_weighted_why(obs)))
+
+    def _tell_shape(self, key: str) -> Callable[[str], None]:
+        """Where a self-managed ASG's shape tells what its tags say that is not used: once per group."""
+        return lambda line: self._warn_once(f"node template of {key}", line, "ASG tags not used for its node shape")
 
     # ---- GPU-ready nodes ----
 
@@ -154,41 +166,44 @@ class DemandReader(_Warnings):
     # ---- Kubernetes ----
 
     def _kubernetes(self, members: list[Member], run: _Tick) -> dict[str, GroupObservation]:
-        eks = [m for m in members if m[0].ref.kind is GroupKind.EKS_NODEGROUP and m[0].ref.cluster]
-        if not eks:
-            return {}
-        cluster = str(eks[0][0].ref.cluster)
+        """One cluster's groups (managed node groups and self-managed ASGs alike) from one pod listing."""
+        out: dict[str, GroupObservation] = {}
+        joined: list[Member] = []
+        for m in members:
+            cluster, why = joined_cluster(m[0], m[2])
+            if cluster is None:
+                out[m[0].ref.key] = self._unreadable(m[0], f"pods of {m[0].ref.key}", why)
+            else:
+                joined.append(m)
+        if not joined:
+            return out
+        cluster = str(joined_cluster(joined[0][0], joined[0][2])[0])
         source = f"cluster {cluster}"
         resources: dict[str, float] = {}
-        for _, _, d in eks:
+        for _, _, d in joined:
             resources.update(d.kubernetes.gpu_resources if d.kubernetes else {})
         try:
             pods = self.cluster_pods(cluster, resources)
         except ClusterUnreadable as err:
-            return {o.ref.key: self._unreadable(o, source, err.cause) for o, _, _ in eks}
+            return out | {o.ref.key: self._unreadable(o, source, err.cause) for o, _, _ in joined}
         self._read_well(source)
-        shapes: dict[str, NodeShape] = {}
-        out: dict[str, GroupObservation] = {}
-        for obs, _, d in eks:
-            overrides = d.kubernetes.allocatable if d.kubernetes else None
-            try:
-                extra = (overrides,) if overrides else ()  # the shape callable takes them when there are some
-                shapes[obs.ref.key] = self.node_shape(cluster, obs.ref.name, *extra)
-            except ShapeUnknown as err:
-                out[obs.ref.key] = self._unreadable(obs, f"node group {obs.ref.key}", str(err))
+        shapes, unknown = _node_shapes(self.node_shape, cluster, joined, self._tell_shape)
+        for obs, _, _ in joined:
+            if obs.ref.key in unknown:
+                out[obs.ref.key] = self._unreadable(obs, *unknown[obs.ref.key])
         running, closed, unmapped = self._running(cluster, pods)
         # What each group can still bring: nodes it may add, and its idle serving nodes.
         room = {
             o.ref.key: _growth(o, s, run.now)
             + sum(1 for i in o.instances if i.in_service and i.instance_id not in running)
-            for o, s, _ in eks
+            for o, s, _ in joined
             if o.ref.key in shapes
         }
-        cutoff = min((d.kubernetes.expendable_priority for _, _, d in eks if d.kubernetes), default=-10)
+        cutoff = min((d.kubernetes.expendable_priority for _, _, d in joined if d.kubernetes), default=-10)
         assigned = assign(pods.waiting, shapes, room, pods.daemonsets, cutoff)
         if assigned.unfit:
             self._warn_once(f"unfit pods of {source}", assigned.unfit[0].key, "waiting pods fit no group")
-        for obs, _, _ in eks:
+        for obs, _, _ in joined:
             shape = shapes.get(obs.ref.key)
             if shape is not None:
                 out[obs.ref.key] = _pod_demand(obs, shape, (running, closed, unmapped), assigned, source, run)
@@ -424,13 +439,56 @@ def _units(kind: str, members: list[Member]) -> list[list[Member]]:
     for m in members:
         obs, _, d = m
         if kind == "cluster":
-            units[obs.ref.cluster or obs.ref.key].append(m)
+            units[joined_cluster(obs, d)[0] or obs.ref.key].append(m)
         elif kind == "queue" and d.sqs is not None:
             units[d.sqs.queue_url].append(m)
         elif d.metric is not None:
             dims = d.metric.dimensions if d.metric.dimensions is not None else group_dimensions(obs.ref)
             units[(d.metric.namespace, d.metric.metric_name, tuple(sorted(dims.items())))].append(m)
     return list(units.values())
+
+
+def _node_shapes(
+    node_shape: Callable[..., NodeShape],
+    cluster: str,
+    joined: list[Member],
+    tell: Callable[[str], Callable[[str], None]] | None = None,
+) -> tuple[dict[str, NodeShape], dict[str, tuple[str, str]]]:
+    """Each group's node shape, and (source, why) for those whose shape cannot be told. A managed node
+    group's is asked as (cluster, node group[, overrides]), a self-managed ASG's with kind=ASG too (and
+    `tell`, where its tags' unused parts are told)."""
+    shapes: dict[str, NodeShape] = {}
+    unknown: dict[str, tuple[str, str]] = {}
+    for obs, _, d in joined:
+        overrides = d.kubernetes.allocatable if d.kubernetes else None
+        extra = (overrides,) if overrides else ()  # the shape callable takes them when there are some
+        asg: dict[str, Any] = {"kind": GroupKind.ASG} if obs.ref.kind is GroupKind.ASG else {}
+        if asg and tell is not None:
+            asg["tell"] = tell(obs.ref.key)
+        try:
+            shapes[obs.ref.key] = node_shape(cluster, obs.ref.name, *extra, **asg)
+        except ShapeUnknown as err:
+            unknown[obs.ref.key] = (f"{'group' if asg else 'node group'} {obs.ref.key}", str(err))
+    return shapes, unknown
+
+
+def joined_cluster(obs: GroupObservation, d: DemandSource) -> tuple[str | None, str]:
+    """The EKS cluster whose pods a group's `demand.kubernetes` reads: a managed node group's own; a
+    self-managed ASG's from the rule (`demand.kubernetes.cluster`), else from its tags
+    (`gpufleet.aws.asg_shape.cluster_of`). (None, why) when it cannot be told: the group fails closed."""
+    if obs.ref.kind is GroupKind.EKS_NODEGROUP:
+        return (obs.ref.cluster, "") if obs.ref.cluster else (None, "a node group without its cluster")
+    if obs.ref.kind is GroupKind.ASG:
+        named = d.kubernetes.cluster if d.kubernetes else None
+        return (named, "") if named else cluster_of(obs.asg_tags)
+    return None, f"a {obs.ref.kind.value} group joins no EKS cluster: demand.kubernetes cannot read its pods"
+
+
+def _weighted_why(obs: GroupObservation) -> str | None:
+    """Why an ASG's desired is not a count of instances (`gpufleet.aws.asg_shape.weighted_why`, which the
+    fleet reader puts on the observation), or None."""
+    closed = obs.scale_in_closed
+    return closed if obs.ref.kind is GroupKind.ASG and closed and closed.startswith(WEIGHTED) else None
 
 
 def _keys(unit: list[Member]) -> list[str]:
