@@ -38,8 +38,10 @@ SERVICES = {  # the outermost of these on the stack names the Lambda function ma
     # calls them through its service is still named as itself.
     "gpufleet.aws.kubernetes": "scaler",
     "gpufleet.aws.eks_nodes": "scaler",
+    "gpufleet.aws.asg_shape": "scaler",  # a self-managed ASG's node shape (issue 30)
 }
-IAM_PREFIX = {"monitoring": "cloudwatch"}  # botocore endpoint prefix -> IAM service prefix
+# botocore endpoint prefix -> IAM service prefix
+IAM_PREFIX = {"monitoring": "cloudwatch", "api.sagemaker": "sagemaker"}
 BATCH_ACTIONS = {"SendMessageBatch": "SendMessage", "DeleteMessageBatch": "DeleteMessage"}
 
 
@@ -136,6 +138,25 @@ class _Resolver:
 
     _eks_UpdateNodegroupConfig = _eks_DescribeNodegroup  # noqa: N815
 
+    # sagemaker: a HyperPod cluster, by name or ARN, with its tags (aws:ResourceTag/*)
+    def _cluster(self, name_or_arn: str) -> Resource:
+        try:
+            arn = self.client.describe_cluster(ClusterName=name_or_arn)["ClusterArn"]
+        except self.client.exceptions.ClientError:
+            return Resource(f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:cluster/{name_or_arn.split('/')[-1]}")
+        tags = self.client.list_tags(ResourceArn=arn).get("Tags", [])
+        return Resource(arn, _tag_context(_tags(tags), "aws"))
+
+    def _sagemaker_DescribeCluster(self, p: dict[str, Any]) -> list[Resource]:  # noqa: N802
+        return [self._cluster(p["ClusterName"])]
+
+    _sagemaker_ListClusterNodes = _sagemaker_DescribeCluster  # noqa: N815
+    _sagemaker_UpdateCluster = _sagemaker_DescribeCluster  # noqa: N815
+    _sagemaker_BatchDeleteClusterNodes = _sagemaker_DescribeCluster  # noqa: N815
+
+    def _sagemaker_ListTags(self, p: dict[str, Any]) -> list[Resource]:  # noqa: N802
+        return [self._cluster(p["ResourceArn"])]
+
     # cloudwatch
     def _monitoring_ListTagsForResource(self, p: dict[str, Any]) -> list[Resource]:  # noqa: N802
         return [Resource(p["ResourceARN"])]
@@ -186,7 +207,9 @@ def resources_for(client: BaseClient, service: str, op: str, params: dict[str, A
         return [Resource(params["SecretId"])]
     if service == "ssm":
         return [Resource(f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter{params['Name']}")]
-    return _Resolver(client).resolve(service, op, params)
+    return _Resolver(client).resolve(
+        IAM_PREFIX.get(service, service) if service == "api.sagemaker" else service, op, params
+    )
 
 
 _local = threading.local()
@@ -216,7 +239,7 @@ class CallRecorder:
             function = None if getattr(_local, "off", False) else calling_function()
             if function is not None:
                 service = client.meta.service_model.endpoint_prefix
-                with unrecorded():
+                with unrecorded():  # resolved under the IAM prefix (api.sagemaker -> sagemaker)
                     resources = resources_for(client, service, operation_name, api_params)
                 prefix = IAM_PREFIX.get(service, service)
                 action = f"{prefix}:{BATCH_ACTIONS.get(operation_name, operation_name)}"

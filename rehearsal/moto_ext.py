@@ -29,6 +29,12 @@ of its own clock (moto too). The rehearsal's clock is fixed on 2026-11-23, so wi
 GPUFLEET_MOTO_LOGS_NOW=ISO-8601 set, moto's Logs backend takes that instant as "now" (`_logs_clock`);
 without it nothing changes.
 
+EMULATED: SageMaker HyperPod's UpdateCluster and BatchDeleteClusterNodes (moto has neither), and the
+node states moto never shows (rehearsal.moto_hyperpod says what is emulated and what stays hidden):
+
+    POST /_gpufleet/emulation/hyperpod-node-status {"cluster", "node_ids", "status"}: e.g. "Failure",
+                                                   "DeepHealthCheckInProgress" (moto has every node Running)
+
 Run as `python -m rehearsal.moto_ext -H 127.0.0.1 -p PORT` (same arguments as moto.server).
 """
 
@@ -44,6 +50,8 @@ from typing import Any
 
 from moto.autoscaling.responses import AutoScalingResponse
 from moto.core.responses import ActionResult
+
+from rehearsal import moto_hyperpod
 
 INJECT_PATH = "/_gpufleet/emulation/scaling-activities"
 LIFECYCLE_PATH = "/_gpufleet/emulation/lifecycle"
@@ -138,6 +146,12 @@ def _with_injection(app: Any) -> Any:
             changed = _set_lifecycle(body["group"], body["instance_ids"], body["state"])
             start_response("200 OK", [("Content-Type", "application/json")])
             return [json.dumps({"changed": changed}).encode()]
+        if environ.get("PATH_INFO") == moto_hyperpod.NODE_STATUS_PATH and environ.get("REQUEST_METHOD") == "POST":
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+            body = json.loads(environ["wsgi.input"].read(length) or b"{}")
+            changed = moto_hyperpod.set_node_status(body["cluster"], body["node_ids"], body["status"])
+            start_response("200 OK", [("Content-Type", "application/json")])
+            return [json.dumps({"changed": changed}).encode()]
         if environ.get("PATH_INFO") == INJECT_PATH:
             method = environ.get("REQUEST_METHOD")
             with _lock:
@@ -210,6 +224,7 @@ def main(argv: list[str] | None = None) -> None:
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 
     AutoScalingResponse.describe_scaling_activities = _describe_scaling_activities  # type: ignore[method-assign]
+    moto_hyperpod.install()
     _speed_up_list_metrics()
     _serialise_dynamodb_writes()
     _logs_clock()

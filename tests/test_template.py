@@ -76,7 +76,11 @@ def test_dashboard_body_is_valid_json_once_substituted(template: dict[str, Any])
         "Incidents:",
         "GPU-hours",
         "GPU-hours",
+        "Host",
+        "Host",
     ]
+    host = set(re.findall(r"\b(Host[A-Z][A-Za-z]+)\b", body))  # the host widgets name schema metrics only
+    assert host == {m.name for m in schema.HOST_METRICS}, host
     team = [w for w in widgets if "per team" in w["properties"]["title"]]
     names = {schema.TEAM_GPU_HOURS_ALLOCATED.name, schema.TEAM_GPU_HOURS_BUSY.name}
     assert {m for w in team for m in names if m in json.dumps(w)} == names
@@ -105,6 +109,8 @@ def test_scaling_calls_are_limited_to_tagged_resources(template: dict[str, Any],
         "autoscaling:SetInstanceHealth",
         "autoscaling:TerminateInstanceInAutoScalingGroup",
         "eks:UpdateNodegroupConfig",
+        "sagemaker:UpdateCluster",
+        "sagemaker:BatchDeleteClusterNodes",
     }
     for s in statements:
         actions = s["Action"] if isinstance(s["Action"], list) else [s["Action"]]

@@ -63,18 +63,19 @@ def _event(name: str) -> dict[str, Any]:
 class _Fleet(World):
     """A managed ASG `train-spot`, the state table, the notification queue, one function's env."""
 
-    def __init__(self, policy: str, tmp: Path, desired: int = 2, max_size: int = 8) -> None:
+    def __init__(self, policy: str, tmp: Path, desired: int = 2, max_size: int = 8, asg: bool = True) -> None:
         self.clients = fleet.Clients.create()
         fleet.create_state_table(self.clients.dynamodb, TABLE)
-        fleet.create_asg(
-            self.clients,
-            "train-spot",
-            min_size=1,
-            max_size=max_size,
-            desired=desired,
-            tags=fleet.MANAGED_TAG,
-            market="spot",
-        )
+        if asg:  # a HyperPod scenario has no ASG (tests/crash/hyperpod_scenario.py)
+            fleet.create_asg(
+                self.clients,
+                "train-spot",
+                min_size=1,
+                max_size=max_size,
+                desired=desired,
+                tags=fleet.MANAGED_TAG,
+                market="spot",
+            )
         self.stack = fleet.create_notification_stack(slack_secret=None)
         self.policy = tmp / "policy.yaml"
         self.policy.write_text(policy)

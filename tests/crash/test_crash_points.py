@@ -15,6 +15,7 @@ from rehearsal.slack import slack_receiver
 from tests.conftest import ROOT
 from tests.crash import scenarios as s
 from tests.crash.harness import Run, World, sweep
+from tests.crash.hyperpod_scenario import HyperPodScaleIn
 
 NOW = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)
 SUMMARY = ROOT / ".pytest-crash-points.json"
@@ -38,6 +39,7 @@ def builders(tmp: Path, endpoint: str, slack: object) -> dict[str, Callable[[], 
         "OOM replacement": lambda: s.OomReplacement(tmp, NOW),
         "spot interruption: replace early, hand back": lambda: s.InterruptionReplacement(tmp, NOW),
         "notifier post to Slack + SNS": lambda: s.NotifierPost(tmp, NOW, slack),
+        "hyperpod scale-in (idle nodes by id, a job's node kept)": lambda: HyperPodScaleIn(tmp, NOW),
     }
 
 
@@ -52,6 +54,7 @@ SCENARIOS = [
     "OOM replacement",
     "spot interruption: replace early, hand back",
     "notifier post to Slack + SNS",
+    "hyperpod scale-in (idle nodes by id, a job's node kept)",
 ]
 
 

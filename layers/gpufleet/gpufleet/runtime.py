@@ -16,6 +16,7 @@ from gpufleet.aws.audit import AuditLog
 from gpufleet.aws.clients import AwsClients, Session, client, region_of
 from gpufleet.aws.documents import DocStore
 from gpufleet.aws.fleet import FleetActuator, FleetReader
+from gpufleet.aws.hyperpod import HyperPodFleet, LazyClient
 from gpufleet.aws.metrics import GpuMetricsReader, ec2_gpus
 from gpufleet.aws.policy_store import PolicyStore
 from gpufleet.aws.queue import NotificationQueue, enqueue_or_log
@@ -87,10 +88,12 @@ def _control_context(
         if keeps_policy
         else None
     )
-    actuator = FleetActuator(clients.autoscaling, clients.eks)
+    # HyperPod instance groups named by rules: the SageMaker client is made only when one is read.
+    hyperpod = HyperPodFleet(LazyClient(lambda: client("sagemaker", Session(region_name=region))), clients.cloudwatch)
+    actuator = FleetActuator(clients.autoscaling, clients.eks, hyperpod)
     wait = defaults.BATCH_WAIT_MAX_S if keeps_policy else defaults.TERMINATION_BATCH_WAIT_MAX_S
     return ControlContext(
-        fleet=FleetReader(clients.autoscaling, clients.eks),
+        fleet=FleetReader(clients.autoscaling, clients.eks, hyperpod, logger=logger),
         state=state,
         docs=DocStore(clients.dynamodb, table),
         executor=Executor(actuator, state, AuditLog(clients.dynamodb, table, wait), logger, emf, queue, region),
@@ -134,11 +137,14 @@ def demand_reader(
     settings: Settings, clients: AwsClients, logger: Logger, session: Session | None, ec2: Any
 ) -> DemandReader:
     """The groups' demand sources: pods from each EKS cluster's API (DescribeCluster, or the local override
-    in GPUFLEET_KUBE_ENDPOINTS), queues, backlog metrics. Clients are made here; nothing is read until a
-    group's policy names a source."""
+    in GPUFLEET_KUBE_ENDPOINTS) for its managed node groups and self-managed ASGs, queues, backlog metrics.
+    Clients are made here; nothing is read until a group's policy names a source."""
+    from gpufleet.aws.asg_shape import asg_node_shape
     from gpufleet.aws.eks_nodes import instances_by_node_name, node_shape
     from gpufleet.aws.kubernetes import PodReader, TickBudget
     from gpufleet.aws.readiness import node_readiness
+    from gpufleet.domain.models import GroupKind
+    from gpufleet.scaling.fit import NodeShape
 
     own = session or Session()
     overrides = settings.kube_endpoints
@@ -151,13 +157,19 @@ def demand_reader(
         reader = readers.setdefault(key, PodReader(clients.eks, own, overrides, resources))
         return reader.read(cluster, budget.for_cluster(cluster))
 
+    def shape(
+        cluster: str, name: str, overrides: Mapping[str, str] | None = None, kind: Any = None, tell: Any = None
+    ) -> NodeShape:
+        """A managed node group's node shape, or (kind asg) a self-managed ASG's (`tell`: its unused tags)."""
+        if kind is GroupKind.ASG:
+            return asg_node_shape(clients.autoscaling, ec2, name, overrides=overrides, tell=tell)
+        return node_shape(clients.eks, ec2, cluster, name, overrides=overrides)
+
     return DemandReader(
         sqs=client("sqs", session),
         cloudwatch=clients.cloudwatch,
         cluster_pods=cluster_pods,
-        node_shape=lambda cluster, nodegroup, overrides=None: node_shape(
-            clients.eks, ec2, cluster, nodegroup, overrides=overrides
-        ),
+        node_shape=shape,
         instances_of=lambda names: instances_by_node_name(ec2, names),
         logger=logger,
         readiness=lambda ids, now, young: node_readiness(ec2, GpuMetricsReader(clients.cloudwatch), ids, now, young),

@@ -308,9 +308,7 @@ class NoHistory(ValueError):
 
 
 def _group_dims(ref: GroupRef) -> dict[str, str]:
-    if ref.kind is GroupKind.EKS_NODEGROUP:
-        return schema.group_dimensions(cluster_name=ref.cluster, nodegroup_name=ref.name)
-    return schema.group_dimensions(asg_name=ref.name)
+    return ref.metric_dimensions
 
 
 def history_report(

@@ -1,14 +1,17 @@
-"""Read ASGs / EKS managed node groups into observations, and apply decisions to them."""
+"""Read ASGs / EKS managed node groups (and, through aws.hyperpod, HyperPod instance groups) into
+observations, and apply decisions to them."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from botocore.exceptions import ClientError
 
+from gpufleet.aws.asg_shape import weighted_why
+from gpufleet.aws.hyperpod import HyperPodFleet
 from gpufleet.domain import defaults
 from gpufleet.domain.models import (
     Action,
@@ -110,6 +113,7 @@ def _asg_observation(asg: dict[str, Any]) -> GroupObservation:
         capacity_type=tagged if tagged is not CapacityType.UNKNOWN else _mixed_instances_market(asg),
         instance_types=_instance_types(asg),
         launch_template=_launch_template(asg),
+        scale_in_closed=weighted_why(asg),  # desired counts weight units: no instance count is safe to lower
     )
 
 
@@ -128,6 +132,9 @@ class FleetReader:
 
     autoscaling: AutoScalingClient
     eks: EKSClient
+    hyperpod: HyperPodFleet | None = None  # HyperPod (Slurm) instance groups named by rules; None: none read
+    logger: Any = None  # told once of a rule that names a managed node group's own ASG
+    _told: set[str] = field(default_factory=set, init=False, repr=False)
 
     def _describe_asgs(self, **kwargs: Any) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -151,6 +158,23 @@ class FleetReader:
             for asg in self._describe_asgs(AutoScalingGroupNames=list(batch)):
                 found[asg["AutoScalingGroupName"]] = asg
         return found
+
+    def _backs_nodegroup(self, asg: dict[str, Any]) -> bool:
+        """Whether the ASG is the one EKS made for a managed node group (its eks:nodegroup-name tag): named
+        by a kind: asg rule it would be sized twice, as itself and as its node group. Told once."""
+        tags = {t.get("Key"): t.get("Value", "") for t in asg.get("Tags", [])}
+        nodegroup = tags.get(defaults.TAG_EKS_NODEGROUP)
+        if not nodegroup:
+            return False
+        name, cluster = asg["AutoScalingGroupName"], tags.get(defaults.TAG_EKS_CLUSTER) or "CLUSTER"
+        if self.logger is not None and name not in self._told:
+            self._told.add(name)
+            self.logger.warning(
+                f"ASG {name} backs EKS managed node group {cluster}/{nodegroup}: not sized as an ASG (it would "
+                f"be sized twice); write `kind: eks-nodegroup, cluster: {cluster}, name: {nodegroup}` instead",
+                extra={"asg": name},
+            )
+        return True
 
     def _nodegroup(self, cluster: str, name: str) -> dict[str, Any] | None:
         """The node group, or None when it does not exist, including names EKS cannot hold (an alarm's
@@ -186,7 +210,8 @@ class FleetReader:
         )
 
     def observe(self, discovery: Discovery, explicit: Iterable[GroupRef] = ()) -> list[GroupObservation]:
-        """Discovered (tagged) groups plus explicitly named ones; a missing explicit one is skipped."""
+        """Discovered (tagged) groups plus explicitly named ones; a missing explicit one is skipped, and so is
+        a named ASG that backs an EKS managed node group (told once: it is sized through its node group)."""
         explicit = list(explicit)
         asgs: dict[str, dict[str, Any]] = {}
         if discovery.enabled and discovery.asg:
@@ -198,7 +223,7 @@ class FleetReader:
                 if not any(t.get("Key") == defaults.TAG_EKS_NODEGROUP for t in asg.get("Tags", [])):
                     asgs[asg["AutoScalingGroupName"]] = asg
         missing = [g.name for g in explicit if g.kind is GroupKind.ASG and g.name not in asgs]
-        asgs.update(self.describe_asgs_by_name(missing))
+        asgs.update({n: a for n, a in self.describe_asgs_by_name(missing).items() if not self._backs_nodegroup(a)})
 
         nodegroups: dict[tuple[str, str], dict[str, Any]] = {}
         if discovery.enabled and discovery.eks:
@@ -209,7 +234,13 @@ class FleetReader:
                 found = self._nodegroup(g.cluster, g.name)
                 if found is not None:
                     nodegroups[(g.cluster, g.name)] = found
-        return [_asg_observation(a) for a in asgs.values()] + self._nodegroup_observations(nodegroups.values())
+        hyperpod = [g for g in explicit if g.kind is GroupKind.HYPERPOD]
+        instance_groups = self.hyperpod.observe(hyperpod) if self.hyperpod is not None and hyperpod else []
+        return (
+            [_asg_observation(a) for a in asgs.values()]
+            + self._nodegroup_observations(nodegroups.values())
+            + instance_groups
+        )
 
     def scaling_policies(self) -> dict[str, tuple[str, ...]]:
         """The region's native scaling policies' names, by ASG (DescribePolicies, all pages)."""
@@ -229,6 +260,8 @@ class FleetReader:
         return found[0]["AutoScalingGroupName"] if found else None
 
     def observe_one(self, ref: GroupRef) -> GroupObservation | None:
+        if ref.kind is GroupKind.HYPERPOD:
+            return next(iter(self.hyperpod.observe([ref])), None) if self.hyperpod is not None else None
         if ref.kind is GroupKind.ASG:
             asg = self.describe_asgs_by_name([ref.name]).get(ref.name)
             return _asg_observation(asg) if asg else None
@@ -269,14 +302,20 @@ class FleetReader:
 
 @dataclass
 class FleetActuator:
-    """Applies one decision. Idempotent per decision: EKS updates carry a client request token."""
+    """Applies one decision. Idempotent per decision: EKS updates carry a client request token; a
+    HyperPod count already reached is not asked again and a node already deleted is done."""
 
     autoscaling: AutoScalingClient
     eks: EKSClient
+    hyperpod: HyperPodFleet | None = None
 
     def apply(self, decision: Decision, obs: GroupObservation, token: str) -> str:
         """Returns a short account of what was done; raises on failure."""
         ref = obs.ref
+        if ref.kind is GroupKind.HYPERPOD:
+            if self.hyperpod is None:
+                raise RuntimeError(f"{ref.key}: this function is not wired for HyperPod groups")
+            return self.hyperpod.apply(decision, obs)
         if decision.action in (Action.SCALE_OUT, Action.SET_DESIRED):
             if ref.kind is GroupKind.ASG:
                 self.autoscaling.set_desired_capacity(
@@ -329,7 +368,8 @@ class FleetActuator:
 
     def mark_unhealthy(self, instance_id: str) -> str:
         """Hand an instance with a failed GPU to its ASG, which replaces it (EKS node groups too: their
-        ASG does the replacing)."""
+        ASG does the replacing). Never for a HyperPod node (no ASG holds it): the guard only tells
+        (guard.service, HYPERPOD_NOT_REPLACED)."""
         self.autoscaling.set_instance_health(
             InstanceId=instance_id, HealthStatus="Unhealthy", ShouldRespectGracePeriod=False
         )

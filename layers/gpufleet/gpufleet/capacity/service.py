@@ -127,6 +127,8 @@ class SpotWatch:
         return obs.model_copy(update={"capacity_type": self.activities.market_of(obs.launch_template)})
 
     def _failures(self, obs: GroupObservation, now: datetime) -> list[LaunchFailure]:
+        if obs.ref.kind is GroupKind.HYPERPOD:  # no ASG holds its nodes: an ASG of the same name is not it
+            return []
         asg = obs.asg_name or obs.ref.name
         activities = self.activities.failed_since(asg, now - SWEEP_LOOKBACK)
         obs = self._with_market(obs) if activities else obs

@@ -271,6 +271,9 @@ class GroupObservation(Frozen):
     instance_types: tuple[str, ...] = ()  # what the group may launch, when its configuration says
     launch_template: tuple[str, str] | None = None  # (id or name, version) of a plain launch-template group
     demand: Demand | None = None  # what waits for this group, where it has a demand source
+    # The adapter cannot say which nodes run work (a HyperPod group whose Slurm idle report cannot be
+    # read): no node of the group may be removed, whatever its source says. None: scale-in may go ahead.
+    scale_in_closed: str | None = None
 
     @property
     def in_service(self) -> int:

@@ -148,8 +148,12 @@ class Owner(StrEnum):
 
 
 class KubernetesDemand(Frozen):
-    """Pods waiting for GPUs in an EKS node group's cluster (Unschedulable, matched to the group by
-    nodeSelector, required node affinity, taints and GPUs per instance)."""
+    """Pods waiting for GPUs in an EKS cluster (Unschedulable, matched to the group by nodeSelector,
+    required node affinity, taints and GPUs per instance): a managed node group's cluster, or the one a
+    self-managed ASG's nodes join (`cluster`, else its kubernetes.io/cluster/NAME or eks:cluster-name tag)."""
+
+    # A self-managed ASG's cluster, where its tags do not say it (or say several); unset: from its tags.
+    cluster: str | None = Field(default=None, min_length=1, max_length=100, pattern=r"^[0-9A-Za-z][A-Za-z0-9_-]*$")
 
     # Extended resources that are (shares of) GPUs -> how many of them make one GPU.
     gpu_resources: dict[str, float] = Field(default_factory=lambda: {"nvidia.com/gpu": 1.0}, min_length=1)
@@ -247,8 +251,9 @@ class GroupRule(GroupSettings):
     def _selector(self) -> Self:
         if self.name is None and not self.tags:
             raise ValueError("a group rule selects by name or by tags (or both)")
-        if self.kind is GroupKind.EKS_NODEGROUP and self.name and not self.cluster:
-            raise ValueError("an eks-nodegroup rule with a name also needs its cluster")
+        if self.kind in (GroupKind.EKS_NODEGROUP, GroupKind.HYPERPOD) and self.name and not self.cluster:
+            article = "an" if self.kind is GroupKind.EKS_NODEGROUP else "a"
+            raise ValueError(f"{article} {self.kind} rule with a name also needs its cluster")
         return self
 
     @property

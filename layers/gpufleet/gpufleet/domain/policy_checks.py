@@ -8,6 +8,7 @@ keeps running on the policy it has). Problems are named by rule, not only by pos
 from __future__ import annotations
 
 import fnmatch
+import re
 
 from gpufleet.domain.models import GroupKind, GroupRef
 from gpufleet.domain.policy import FleetPolicy, GroupRule, GroupSettings
@@ -21,7 +22,13 @@ def policy_problems(policy: FleetPolicy) -> list[str]:
         *_shadowed_rules(policy.groups),
         *_spot_group_problems(policy),
         *_demand_problems(policy),
+        *_hyperpod_problems(policy),
+        *_asg_rule_problems(policy.groups),
     ]
+
+
+# The ASG EKS makes for a managed node group: eks-NODEGROUP-UUID (older node groups: eks-UUID).
+_BACKING_ASG = re.compile(r"eks-(?:.+-)?[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}")
 
 
 def rule_label(index: int, rule: GroupRule) -> str:
@@ -106,8 +113,10 @@ def _spot_group_problems(policy: FleetPolicy) -> list[str]:
 
 
 def _demand_problems(policy: FleetPolicy) -> list[str]:
-    """A demand source the group's kind cannot use: pods are read for EKS node groups only, and an ASG's
-    queue or metric needs its GPUs per node (an EKS group's comes from its instance type)."""
+    """A demand source the group's kind cannot use: pods are read for EKS node groups and for ASGs whose
+    nodes join an EKS cluster (self-managed node groups; a HyperPod instance group or a rule of no kind
+    cannot say it joins one), and an ASG's queue or metric needs its GPUs per node (an EKS group's comes
+    from its instance type)."""
     problems = []
     rules: list[tuple[str, GroupSettings, GroupKind | None]] = [("defaults", policy.defaults, None)]
     rules += [(rule_label(i, r), r, r.kind) for i, r in enumerate(policy.groups)]
@@ -115,10 +124,15 @@ def _demand_problems(policy: FleetPolicy) -> list[str]:
         demand = rule.demand
         if demand is None:
             continue
-        if demand.kubernetes is not None and kind is not GroupKind.EKS_NODEGROUP:
+        if demand.kubernetes is not None and kind not in (GroupKind.EKS_NODEGROUP, GroupKind.ASG):
             problems.append(
-                f"{label}: demand.kubernetes reads an EKS cluster's pods: give the rule kind: eks-nodegroup "
-                "(plain ASGs use demand.sqs or demand.metric)"
+                f"{label}: demand.kubernetes reads an EKS cluster's pods: give the rule kind: eks-nodegroup, or "
+                "kind: asg for a self-managed node group (other groups use demand.sqs or demand.metric)"
+            )
+        if demand.kubernetes is not None and demand.kubernetes.cluster and kind is GroupKind.EKS_NODEGROUP:
+            problems.append(
+                f"{label}: demand.kubernetes.cluster is for self-managed ASGs: a managed node group's pods are "
+                "read from its own cluster (drop it)"
             )
         if demand.kubernetes is None and demand.gpus_per_node is None and kind is not GroupKind.EKS_NODEGROUP:
             source = "sqs" if demand.sqs is not None else "metric"
@@ -129,6 +143,46 @@ def _demand_problems(policy: FleetPolicy) -> list[str]:
                 f"(NodePublisherPolicy allows PutMetricData in {NODE_NAMESPACE!r}): any node could steer this "
                 "group's size; publish the backlog in a namespace only the scheduler's role writes (default Slurm)"
             )
+    return problems
+
+
+def _asg_rule_problems(rules: tuple[GroupRule, ...]) -> list[str]:
+    """An ASG has no cluster: a kind: asg rule with `cluster` selects no group (a self-managed group's
+    cluster is demand.kubernetes.cluster). A rule naming the ASG EKS made for a managed node group is not
+    sized (the fleet reader skips it: it would be sized twice): its node group is to be named instead."""
+    problems = []
+    for i, rule in enumerate(rules):
+        if rule.kind is not GroupKind.ASG:
+            continue
+        if rule.cluster is not None:
+            problems.append(
+                f"{rule_label(i, rule)}: an ASG has no cluster, so this rule selects no group: drop cluster "
+                f"(to read cluster {rule.cluster}'s pods for it, set demand.kubernetes.cluster: {rule.cluster})"
+            )
+        if rule.name and _BACKING_ASG.fullmatch(rule.name):
+            problems.append(
+                f"{rule_label(i, rule)}: {rule.name} looks like the ASG EKS made for a managed node group, which "
+                "is not sized as an ASG: write kind: eks-nodegroup, cluster: C, name: NODEGROUP instead"
+            )
+    return problems
+
+
+def _hyperpod_problems(policy: FleetPolicy) -> list[str]:
+    """HyperPod instance groups are read only where a rule names one (cluster and exact name: there is
+    no tag discovery), and have no max of their own: without the rule's (or the defaults') max nothing
+    bounds their growth but the account's quotas."""
+    problems = []
+    for i, rule in enumerate(policy.groups):
+        if rule.kind is not GroupKind.HYPERPOD:
+            continue
+        label = rule_label(i, rule)
+        if rule.explicit_ref() is None:
+            problems.append(
+                f"{label}: a hyperpod rule finds only the instance group it names: give cluster and the exact "
+                "instance group name (no globs, no tags)"
+            )
+        if _bound(rule, policy.defaults, "max") is None:
+            problems.append(f"{label}: a HyperPod instance group has no max of its own: set max on the rule")
     return problems
 
 

@@ -154,6 +154,9 @@ def console_links(group: str, region: str, alarm_name: str | None = None) -> tup
     if ref is not None and ref.kind is GroupKind.ASG:
         view = f"#AutoScalingGroupDetails:id={quote(ref.name)};view=activity"
         found.append(link("Auto Scaling group", f"{base}/ec2/home?region={region}{view}"))
+    elif ref is not None and ref.kind is GroupKind.HYPERPOD:
+        path = f"#/cluster-management/{quote(ref.cluster or '')}"
+        found.append(link("HyperPod cluster", f"{base}/sagemaker/home?region={region}{path}"))
     elif ref is not None:
         path = f"#/clusters/{quote(ref.cluster or '')}/nodegroups/{quote(ref.name)}"
         found.append(link("EKS node group", f"{base}/eks/home?region={region}{path}"))

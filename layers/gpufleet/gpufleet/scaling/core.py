@@ -266,7 +266,9 @@ class _Ctx(_Group):
     def scale_in_by(self, count: int, trigger: Trigger, why: str) -> Decision:
         """Remove up to `count` idle instances, never below min or an open window's desired."""
         b, current, low_water = self.bounds, self.obs.desired, self.low_water
-        closed = self.obs.demand.closed_for_scale_in if self.obs.demand is not None else None
+        closed = self.obs.scale_in_closed or (
+            self.obs.demand.closed_for_scale_in if self.obs.demand is not None else None
+        )
         if closed is not None:  # fail closed: a node that may run work is never a victim
             return self.decision(Action.HOLD, trigger, f"{why}, but no node may be removed: {closed}")
         if current <= low_water:

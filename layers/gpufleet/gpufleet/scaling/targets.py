@@ -33,6 +33,14 @@ def _group_from_dimensions(trigger: AlarmEvent) -> tuple[GroupRef | None, str]:
                     name=dims[schema.DIM_NODEGROUP_NAME],
                 )
             )
+        elif dims.get(schema.DIM_CLUSTER_NAME) and dims.get(schema.DIM_INSTANCE_GROUP_NAME):
+            found.add(
+                GroupRef(
+                    kind=GroupKind.HYPERPOD,
+                    cluster=dims[schema.DIM_CLUSTER_NAME],
+                    name=dims[schema.DIM_INSTANCE_GROUP_NAME],
+                )
+            )
         elif dims.get(schema.DIM_ASG_NAME):
             found.add(GroupRef(kind=GroupKind.ASG, name=dims[schema.DIM_ASG_NAME]))
     if len(found) == 1:

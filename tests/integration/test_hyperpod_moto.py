@@ -1,0 +1,95 @@
+"""A HyperPod Slurm cluster's instance group sized by the scaler on moto server (UpdateCluster and
+BatchDeleteClusterNodes [emulated]: rehearsal.moto_hyperpod): the Slurm backlog scales it 0 -> 2; with the
+backlog gone, the node Slurm has called idle for five minutes is removed by id and the one it has not
+(a job holds it) is kept, however idle its GPUs read."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from gpufleet.domain import defaults
+from gpufleet_node import schema
+from rehearsal import fleet, moto_hyperpod
+from tests.integration.conftest import TABLE, Fleet, decisions, tick
+
+pytestmark = pytest.mark.integration
+T0 = datetime(2026, 11, 23, 8, 12, 30, tzinfo=UTC)
+DIMS = {"ClusterName": "slurm-a", "InstanceGroupName": "gpu-workers"}
+POLICY = """
+defaults: {scale_out_cooldown_s: 300, scale_in_cooldown_s: 300}
+groups:
+  - kind: hyperpod
+    cluster: slurm-a
+    name: gpu-workers
+    min: 0
+    max: 4
+    demand: {metric: {namespace: Slurm, metric_name: PendingGPUs}, gpus_per_node: 8}
+"""
+
+
+@pytest.fixture
+def hyperpod(aws: str, tmp_path: Path) -> Fleet:
+    clients = fleet.Clients.create()
+    fleet.create_state_table(clients.dynamodb, TABLE)
+    moto_hyperpod.create_cluster(boto3.client("sagemaker"), "slurm-a", "gpu-workers", tags=fleet.MANAGED_TAG)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    return Fleet(clients=clients, policy_path=policy, endpoint=aws, backing_asg="")
+
+
+def _put(cw: Any, name: str, dims: dict[str, str], value: float, at: datetime) -> None:
+    cw.put_metric_data(
+        Namespace=defaults.HYPERPOD_IDLE_NAMESPACE,
+        MetricData=[
+            {
+                "MetricName": name,
+                "Dimensions": [{"Name": k, "Value": v} for k, v in dims.items()],
+                "Value": value,
+                "Timestamp": at,
+            }
+        ],
+    )
+
+
+def _group(sm: Any) -> dict[str, Any]:
+    [group] = sm.describe_cluster(ClusterName="slurm-a")["InstanceGroups"]
+    return dict(group)
+
+
+def _nodes(sm: Any) -> list[str]:
+    return sorted(n["InstanceId"] for n in sm.list_cluster_nodes(ClusterName="slurm-a")["ClusterNodeSummaries"])
+
+
+def _tick(f: Fleet, at: datetime, n: int) -> dict[str, Any]:
+    scaler = f.scaler()
+    assert scaler.ctx.fleet.hyperpod is not None
+    scaler.ctx.fleet.hyperpod.now = lambda: at  # the simulated clock the idle window is read on
+    [d] = [d for d in decisions(scaler.handle(tick(f"hp-{n}", at), at)) if d["group"] == "hyperpod:slurm-a/gpu-workers"]
+    return d
+
+
+def test_backlog_scales_out_then_only_the_node_slurm_calls_idle_is_removed(hyperpod: Fleet) -> None:
+    sm, cw = boto3.client("sagemaker"), hyperpod.clients.cloudwatch
+    _put(cw, defaults.HYPERPOD_PENDING_METRIC, DIMS, 16, T0 - timedelta(minutes=1))
+    out = _tick(hyperpod, T0, 1)
+    assert out["action"] == "scale-out" and out["outcome"] == "applied", out
+    assert (_group(sm)["TargetCount"], len(_nodes(sm))) == (2, 2)
+
+    t1 = T0 + timedelta(minutes=30)
+    idle, busy = _nodes(sm)
+    _put(cw, defaults.HYPERPOD_PENDING_METRIC, DIMS, 0, t1 - timedelta(minutes=1))
+    for minute in range(1, defaults.HYPERPOD_IDLE_MINUTES + 1):
+        _put(
+            cw, defaults.HYPERPOD_IDLE_METRIC, {**DIMS, schema.DIM_INSTANCE_ID: idle}, 1, t1 - timedelta(minutes=minute)
+        )
+    for node in (idle, busy):  # both nodes' GPUs read idle: only Slurm's word tells them apart
+        hyperpod.put_instance_gpu(node, 0.0, 0.0, t1 - timedelta(minutes=2))
+    scaled_in = _tick(hyperpod, t1, 2)
+    assert scaled_in["action"] == "scale-in" and scaled_in["outcome"] == "applied", scaled_in
+    assert scaled_in["victims"] == [idle] and "BatchDeleteClusterNodes" in scaled_in["detail"]
+    assert _nodes(sm) == [busy] and _group(sm)["TargetCount"] == 1

@@ -1,0 +1,270 @@
+"""The HyperPod adapter against fakes: what moto cannot show (node states other than Running, refused
+deletes, an unreadable idle report) is shown here."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from gpufleet.aws.hyperpod import DeleteRefused, HyperPodFleet, idle_nodes, update_spec
+from gpufleet.domain import defaults
+from gpufleet.domain.models import Action, Decision, Direction, GroupKind, GroupRef, GroupState, Trigger, TriggerKind
+from gpufleet.domain.policy import GroupSettings, IdleThreshold
+from gpufleet.scaling.core import decide_request, skip_reason
+
+NOW = datetime(2026, 11, 23, 8, 12, 30, tzinfo=UTC)
+REF = GroupRef(kind=GroupKind.HYPERPOD, cluster="slurm-a", name="gpu-workers")
+ARN = "arn:aws:sagemaker:us-east-1:123456789012:cluster/abc123def456"
+GROUP = {
+    "InstanceGroupName": "gpu-workers",
+    "InstanceType": "ml.p5.48xlarge",
+    "CurrentCount": 3,
+    "TargetCount": 3,
+    "MinCount": 1,
+    "LifeCycleConfig": {"SourceS3Uri": "s3://sagemaker-lcs/", "OnCreate": "on_create.sh"},
+    "ExecutionRole": "arn:aws:iam::123456789012:role/hp",
+    "ThreadsPerCore": 1,
+    "InstanceStorageConfigs": [{"EbsVolumeConfig": {"VolumeSizeInGB": 500}}],
+    "Status": "InService",
+    "DesiredImageId": "ami-0123",
+}
+
+
+def _node(iid: str, status: str, group: str = "gpu-workers") -> dict[str, Any]:
+    return {
+        "InstanceId": iid,
+        "InstanceGroupName": group,
+        "InstanceType": "ml.p5.48xlarge",
+        "InstanceStatus": {"Status": status},
+    }
+
+
+class FakeSageMaker:
+    """Answers as the API reference says: two pages of nodes, a substring filter, refused deletes."""
+
+    def __init__(self, nodes: list[dict[str, Any]], refuse: dict[str, str] | None = None, orchestrator: Any = None):
+        self.nodes = nodes
+        self.refuse = refuse or {}
+        self.orchestrator = orchestrator
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def describe_cluster(self, **kw: Any) -> dict[str, Any]:
+        self.calls.append(("DescribeCluster", kw))
+        if kw["ClusterName"] != "slurm-a":
+            raise ClientError({"Error": {"Code": "ResourceNotFound", "Message": "no"}}, "DescribeCluster")
+        other = {**GROUP, "InstanceGroupName": "gpu-workers-2"}
+        out = {"ClusterArn": ARN, "ClusterName": "slurm-a", "InstanceGroups": [dict(GROUP), other]}
+        if self.orchestrator:
+            out["Orchestrator"] = self.orchestrator
+        return out
+
+    def list_tags(self, **kw: Any) -> dict[str, Any]:
+        return {"Tags": [{"Key": defaults.TAG_MANAGED, "Value": defaults.TAG_MANAGED_VALUE}]}
+
+    def list_cluster_nodes(self, **kw: Any) -> dict[str, Any]:
+        self.calls.append(("ListClusterNodes", kw))
+        found = [n for n in self.nodes if kw["InstanceGroupNameContains"] in n["InstanceGroupName"]]
+        start = int(kw.get("NextToken", 0))
+        page: dict[str, Any] = {"ClusterNodeSummaries": found[start : start + 2]}
+        if start + 2 < len(found):
+            page["NextToken"] = str(start + 2)
+        return page
+
+    def update_cluster(self, **kw: Any) -> dict[str, Any]:
+        self.calls.append(("UpdateCluster", kw))
+        return {"ClusterArn": ARN}
+
+    def batch_delete_cluster_nodes(self, **kw: Any) -> dict[str, Any]:
+        self.calls.append(("BatchDeleteClusterNodes", kw))
+        ok = [i for i in kw["NodeIds"] if i not in self.refuse]
+        failed = [{"NodeId": i, "Code": self.refuse[i], "Message": "m"} for i in kw["NodeIds"] if i in self.refuse]
+        return {"Successful": ok, "Failed": failed}
+
+
+class FakeCloudWatch:
+    """Per instance: the IdleNode minutes Slurm's publisher put (values), or an error for every read."""
+
+    def __init__(self, minutes: dict[str, list[float]], error: str | None = None):
+        self.minutes = minutes
+        self.error = error
+        self.requests: list[dict[str, Any]] = []
+
+    def get_metric_data(self, **kw: Any) -> dict[str, Any]:
+        self.requests.append(kw)
+        if self.error:
+            raise ClientError({"Error": {"Code": self.error, "Message": "no"}}, "GetMetricData")
+        results = []
+        for q in kw["MetricDataQueries"]:
+            dims = {d["Name"]: d["Value"] for d in q["MetricStat"]["Metric"]["Dimensions"]}
+            values = self.minutes.get(dims["InstanceId"], [])
+            results.append(
+                {"Id": q["Id"], "Values": values, "Timestamps": [NOW] * len(values), "StatusCode": "Complete"}
+            )
+        return {"MetricDataResults": results}
+
+
+def _fleet(
+    nodes: list[dict[str, Any]], minutes: dict[str, list[float]], **kw: Any
+) -> tuple[HyperPodFleet, FakeSageMaker]:
+    sm = FakeSageMaker(nodes, **{k: v for k, v in kw.items() if k in ("refuse", "orchestrator")})
+    cw = FakeCloudWatch(minutes, kw.get("error"))
+    return HyperPodFleet(sm, cw, now=lambda: NOW), sm
+
+
+IDLE = [1.0] * defaults.HYPERPOD_IDLE_MINUTES
+
+# status, Slurm's minutes -> (lifecycle, healthy, runs work, may be a victim)
+STATES = [
+    ("Running", IDLE, ("InService", True, False, True)),
+    ("Running", IDLE[1:], ("InService", True, False, True)),  # one missing minute forgiven
+    ("Running", IDLE[2:], ("InService", True, True, False)),  # two missing: not idle long enough
+    ("Running", [], ("InService", True, True, False)),  # a job holds it: Slurm said nothing
+    ("Running", [1.0, 1.0, 0.0, 1.0, 1.0], ("InService", True, True, False)),  # a datum that is not idle
+    ("Pending", IDLE, ("Pending", True, True, False)),
+    ("ShuttingDown", IDLE, ("Terminating", True, True, False)),
+    ("Failure", IDLE, ("Failure", False, True, False)),
+    ("SystemUpdating", IDLE, ("SystemUpdating", False, True, False)),
+    ("DeepHealthCheckInProgress", IDLE, ("DeepHealthCheckInProgress", False, True, False)),
+    ("SomethingNew", IDLE, ("SomethingNew", False, True, False)),
+]
+
+
+@pytest.mark.parametrize(("status", "minutes", "want"), STATES)
+def test_each_node_state_reads_as_capacity_or_not_and_victim_or_not(
+    status: str, minutes: list[float], want: tuple[str, bool, bool, bool]
+) -> None:
+    fleet, _ = _fleet([_node("i-0aaaaaaaaaaaaaaaa", status)], {"i-0aaaaaaaaaaaaaaaa": minutes})
+    [obs] = fleet.observe([REF])
+    [inst] = obs.instances
+    assert (inst.lifecycle_state, inst.healthy, inst.runs_gpu_work) == want[:3]
+    idle_gpus = inst.model_copy(update={"gpu_utilization": 0.0, "gpu_memory_percent": 0.0})
+    assert (skip_reason(idle_gpus, IdleThreshold()) is None) is want[3]
+
+
+def test_observation_reads_every_page_and_keeps_only_the_exact_group() -> None:
+    nodes = [_node(f"i-0{i:016x}", "Running") for i in range(5)] + [
+        _node("i-0ffffffffffffffff", "Running", "gpu-workers-2")
+    ]
+    fleet, sm = _fleet(nodes, {})
+    [obs] = fleet.observe([REF, GroupRef(kind=GroupKind.HYPERPOD, cluster="gone", name="x")])
+    assert [i.instance_id for i in obs.instances] == [n["InstanceId"] for n in nodes[:5]]
+    assert (obs.desired, obs.min_size, obs.instance_types) == (3, 1, ("p5.48xlarge",))
+    assert obs.tags[defaults.TAG_MANAGED] == defaults.TAG_MANAGED_VALUE
+    assert sum(1 for c, _ in sm.calls if c == "ListClusterNodes") == 3  # 6 nodes, pages of 2
+
+
+def test_the_idle_read_is_one_call_over_whole_minutes_and_only_for_running_nodes() -> None:
+    nodes = [_node("i-0aaaaaaaaaaaaaaaa", "Running"), _node("i-0bbbbbbbbbbbbbbbb", "Pending")]
+    fleet, _ = _fleet(nodes, {})
+    fleet.observe([REF])
+    [request] = fleet.cloudwatch.requests
+    assert len(request["MetricDataQueries"]) == 1
+    stat = request["MetricDataQueries"][0]["MetricStat"]
+    assert stat["Metric"]["Namespace"] == "Slurm" and stat["Metric"]["MetricName"] == "IdleNode"
+    assert {d["Name"] for d in stat["Metric"]["Dimensions"]} == {"ClusterName", "InstanceGroupName", "InstanceId"}
+    assert request["EndTime"] == NOW.replace(second=0) and request["StartTime"] == NOW.replace(second=0) - timedelta(
+        minutes=5
+    )
+
+
+def test_an_unreadable_idle_report_closes_the_group_for_scale_in() -> None:
+    fleet, _ = _fleet([_node("i-0aaaaaaaaaaaaaaaa", "Running")], {"i-0aaaaaaaaaaaaaaaa": IDLE}, error="Throttling")
+    [obs] = fleet.observe([REF])
+    assert obs.scale_in_closed is not None and "Throttling" in obs.scale_in_closed
+    assert all(i.runs_gpu_work for i in obs.instances)
+
+
+def test_an_eks_orchestrated_cluster_is_not_this_adapters() -> None:
+    fleet, _ = _fleet([_node("i-0aaaaaaaaaaaaaaaa", "Running")], {}, orchestrator={"Eks": {"ClusterArn": "x"}})
+    assert fleet.observe([REF]) == []
+
+
+def test_idle_needs_enough_minutes_all_saying_one() -> None:
+    assert idle_nodes({"a": IDLE, "b": IDLE[:3], "c": [1.0, 1.0, 1.0, 2.0], "d": [float("nan")] * 5}) == {"a"}
+
+
+def _decision(action: Action, desired: int, victims: tuple[str, ...] = ()) -> Decision:
+    return Decision(
+        group=REF.key,
+        trigger=Trigger(kind=TriggerKind.DEMAND, name="metric Slurm/PendingGPUs"),
+        action=action,
+        current=3,
+        desired=desired,
+        victims=victims,
+        reason="test",
+        event_id="e1",
+        at=NOW,
+    )
+
+
+def test_scale_out_sends_the_groups_whole_spec_with_the_new_count_and_only_that_group() -> None:
+    fleet, sm = _fleet([], {})
+    obs = fleet.observe([REF])[0]
+    assert fleet.apply(_decision(Action.SCALE_OUT, 5), obs) == f"UpdateCluster {REF.key} InstanceCount = 5"
+    [(_, sent)] = [c for c in sm.calls if c[0] == "UpdateCluster"]
+    [spec] = sent["InstanceGroups"]
+    assert spec == update_spec(GROUP, 5)
+    assert spec["InstanceCount"] == 5 and spec["MinInstanceCount"] == 1 and spec["ImageId"] == "ami-0123"
+    assert spec["LifeCycleConfig"] == GROUP["LifeCycleConfig"] and "Status" not in spec and "TargetCount" not in spec
+
+
+def test_a_count_already_reached_is_not_asked_again() -> None:
+    fleet, sm = _fleet([], {})
+    obs = fleet.observe([REF])[0]
+    assert "already 3" in fleet.apply(_decision(Action.SET_DESIRED, 3), obs)
+    assert not [c for c in sm.calls if c[0] == "UpdateCluster"]
+
+
+def test_scale_in_deletes_only_victims_still_idle_in_calls_of_99() -> None:
+    ids = [f"i-0{i:016x}" for i in range(120)]
+    busy = ids[5]
+    fleet, sm = _fleet([_node(i, "Running") for i in ids], {i: IDLE for i in ids if i != busy})
+    obs = fleet.observe([REF])[0]
+    text = fleet.apply(_decision(Action.SCALE_IN, 0, tuple(ids)), obs)
+    deletes = [kw["NodeIds"] for c, kw in sm.calls if c == "BatchDeleteClusterNodes"]
+    assert [len(d) for d in deletes] == [99, 20]
+    assert busy not in {i for d in deletes for i in d}
+    assert f"kept {busy}" in text
+
+
+def test_a_node_already_gone_is_done_and_a_refused_one_raises_for_a_retry() -> None:
+    ids = ["i-0aaaaaaaaaaaaaaaa", "i-0bbbbbbbbbbbbbbbb", "i-0cccccccccccccccc"]
+    refuse = {ids[0]: "NodeIdNotFound", ids[1]: "NodeIdInUse"}
+    fleet, _ = _fleet([_node(i, "Running") for i in ids], dict.fromkeys(ids, IDLE), refuse=refuse)
+    obs = fleet.observe([REF])[0]
+    with pytest.raises(DeleteRefused, match=r"refused i-0bbbbbbbbbbbbbbbb \(NodeIdInUse"):
+        fleet.apply(_decision(Action.SCALE_IN, 1, tuple(ids)), obs)
+    fleet.sagemaker.refuse = {ids[0]: "NodeIdNotFound", ids[2]: "NodeIdNotFound"}
+    assert "i-0bbbbbbbbbbbbbbbb" in fleet.apply(_decision(Action.SCALE_IN, 1, tuple(ids)), obs)
+
+
+def test_a_closed_group_deletes_nothing_even_on_a_retry() -> None:
+    fleet, sm = _fleet([_node("i-0aaaaaaaaaaaaaaaa", "Running")], {}, error="AccessDenied")
+    obs = fleet.observe([REF])[0]
+    text = fleet.apply(_decision(Action.SCALE_IN, 2, ("i-0aaaaaaaaaaaaaaaa",)), obs)
+    assert not [c for c in sm.calls if c[0] == "BatchDeleteClusterNodes"] and "kept i-0aaaaaaaaaaaaaaaa" in text
+
+
+def test_the_core_holds_a_closed_group_and_says_why() -> None:
+    """The observation's own `scale_in_closed` takes the same path as a demand source's (fail closed)."""
+    fleet, _ = _fleet([_node("i-0aaaaaaaaaaaaaaaa", "Running")], {}, error="Throttling")
+    obs = fleet.observe([REF])[0].model_copy(update={"instance_metrics_loaded": True})
+    trigger = Trigger(kind=TriggerKind.REQUEST)
+    settings = GroupSettings(min=0, max=4)
+    d = decide_request(obs, settings, GroupState(), NOW, event_id="e", direction=Direction.IN, trigger=trigger, why="x")
+    assert d.action is Action.HOLD and "no node may be removed: GetMetricData failed (Throttling)" in d.reason
+
+
+def test_an_alarm_on_an_instance_groups_series_targets_that_group() -> None:
+    """The dimensions the publisher puts on a HyperPod node's group series name the group (not 'no group')."""
+    from gpufleet.domain.models import MetricRef
+    from gpufleet.domain.policy import FleetPolicy
+    from gpufleet.scaling.targets import resolve_alarm_target
+    from tests.unit.events.test_alarms import trigger
+
+    metric = MetricRef(namespace="GPUFleet", name="GPUUtilization", dimensions=REF.metric_dimensions)
+    target = resolve_alarm_target(trigger("a", metric), {"gpufleet:direction": "in"}, FleetPolicy())
+    assert (target.group, target.direction) == (REF, Direction.IN)
