@@ -29,7 +29,10 @@ The scenario (one p4d-class node, 8 x 80 GiB, Monday 2026-11-02 00:00 UTC for 30
   GPUs 5 and 6 at 76 %; day 16 13:00-15:00 GPU 4 hovering 72 % / 64 % every 5 minutes (hysteresis keeps
   its series on instead of flapping); day 22 14:00-15:30 GPU 1 leaking 0.5 %/min from 50 % to 95 %, then
   its process restarts;
-- one XID 94 (contained ECC error) on GPU 3, day 10 14:22.
+- one XID 94 (contained ECC error) on GPU 3, day 10 14:22;
+- the host (`Scenario.host`, read by the real publisher's host reader from a fake /proc/meminfo and
+  statvfs): memory 45-59 % busy, 18 % idle, a host-memory leak on day 11 10:00-13:00 (50 % -> 86 %);
+  the data filesystem at 83 % on day 18 09:00-15:00, 55 % otherwise; no swap.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -118,6 +122,20 @@ class Scenario:
             return 50.0 + 0.5 * (t - 14 * HOUR) / 60
         return memory
 
+    @staticmethod
+    def host(offset: int) -> tuple[float, float, float]:
+        """The host at any second: (memory used %, root filesystem %, data filesystem %). Busy hours 45-59 %
+        memory, idle 18 %; day 11 (a Friday) 10:00-13:00 a dataloader leaks 0.2 %/min from 50 % to 86 %,
+        then restarts; the root volume 38 %; the instance store (checkpoints) 55 %, at 83 % on day 18
+        09:00-15:00 until old checkpoints are deleted. No swap (the EKS AMI and the DLAMI run without)."""
+        day, t = divmod(offset, DAY)
+        hour = t // HOUR
+        memory = 45.0 + (hour * 2 + day) % 15 if day % 7 < 5 and 8 <= hour < 20 else 18.0
+        if day == 11 and 10 * HOUR <= t < 13 * HOUR:
+            memory = 50.0 + 0.2 * (t - 10 * HOUR) / 60
+        data = 83.0 if day == 18 and 9 * HOUR <= t < 15 * HOUR else 55.0
+        return memory, 38.0, data
+
     def idle_hours(self) -> int:
         return sum(1 for h in range(self.days * 24) if not (h // 24 % 7 < 5 and 8 <= h % 24 < 20))
 
@@ -161,6 +179,8 @@ def series_cost(result: dict[str, Any], group_nodes: int = GROUP_NODES) -> float
 
 def _publish(clients: Any, asg: str, mode: str, busy: bool, end: datetime, minutes: int = 6) -> list[str]:
     """Every instance of `asg` publishes `minutes` of data ending at `end` through the real publisher."""
+    from bench.telemetry_run import FakeHost
+    from gpufleet_node.host import HostFeed
     from gpufleet_node.identity import Identity
     from gpufleet_node.nvml import SimulatedBackend
     from gpufleet_node.publisher import Publisher, simulate
@@ -168,18 +188,24 @@ def _publish(clients: Any, asg: str, mode: str, busy: bool, end: datetime, minut
 
     group = clients.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[asg])["AutoScalingGroups"][0]
     ids = sorted(i["InstanceId"] for i in group["Instances"])
+    scratch = tempfile.TemporaryDirectory()
     for n, iid in enumerate(ids):
+        host = FakeHost(Path(scratch.name) / iid)
+        host.meminfo.parent.mkdir()
+        host.set(80.0 if busy and n == 0 else 45.0 if busy else 18.0, 38.0, 55.0)  # one node under pressure
         backend = SimulatedBackend(gpus=GPUS, memory_total_mib=81920.0)
         for g in range(GPUS):
             backend.set(g, 50 + 3 * g if busy else 1, 45 if busy else 3)
         if busy and n == 0:
             backend.set(2, 60, 80)  # one GPU of the fleet above the detail threshold
-        pub = Publisher(backend, Identity(iid, "us-east-1", asg_name=asg), Sender(clients.cloudwatch), detail=mode)
+        identity = Identity(iid, "us-east-1", asg_name=asg)
+        pub = Publisher(backend, identity, Sender(clients.cloudwatch), detail=mode, host=HostFeed(host.reader))
         pub.start(xid_thread=False)
         for m in range(minutes):
             start = end - timedelta(minutes=minutes - m)
             simulate(pub, start, 60, every_s=30)
             pub.close_windows(start + timedelta(seconds=59))
+    scratch.cleanup()
     return ids
 
 
@@ -250,13 +276,18 @@ def controller_reads(
         )
         counts = _reads(guard.metrics.cloudwatch)
         guard.evaluate(now, f"guard-{mode}")  # a warm run asks the same, without ListMetrics (cached 15 min)
+        steady_guard = dict(counts)
+        # minute 10: a host-screening run (every HOST_SCREEN_EVERY_MIN minutes), counted once per that many
+        guard.evaluate(now.replace(minute=10), f"guard-host-{mode}")
+        host_guard = {k: counts[k] - steady_guard[k] for k in counts}
     return {
         "nodes": 2 * group_nodes,
         "group_nodes": group_nodes,
         "tick": tick,
         "audit_tick": audit,
         "scale_in_check": check,
-        "guard": dict(counts),
+        "guard": steady_guard,
+        "guard_host": host_guard,
     }
 
 
@@ -269,10 +300,18 @@ def controller_cost(reads: dict[str, Any], scenario: Scenario) -> tuple[float, f
     per_tick += (audit["metrics"] - reads["tick"]["metrics"]) * GMD_METRIC / _audit_every()
     per_eval = reads["guard"]["metrics"] * GMD_METRIC
     per_eval += reads["guard"]["other"] * REQUEST / GUARD_INVENTORY_EVALS  # ListMetrics, cached 15 min
+    host = reads.get("guard_host", reads["guard"])  # host memory screened on every HOST_SCREEN_EVERY_MIN-th run
+    per_eval += (host["metrics"] - reads["guard"]["metrics"]) * GMD_METRIC / _host_every()
     check_extra = (reads["scale_in_check"]["metrics"] - reads["tick"]["metrics"]) * GMD_METRIC
     checks = scenario.idle_hours() * HOUR // SCALE_IN_COOLDOWN_S  # per group of group_nodes
     reconcile = per_tick * TICKS_PER_MONTH / nodes + check_extra * checks / group_nodes
     return float(reconcile), float(per_eval * TICKS_PER_MONTH / nodes)
+
+
+def _host_every() -> int:
+    from gpufleet.domain import defaults
+
+    return defaults.HOST_SCREEN_EVERY_MIN
 
 
 def _audit_every() -> int:
@@ -315,7 +354,8 @@ def rows(
         totals[side] = s + p + lg + c
         h = r["series_hours"]
         what = (
-            f"{c:.2f} ({side_reads['tick']['metrics']} + {side_reads['guard']['metrics']})"
+            f"{c:.2f} ({side_reads['tick']['metrics']} + {side_reads['guard']['metrics']}"
+            f" + {_host_extra(side_reads)}/{_host_every()} host)"
             if side_reads
             else "- (cannot drive gpufleet)"
         )
@@ -335,6 +375,8 @@ def rows(
             f"vs gpumon pattern ${totals.get('gpumon', 0):.2f}, CloudWatch agent ${totals.get('agent', 0):.2f}; "
             f"{a['detail_gpu_hours']:.0f} GPU-hours of per-GPU detail in the month"
         )
+    if "adaptive" in month and "adaptive" in reads:
+        out.append(host_line(month["adaptive"], reads["adaptive"], group_nodes))
     if "attributed" in month and "adaptive" in reads:
         t = month["attributed"]
         out.append(
@@ -347,6 +389,26 @@ def rows(
             f"at {group_nodes} nodes sharing them)"
         )
     return out
+
+
+def _host_extra(reads: dict[str, Any]) -> int:
+    return int(reads.get("guard_host", reads["guard"])["metrics"] - reads["guard"]["metrics"])
+
+
+def host_line(a: dict[str, Any], reads: dict[str, Any], group_nodes: int) -> str:
+    """What the host metrics cost in the adaptive month: the group's shared series, the node's own while
+    under pressure, and the guard's host screen."""
+    h = a.get("host_series_hours", {"instance": 0, "group": 0})
+    shared = h["group"] / group_nodes * METRIC_MONTH / HOURS_BILLED_PER_MONTH
+    own = h["instance"] * METRIC_MONTH / HOURS_BILLED_PER_MONTH
+    guard = _host_extra(reads) * GMD_METRIC / _host_every() * TICKS_PER_MONTH / reads["nodes"]
+    return (
+        f"host metrics (in the figures above): group series {h['group']:,} series-hours shared by {group_nodes} "
+        f"nodes ${shared:.3f} + the node's own {h['instance']:,} series-hours while under pressure "
+        f"({a.get('host_detail_hours', 0):.0f} h) ${own:.3f} + OOM guard's host screen "
+        f"({_host_extra(reads)} metrics every {_host_every()} min) ${guard:.3f} = ${shared + own + guard:.2f} "
+        "per node-month; no new PutMetricData request"
+    )
 
 
 def bench_telemetry(quick: bool = False, out: Path = ROOT / "bench" / "out") -> list[str]:

@@ -11,7 +11,9 @@ receives data). Prints one JSON line.
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -66,7 +68,12 @@ class Meter:
         for key, _ in self.series_hours:
             hours[self.scope(key)] += 1
         series = {key for key, _ in self.series_hours}
+        host = {"instance": 0, "group": 0}
+        for key, _ in self.series_hours:
+            if key[1].startswith("Host") and self.scope(key) in host:
+                host[self.scope(key)] += 1
         return {
+            "host_series_hours": host,
             "requests": self.requests,
             "datums": self.datums,
             "series_hours": hours,
@@ -107,7 +114,39 @@ class TwoTeams:
         return [ProcessUse(1000 + gpu, memory_mib, util)]
 
 
+class FakeHost:
+    """The host's files for the real HostReader: a /proc/meminfo written when the scenario's memory
+    changes, and statvfs/stat answering for "/" and the instance store from the scenario's disk use."""
+
+    def __init__(self, directory: Path) -> None:
+        from gpufleet_node.host import HostReader
+
+        self.meminfo = directory / "meminfo"
+        self.disks = {"/": 38.0, "/opt/dlami/nvme": 55.0}
+        self._memory: float | None = None
+        self.reader = HostReader(("/", "/opt/dlami/nvme"), str(self.meminfo), self._statvfs, self._stat)
+
+    def set(self, memory: float, root: float, data: float) -> None:
+        if memory != self._memory:
+            total = 1_152_000_000  # p4d: 1,152 GiB, in kB
+            self.meminfo.write_text(
+                f"MemTotal: {total} kB\nMemAvailable: {int(total * (100 - memory) / 100)} kB\n"
+                "SwapTotal: 0 kB\nSwapFree: 0 kB\n"
+            )
+            self._memory = memory
+        self.disks["/"], self.disks["/opt/dlami/nvme"] = root, data
+
+    def _stat(self, path: str) -> Any:
+        return os.stat_result((0, 0, 1 if path == "/" else 2, 0, 0, 0, 0, 0, 0, 0))
+
+    def _statvfs(self, path: str) -> Any:
+        free = int(1_000_000 * (100 - self.disks[path]) / 100)
+        return os.statvfs_result((4096, 4096, 1_000_000, free, free, 0, 0, 0, 0, 255))
+
+
 def ours(mode: str, scenario: Scenario, attribution: bool = False) -> dict[str, Any]:
+    from gpufleet_node import schema
+    from gpufleet_node.host import HostFeed
     from gpufleet_node.identity import Identity
     from gpufleet_node.nvml import SimulatedBackend
     from gpufleet_node.publisher import Publisher
@@ -121,13 +160,16 @@ def ours(mode: str, scenario: Scenario, attribution: bool = False) -> dict[str, 
     usage, teams = None, TwoTeams(backend)
     if attribution:
         uuids = [backend.describe(g).uuid for g in range(scenario.gpus)]
-        logs = LogSender(meter, "/gpufleet/usage", identity.instance_id)
+        logs = LogSender(meter, "/gpufleet/usage", identity.instance_id, flush_every_s=schema.USAGE_FLUSH_S)
         usage = UsageTracker(teams, teams, uuids, logs, sender, sample_s=SAMPLE_EVERY_S)
-    publisher = Publisher(backend, identity, sender, detail=mode, usage=usage)
+    scratch = tempfile.TemporaryDirectory()
+    host = FakeHost(Path(scratch.name))
+    publisher = Publisher(backend, identity, sender, detail=mode, usage=usage, host=HostFeed(host.reader))
     publisher.start(xid_thread=False)
     xids = list(scenario.xids)
-    detail_minutes = 0
+    detail_minutes = host_minutes = 0
     for offset in range(0, scenario.seconds, SAMPLE_EVERY_S):
+        host.set(*scenario.host(offset))
         for gpu in range(scenario.gpus):
             util, memory, throttle = scenario.at(offset, gpu)
             if attribution and gpu in (3, 7):
@@ -141,8 +183,14 @@ def ours(mode: str, scenario: Scenario, attribution: bool = False) -> dict[str, 
         publisher.step(MONTH_START + timedelta(seconds=offset))
         if offset % 60 == 0 and publisher.selector is not None:
             detail_minutes += len(publisher.selector.current)
-    publisher.finish(MONTH_START + timedelta(seconds=scenario.seconds))
-    return {**meter.result(), "detail_gpu_hours": detail_minutes / 60}
+            host_minutes += len(publisher.selector.host.current)
+    end = MONTH_START + timedelta(seconds=scenario.seconds)
+    publisher.finish(end)
+    if usage is not None:  # as the service's shutdown does (stop_background): the last records still go
+        usage.log_sender.final = True  # type: ignore[attr-defined]
+        usage.log_sender.flush(end)
+    scratch.cleanup()
+    return {**meter.result(), "detail_gpu_hours": detail_minutes / 60, "host_detail_hours": host_minutes / 60}
 
 
 def gpumon(scenario: Scenario) -> dict[str, Any]:

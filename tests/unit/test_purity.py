@@ -55,6 +55,7 @@ GLUE: dict[str, str] = {
     "gpufleet.capacity.reservations": "reads the reservations managed groups launch into, tells of their end",
     "gpufleet.guard.service": "the OOM guard's glue: reads metrics and state, replaces failed GPUs",
     "gpufleet.guard.screen": "reads GPU series from CloudWatch, cheapest first",
+    "gpufleet.guard.hosts": "reads host memory series from CloudWatch, cheapest first",
     "gpufleet.guard.witness": "reads an instance's own namespace from CloudWatch (GPU fault corroboration)",
     "gpufleet.notify.service": "the notifier: the queue, the incident table, Slack, metrics",
     "gpufleet.notify.slack": "posts to Slack (slack_sdk, HTTP)",

@@ -8,6 +8,7 @@ is still loading at boot); 4 no instance identity (IMDS unreachable).
 import argparse
 import logging
 import os
+import shutil
 import signal
 import socket as socket_module
 import sys
@@ -15,6 +16,9 @@ from datetime import timedelta
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from gpufleet_node import config as config_mod
+from gpufleet_node import schema
+from gpufleet_node.efa import EfaDeltas
+from gpufleet_node.host import HostFeed, HostReader
 from gpufleet_node.identity import IdentityUnavailable, Imds, TagReader, TagRefresher, discover
 from gpufleet_node.nvml import NvmlBackend, NvmlUnavailable
 from gpufleet_node.publisher import Publisher
@@ -67,7 +71,12 @@ def main(argv: Optional[List[str]] = None) -> int:
 def build(cfg: Dict[str, Any], backend: Any) -> Tuple[Publisher, TagRefresher]:
     """The publisher and its tag refresher from a validated config (raises IdentityUnavailable)."""
     imds = Imds(cfg["imds_url"])
-    identity = discover(imds, lambda region: _ec2(cfg["region"] or region, cfg["endpoint_url"]), cfg["identity_cache"])
+    identity = discover(
+        imds,
+        lambda region: _ec2(cfg["region"] or region, cfg["endpoint_url"]),
+        cfg["identity_cache"],
+        resource_config=cfg["hyperpod_resource_config"],
+    )
     sender = Sender(
         cloudwatch_client(cfg["region"] or identity.region, cfg["endpoint_url"]),
         max_buffer_age=timedelta(seconds=cfg["buffer_max_age_s"]),
@@ -84,6 +93,7 @@ def build(cfg: Dict[str, Any], backend: Any) -> Tuple[Publisher, TagRefresher]:
         memory_off_percent=float(cfg["detail_memory_off_percent"]),
         usage=usage_tracker(cfg, backend, identity, sender) if cfg["attribution"] else None,
         caller=caller_userid(cfg["region"] or identity.region, cfg["endpoint_url"]),  # GPU fault corroboration
+        host=HostFeed(HostReader(cfg["host_filesystems"]), EfaDeltas()) if cfg["host_metrics"] else None,
     )
     backend.clocks = bool(cfg["prometheus"])
     reader = TagReader(imds, lambda: _ec2(cfg["region"] or identity.region, cfg["endpoint_url"]), identity.instance_id)
@@ -97,6 +107,7 @@ def usage_tracker(cfg: Dict[str, Any], backend: Any, identity: Any, sender: Send
     """Attribution: owners from /proc, allocations from the kubelet when this is a Kubernetes node."""
     from gpufleet_node.attribution import Attributor
     from gpufleet_node.podresources import PodResourcesReader
+    from gpufleet_node.slurm_jobs import SlurmJobs
 
     backend.process_utilization = True
     socket = cfg["pod_resources_socket"]
@@ -108,6 +119,7 @@ def usage_tracker(cfg: Dict[str, Any], backend: Any, identity: Any, sender: Send
         cfg["usage_log_group"],
         identity.instance_id,
         max_buffer_age=timedelta(seconds=cfg["buffer_max_age_s"]),
+        flush_every_s=max(schema.USAGE_FLUSH_S, int(cfg["usage_window_s"])),  # 3 records a call (schema.py)
     )
     return UsageTracker(
         Attributor(
@@ -121,6 +133,7 @@ def usage_tracker(cfg: Dict[str, Any], backend: Any, identity: Any, sender: Send
         sender,
         window_s=int(cfg["usage_window_s"]),
         sample_s=float(cfg["sample_interval_s"]),
+        jobs=SlurmJobs() if shutil.which("squeue") else None,  # a Slurm node: jobs' account and partition
     )
 
 
@@ -134,7 +147,7 @@ def start_extras(cfg: Dict[str, Any], publisher: Publisher) -> List[Callable[[],
         stops.append(kubelet.stop)
     if cfg["prometheus"]:
         try:
-            from gpufleet_node.prometheus import GpuCollector, serve
+            from gpufleet_node.prometheus import GpuCollector, NodeCollector, serve
             from gpufleet_node.views import gpu_views
 
             infos = [publisher.backend.describe(i) for i in range(publisher.gpus)]
@@ -144,6 +157,9 @@ def start_extras(cfg: Dict[str, Any], publisher: Publisher) -> List[Callable[[],
                 ),
                 int(cfg["prometheus_port"]),
                 cfg["prometheus_address"],
+                node=NodeCollector(
+                    socket_module.gethostname(), lambda: publisher.host.latest, publisher.identity.instance_id
+                ),
             )
         except (OSError, ImportError) as exc:  # port taken, no prometheus_client: metrics go on regardless
             log.error("Prometheus endpoint not started: %s", exc)

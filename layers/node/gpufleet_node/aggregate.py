@@ -169,6 +169,11 @@ class Scopes:
                 out.append(self.group)
         return out
 
+    def host(self) -> List[Dimensions]:
+        """Where a host reading goes: the instance (sent in adaptive detail only while under pressure:
+        `adaptive_keep`) and its group (always: the group's Maximum is its fullest node)."""
+        return self.summary()
+
     def summary(self) -> List[Dimensions]:
         """Where the health summary (GPUHealthEvents) goes: the instance and its group, never a GPU."""
         return [self.instance] if self.group is None else [self.instance, self.group]
@@ -250,6 +255,18 @@ def add_high_resolution(window: Window, scopes: Scopes, index: int, s: GpuSample
         window.observe(metric, scopes.for_metric(metric, index), values[metric])
 
 
+def add_host_sample(window: Window, scopes: Scopes, s: Any) -> None:
+    """Fold one host reading (host.HostSample) into the window: memory, swap where the node has swap,
+    the fullest filesystem."""
+    dims = scopes.host()
+    window.observe(schema.HOST_MEMORY_USED_PERCENT, dims, s.memory_used_percent)
+    window.observe(schema.HOST_SWAP_USED_PERCENT, dims, s.swap_used_percent)
+    window.observe(schema.HOST_DISK_USED_PERCENT, dims, s.disk_used_percent)
+
+
+_HOST = frozenset(m.name for m in schema.HOST_METRICS)
+
+
 def gpu_index_of(dims: Dimensions) -> Optional[int]:
     """The GPU index of a per-GPU series, None for an instance or group series."""
     for name, value in dims:
@@ -258,16 +275,20 @@ def gpu_index_of(dims: Dimensions) -> Optional[int]:
     return None
 
 
-def adaptive_keep(detail_gpus: FrozenSet[int]) -> Keep:
+def adaptive_keep(detail_gpus: FrozenSet[int], host_on: FrozenSet[str] = frozenset()) -> Keep:
     """The adaptive rule for one window: instance and group series are always sent (their routing in
     `Scopes` already limits them to the always-on set and the event counters), counters only when
-    non-zero, a GPU's own series only while it is in detail (plus its event counters when non-zero)."""
+    non-zero, a GPU's own series only while it is in detail (plus its event counters when non-zero), a
+    host series of the instance only while it is in `host_on` (host.HostDetail: under pressure); the
+    group's host series always."""
     detail = frozenset(m.name for m in schema.DETAIL_GPU_METRICS)
     events = frozenset(m.name for m in schema.GPU_EVENT_COUNTERS)
 
     def keep(name: str, dims: Dimensions, value: Optional[float]) -> bool:
         if value is not None and value == 0:
             return False
+        if name in _HOST and dims and dims[0][0] == schema.DIM_INSTANCE_ID:
+            return name in host_on
         gpu = gpu_index_of(dims)
         if gpu is None:
             return True

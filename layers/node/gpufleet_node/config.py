@@ -29,6 +29,8 @@ DEFAULTS: Dict[str, Any] = {
     "buffer_max_age_s": 7200,  # keep unsent windows this long while CloudWatch is unreachable
     "imds_url": "http://169.254.169.254",
     "identity_cache": "/var/lib/gpufleet/identity.json",
+    # A SageMaker HyperPod node's cluster and instance group (identity.py); absent elsewhere.
+    "hyperpod_resource_config": "/opt/ml/config/resource_config.json",
     "tag_refresh_s": 600,  # read the instance tags again this often (gpufleet:detail); 0 = only at start
     "region": None,  # default: from IMDS
     "endpoint_url": None,  # e.g. a VPC endpoint for CloudWatch
@@ -48,6 +50,9 @@ DEFAULTS: Dict[str, Any] = {
     # the node's IP. An agent on the node itself: "127.0.0.1"; one interface only: the node's IP. Who may
     # connect is the security group's business; how much a connection may take is scrape_server.py's.
     "prometheus_address": "0.0.0.0",
+    # The host under the GPUs (host.py): memory, swap, the fullest of these filesystems; EFA in `full`.
+    "host_metrics": True,
+    "host_filesystems": list(schema.DEFAULT_HOST_FILESYSTEMS),
 }
 
 _URL = re.compile(r"^https?://[^\s/]+(/\S*)?$")
@@ -120,6 +125,13 @@ def _ip_address(value: Any) -> Optional[str]:
     return None
 
 
+def _paths(value: Any) -> Optional[str]:
+    """Mount points: a list of 1 to 16 absolute paths."""
+    if not isinstance(value, list) or not 1 <= len(value) <= 16 or any(_path(v) or v is None for v in value):
+        return "a list of 1 to 16 absolute paths"
+    return None
+
+
 def _log_level(value: Any) -> Optional[str]:
     if isinstance(value, str) and value.upper() in LOG_LEVELS:
         return None
@@ -137,6 +149,7 @@ _CHECKS: Dict[str, Callable[[Any], Optional[str]]] = {
     "buffer_max_age_s": _integer(120, MAX_BUFFER_AGE_S),
     "imds_url": _text(_URL, "an http:// or https:// URL", optional=False),
     "identity_cache": _path,
+    "hyperpod_resource_config": _path,
     "tag_refresh_s": _integer(60, 86400, also=(0,)),
     "region": _text(_REGION, "an AWS region name like us-east-1", optional=True),
     "endpoint_url": _text(_URL, "an http:// or https:// URL", optional=True),
@@ -150,6 +163,8 @@ _CHECKS: Dict[str, Callable[[Any], Optional[str]]] = {
     "prometheus": _boolean,
     "prometheus_port": _integer(1, 65535),
     "prometheus_address": _ip_address,
+    "host_metrics": _boolean,
+    "host_filesystems": _paths,
 }
 
 

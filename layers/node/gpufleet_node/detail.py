@@ -1,4 +1,4 @@
-"""Which GPUs send their own series in `detail: adaptive` (the default), window by window. Pure.
+"""Which GPUs (and which of the node's own host series) send in `detail: adaptive`, window by window. Pure.
 
 CloudWatch bills a custom metric for every hour in which it receives data, so a GPU's own series cost
 money only in the hours they are sent. The controller's routine decisions read instance and group
@@ -13,6 +13,7 @@ from typing import Dict, FrozenSet, Set
 
 from gpufleet_node import schema
 from gpufleet_node.aggregate import Keep, Scopes, Window, adaptive_keep
+from gpufleet_node.host import HostDetail
 
 # Health events besides XIDs (whose counter counts every code; the critical ones are flagged per window).
 _HEALTH_COUNTERS = tuple(m for m in schema.HEALTH_EVENT_METRICS if m is not schema.GPU_XID_ERRORS)
@@ -40,6 +41,7 @@ class DetailSelector:
         self._memory: Set[int] = set()
         self._health_until: Dict[int, datetime] = {}
         self.current: FrozenSet[int] = frozenset()
+        self.host = HostDetail()  # the node's own host series: on only under pressure (host.py)
 
     def update(self, window: Window, gpus: int) -> FrozenSet[int]:
         """The GPUs in detail for this (closed, 60 s) window. It counts already: the window in which a
@@ -60,8 +62,11 @@ class DetailSelector:
             self.current = frozenset(range(gpus))
         else:
             self.current = frozenset(self._memory | set(self._health_until))
+        self.host.always = self.always
+        self.host.update({m.name: window.maximum(m, self.scopes.instance) for m in schema.HOST_METRICS})
         return self.current
 
     def keep(self) -> Keep:
-        """The datum filter for the GPUs currently in detail (also used for the 10 s windows)."""
-        return adaptive_keep(self.current)
+        """The datum filter for the GPUs currently in detail (also used for the 10 s windows), and for
+        the node's own host series that are on."""
+        return adaptive_keep(self.current, self.host.current)

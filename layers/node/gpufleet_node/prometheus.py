@@ -453,6 +453,86 @@ class GpuCollector:
             )
 
 
+class NodeCollector:
+    """The host under the GPUs: memory, swap and disk gauges from the publisher's last host reading, and
+    every EFA device's counters read from sysfs at scrape time (efa.py; counters as prometheus_client
+    names them: `_total`, labels `device` and `port`). A node without EFA or without a host reading
+    emits neither; a part that fails is logged and left out of that scrape, never a failed scrape."""
+
+    def __init__(
+        self,
+        hostname: str,
+        host: Callable[[], Optional[object]],
+        instance_id: Optional[str] = None,
+        efa_root: Optional[str] = None,
+    ) -> None:
+        self.hostname = hostname
+        self.host = host  # () -> host.HostSample or None
+        self.instance_id = instance_id
+        self.efa_root = efa_root  # None: efa.SYSFS_INFINIBAND
+        self.errors = 0
+
+    def _base(self) -> Labels:
+        base = {"hostname": self.hostname}
+        if self.instance_id:
+            base["instance_id"] = self.instance_id
+        return base
+
+    def collect(self) -> Iterable[Metric]:
+        out: List[Metric] = []
+        for part in (self._host, self._efa):
+            try:
+                out.extend(part())
+            except Exception:
+                self.errors += 1
+                if self.errors % LOG_EVERY == 1:
+                    log.warning("Prometheus endpoint: host metrics failed (%d so far)", self.errors, exc_info=True)
+        return out
+
+    def _host(self) -> List[Metric]:
+        sample = self.host()
+        if sample is None:
+            return []
+        out = []
+        for family, value in (
+            (HOST_MEMORY, getattr(sample, "memory_used_percent", None)),
+            (HOST_SWAP, getattr(sample, "swap_used_percent", None)),
+        ):
+            if value is not None:
+                metric = Metric(family.name, family.help, family.kind)
+                metric.add_sample(family.sample_name, self._base(), float(value))
+                out.append(metric)
+        disks = getattr(sample, "disks", ())
+        if disks:
+            metric = Metric(HOST_DISK.name, HOST_DISK.help, HOST_DISK.kind)
+            for disk in disks:
+                metric.add_sample(HOST_DISK.sample_name, {**self._base(), "mountpoint": disk.path}, disk.used_percent)
+            out.append(metric)
+        return out
+
+    def _efa(self) -> List[Metric]:
+        from gpufleet_node import efa
+
+        ports = efa.read_counters(self.efa_root or efa.SYSFS_INFINIBAND)
+        families: Dict[str, Metric] = {}
+        for p in ports:
+            labels = {**self._base(), "device": p.device, "port": p.port}
+            for name, doc in efa.COUNTERS:
+                if name not in p.values:
+                    continue
+                family = "gpufleet_efa_" + name
+                metric = families.get(family)
+                if metric is None:
+                    metric = families[family] = Metric(family, "EFA: " + doc, "counter")
+                metric.add_sample(family + "_total", labels, float(p.values[name]))
+        return list(families.values())
+
+
+HOST_MEMORY = Family("gpufleet_host_memory_used_percent", "Host memory in use, percent (MemTotal - MemAvailable)")
+HOST_SWAP = Family("gpufleet_host_swap_used_percent", "Swap in use, percent of SwapTotal (only where swap exists)")
+HOST_DISK = Family("gpufleet_host_filesystem_used_percent", "A local filesystem's use, percent, as df counts it")
+
+
 class Endpoint:
     """The running HTTP endpoint: `.port` (the bound port, also when asked for 0), `.stats` and `.stop()`."""
 
@@ -472,6 +552,7 @@ def serve(
     addr: str = "0.0.0.0",
     limits: Optional[Limits] = None,
     clock: Callable[[], float] = time.monotonic,
+    node: Optional[NodeCollector] = None,
 ) -> Endpoint:
     """Serve `collector` alone on http://addr:port/metrics from one daemon thread, within `limits`
     (scrape_server.py: a connection cap, deadlines, a response rate, one render per interval).
@@ -481,4 +562,6 @@ def serve(
     limits = limits or Limits()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
+    if node is not None:
+        registry.register(node)
     return Endpoint(BoundedServer(Renderer(registry, limits.render_every_s, clock), port, addr, limits, clock))

@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from gpufleet_node import schema
 from gpufleet_node.aggregate import GpuCounters, Scopes, Window, add_high_resolution, add_sample, window_start
 from gpufleet_node.detail import DetailSelector
+from gpufleet_node.host import HostFeed
 from gpufleet_node.identity import Identity
 from gpufleet_node.sender import Sender, Ticks, WallClock
 from gpufleet_node.tracker import UsageTracker
@@ -28,10 +29,15 @@ log = logging.getLogger("gpufleet.publisher")
 
 DETAIL_GPUS = ("auto", "always")
 # What a window aggregates in adaptive mode: everything it may send, nothing else (less work per sample).
-_ADAPTIVE_ONLY = schema.ADAPTIVE_INSTANCE_METRICS + schema.DETAIL_GPU_METRICS + schema.EVENT_COUNTERS
+_ADAPTIVE_ONLY = (
+    schema.ADAPTIVE_INSTANCE_METRICS + schema.DETAIL_GPU_METRICS + schema.EVENT_COUNTERS + schema.HOST_METRICS
+)
 
 
-_AGGREGATED = {schema.DETAIL_ESSENTIAL: schema.ESSENTIAL_METRICS, schema.DETAIL_ADAPTIVE: _ADAPTIVE_ONLY}
+_AGGREGATED = {
+    schema.DETAIL_ESSENTIAL: schema.ESSENTIAL_METRICS + schema.HOST_METRICS,
+    schema.DETAIL_ADAPTIVE: _ADAPTIVE_ONLY,
+}
 _FAULTS = frozenset(m.name for m in schema.HEALTH_EVENT_METRICS)  # what the guard replaces an instance for
 
 
@@ -109,8 +115,10 @@ class Publisher:
         memory_off_percent: float = schema.DETAIL_MEMORY_OFF_PERCENT,
         usage: Optional[UsageTracker] = None,
         caller: Optional[str] = None,
+        host: Optional[HostFeed] = None,
     ) -> None:
         _check(detail, detail_gpus, sender, window_s)
+        self.host = host or HostFeed()  # memory, swap, disk (and EFA in `full`): in the same PutMetricData
         self.witness = witness_sender(sender, caller, identity.instance_id)  # the node's own namespace
         self.usage = usage  # attribution: who holds each GPU, one record per usage window
         self.latest: Dict[int, Any] = {}  # the last sample per GPU (the Prometheus endpoint reads it)
@@ -126,10 +134,9 @@ class Publisher:
         self.hr_sender = high_resolution_sender or sender
         self.scopes = Scopes(identity.instance_id, identity.group_dimensions(), detail)
         self.selector: Optional[DetailSelector] = None
+        always = detail_gpus == "always" or identity.detail_on()
         if detail == schema.DETAIL_ADAPTIVE:
-            self.selector = DetailSelector(
-                self.scopes, memory_on_percent, memory_off_percent, always=self._detail_always(identity)
-            )
+            self.selector = DetailSelector(self.scopes, memory_on_percent, memory_off_percent, always=always)
         self.counters = GpuCounters()
         self.gpus = 0
         self.window: Optional[Window] = None
@@ -139,9 +146,6 @@ class Publisher:
         self._xid_thread: Optional[threading.Thread] = None
         self.xid_count = 0
         self._pending_xids: Dict[int, List[int]] = {}
-
-    def _detail_always(self, identity: Identity) -> bool:
-        return self.detail_gpus == "always" or identity.detail_on()
 
     def start(self, xid_thread: bool = True) -> int:
         """Initialise NVML (raises NvmlUnavailable) and the XID listener."""
@@ -168,7 +172,7 @@ class Publisher:
             self.scopes = Scopes(identity.instance_id, identity.group_dimensions(), self.detail)
             if self.selector is not None:
                 self.selector.scopes = self.scopes
-                self.selector.always = self._detail_always(identity)
+                self.selector.always = self.detail_gpus == "always" or identity.detail_on()
         log.info("identity now %s, detail tag %s", identity.group_dimensions() or "no group", identity.detail)
 
     def _new_window(self, start: datetime, resolution: int = 60) -> Window:
@@ -203,11 +207,13 @@ class Publisher:
                 add_sample(self.window, self.scopes, index, sample, self.counters)  # type: ignore[arg-type]
                 if self.hr_window is not None:
                     add_high_resolution(self.hr_window, self.scopes, index, sample)
+        self.host.sample(self.window, self.scopes, self._lock)
 
     def _roll(self, now: datetime) -> List[Tuple[Window, Sender]]:
         closed = []
         start = window_start(now, self.window_s)
         if self.window is not None and self.window.start != start:
+            self.host.close(self.window, self.scopes, self.detail)
             closed.append((self.window, self.sender))
             self.window = None
         if self.window is None:

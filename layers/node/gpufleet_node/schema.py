@@ -129,6 +129,31 @@ GPU_HEALTH_EVENTS = Metric(
     COUNTER,
 )
 
+# ---- The host (host.py): memory, swap and disk, read from /proc/meminfo and statvfs without root ----
+# A host that runs out of memory kills the GPU job as surely as the GPU does. Statistics over the window's
+# samples: the Maximum is the fullest moment (the OOM guard screens the group's Maximum), the Average the
+# dashboard line.
+HOST_MEMORY_USED_PERCENT = Metric(
+    "HostMemoryUsedPercent",
+    "Percent",
+    "Host memory in use, percent of MemTotal: (MemTotal - MemAvailable) / MemTotal, as free(1) counts it",
+)
+HOST_SWAP_USED_PERCENT = Metric(
+    "HostSwapUsedPercent", "Percent", "Swap in use, percent of SwapTotal (sent only by a node that has swap)"
+)
+HOST_DISK_USED_PERCENT = Metric(
+    "HostDiskUsedPercent",
+    "Percent",
+    "The fullest of the root and data filesystems, percent used as df(1) counts it: "
+    "(blocks - bfree) / (blocks - bfree + bavail)",
+)
+# EFA (efa.py): bytes moved over all the node's EFA devices in the window, summed. Per device, with the
+# retransmit and timeout counters, on the Prometheus endpoint; in CloudWatch only under `detail: full`.
+HOST_EFA_RX_BYTES = Metric("HostEfaRxBytes", "Bytes", "Bytes received by the node's EFA devices", COUNTER)
+HOST_EFA_TX_BYTES = Metric("HostEfaTxBytes", "Bytes", "Bytes sent by the node's EFA devices", COUNTER)
+HOST_METRICS: Tuple[Metric, ...] = (HOST_MEMORY_USED_PERCENT, HOST_SWAP_USED_PERCENT, HOST_DISK_USED_PERCENT)
+EFA_METRICS: Tuple[Metric, ...] = (HOST_EFA_RX_BYTES, HOST_EFA_TX_BYTES)
+
 ALL_METRICS: Tuple[Metric, ...] = (
     GPU_UTILIZATION,
     GPU_MEMORY_CONTROLLER_BUSY,
@@ -151,6 +176,8 @@ ALL_METRICS: Tuple[Metric, ...] = (
     GPU_LOST,
     NVML_UP,
     GPU_HEALTH_EVENTS,
+    *HOST_METRICS,
+    *EFA_METRICS,
 )
 METRICS_BY_NAME: Dict[str, Metric] = {m.name: m for m in ALL_METRICS}
 
@@ -265,6 +292,40 @@ TAG_DETAIL = "gpufleet:detail"
 TAG_DETAIL_ON_VALUES: Tuple[str, ...] = ("on", "true", "always", "1")
 
 
+# Host series in `detail: adaptive` (the default). Always on, per GROUP only: one series per metric that
+# every node of the group writes, so its Maximum is the fullest node (the OOM guard's screen, the
+# dashboard's line) and a node pays 1/N of it. Swap only from nodes that have swap (SwapTotal > 0; the EKS
+# AMIs and the DLAMI run without). A node's OWN host series (InstanceId) are sent only while that node is
+# under pressure, each with hysteresis like a GPU's detail: memory from a window whose maximum reaches 70 %
+# until one stays below 60 % (the same reasoning as DETAIL_MEMORY_ON_PERCENT: the guard warns at 90 % or
+# full within 30 min, and a leak between 70 % and 90 % leaves it the trend); disk from 80 % until below
+# 75 % (disks fill slowly: a narrower band flaps less than memory would); swap from 10 % until below 5 %
+# (a little swap in use is normal where swap exists). A node outside every group has no group series:
+# its own are still sent only under pressure. `full` and `essential` send the instance series always.
+# Why not always per instance: three series per node are 2,160 series-hours, $0.89 a node-month, nearly
+# half the telemetry budget; the group's two cost $0.06 at 10 nodes (bench/README.md, "Telemetry cost").
+ADAPTIVE_HOST_GROUP_METRICS: Tuple[Metric, ...] = HOST_METRICS
+HOST_DETAIL_THRESHOLDS: Dict[str, Tuple[float, float]] = {  # metric -> (on at or above, off below)
+    HOST_MEMORY_USED_PERCENT.name: (70.0, 60.0),
+    HOST_DISK_USED_PERCENT.name: (80.0, 75.0),
+    HOST_SWAP_USED_PERCENT.name: (10.0, 5.0),
+}
+# Filesystems whose fullness counts (the fullest one is sent). "/" always; the rest where they exist, each
+# device counted once (a path on the root filesystem is the root filesystem): the container runtimes'
+# image stores (EKS AMI: /var/lib/containerd on the root volume; Docker), the kubelet's pods and
+# emptyDirs, the DLAMI's instance-store NVMe (/opt/dlami/nvme) and HyperPod's secondary EBS volume
+# (/opt/sagemaker, AWS SageMaker API ClusterEbsVolumeConfig). Shared filesystems (FSx, EFS, NFS) are not
+# the host's and are left out; `host_filesystems` in the publisher config replaces the list.
+DEFAULT_HOST_FILESYSTEMS: Tuple[str, ...] = (
+    "/",
+    "/var/lib/containerd",
+    "/var/lib/docker",
+    "/var/lib/kubelet",
+    "/opt/dlami/nvme",
+    "/opt/sagemaker",
+)
+
+
 def group_dimensions(
     asg_name: "str | None" = None,
     cluster_name: "str | None" = None,
@@ -290,6 +351,10 @@ USAGE_LOG_GROUP = "/gpufleet/usage"
 USAGE_RECORD_VERSION = 1
 USAGE_RECORD_MAX_BYTES = 200_000  # CloudWatch Logs takes events up to 256 KB: bigger records are split
 USAGE_WINDOW_S = 300  # one record per node every 5 minutes: ~8,640 records per node-month
+# ... sent in one PutLogEvents per USAGE_FLUSH_S: three records a call instead of one. A report sees a
+# node's last quarter hour up to 15 minutes late; the node-month saves 5,760 calls ($0.06), which pays
+# for the host series (ADAPTIVE_HOST_GROUP_METRICS).
+USAGE_FLUSH_S = 900
 # A GPU counts as idle in a sample when its utilization is at or below this (a process that only holds
 # memory, a notebook between cells, a pod that requested a GPU it never touches).
 IDLE_UTIL_PERCENT = 5.0

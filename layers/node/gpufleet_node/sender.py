@@ -429,10 +429,32 @@ class LogSender(Sender):
     what = "PutLogEvents"
     max_per_call = 500  # and at most MAX_LOG_BATCH_BYTES per call (a record is up to 200 KB, usually < 2 KB)
 
-    def __init__(self, logs: Any, group: str, stream: str, **kwargs: Any) -> None:
+    def __init__(self, logs: Any, group: str, stream: str, flush_every_s: int = 0, **kwargs: Any) -> None:
         super().__init__(logs, **kwargs)
         self.group = group
         self.stream = stream
+        # > 0: records wait and go together, once per `flush_every_s` (schema.USAGE_FLUSH_S: three 5-minute
+        # records a call); 0: each as it comes. `final` (set on shutdown) sends whatever waits.
+        self.flush_every_s = flush_every_s
+        self.final = False
+
+    def flush(self, now: datetime) -> int:
+        if self.flush_every_s and not self.final and not self._due(now):
+            return 0
+        return super().flush(now)
+
+    def _due(self, now: datetime) -> bool:
+        """Due when the newest record closes a `flush_every_s` period (on the epoch's grid, like the
+        windows), or the oldest has waited that long (a retry after a failure, a skipped boundary)."""
+        with self._buffer_lock:
+            if not self.buffer:
+                return False
+            oldest, newest = self.buffer[0][0], self.buffer[-1][0]
+        return int(newest.timestamp()) % self.flush_every_s == 0 or (now - oldest).total_seconds() >= self.flush_every_s
+
+    def stop_background(self, now: datetime, timeout_s: float = 10.0) -> None:
+        self.final = True
+        super().stop_background(now, timeout_s)
 
     def _put(self, datums: List[Dict[str, Any]]) -> None:
         events = sorted(datums, key=lambda e: e["timestamp"])  # PutLogEvents wants them in order

@@ -57,6 +57,8 @@ class FakeCloudWatch:
 
     def _values(self, name: str, stat: str, d: dict[str, str]) -> list[float]:
         iid = d[schema.DIM_INSTANCE_ID]
+        if name == schema.HOST_MEMORY_USED_PERCENT.name:
+            return []  # hosts below 70 %: no own host series (tests/unit/guard/test_host_memory.py)
         gpus = self.memory.get(iid, [])
         if schema.DIM_GPU_INDEX in d:
             g = int(d[schema.DIM_GPU_INDEX])
@@ -134,7 +136,7 @@ def test_nodes_outside_ride_in_the_first_batch_and_are_judged_under_their_own_ke
     outside = Outside(groups={i: unmanaged_group(i) for i in cw.memory}, ill=frozenset({"i-xid"}))
     forecasts, findings = GpuScreen(GpuMetricsReader(cw)).assess([], set(), NOW, FleetPolicy(), outside)  # type: ignore[arg-type]
     first = cw.series_read()[0]
-    assert len(first) == 2 * 3 + 1
+    assert len(first) == 2 * 3 + 1 + 3  # + each node's own host memory: 09:00 is a host-screening minute
     health = [q for q in first if q["MetricStat"]["Metric"]["MetricName"] == schema.GPU_HEALTH_EVENTS.name]
     assert [q["MetricStat"]["Metric"]["Dimensions"] for q in health] == [dims(InstanceId="i-xid")]
     suspects = {c[1]["Dimensions"][0]["Value"] for c in cw.calls if c[0] == "ListMetrics"}

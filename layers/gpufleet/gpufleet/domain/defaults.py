@@ -115,3 +115,31 @@ CEILING_MAX_SIZE_FACTOR = 2
 # An in-band hold's group series is checked once every this many minutes (the acting ticks always are):
 # a flood that holds a group in the band is found within this time, at a tenth of the check's cost.
 SERIES_AUDIT_EVERY_MIN = 10
+# The OOM guard screens host memory (each group's HostMemoryUsedPercent Maximum) on every 5th minute and
+# on every run while it holds a host at risk. Each read covers the whole 15-minute trend window, so no
+# point is lost, only up to 4 minutes of notice; it saves 4 of 5 reads per group ($0.03 per node-month
+# at 10 nodes a group, which keeps the telemetry bench within $2.00: bench/README.md).
+HOST_SCREEN_EVERY_MIN = 5
+
+# ---- SageMaker HyperPod (Slurm orchestrator) instance groups: aws/hyperpod.py, docs/hyperpod.md ----
+# The contract with the Slurm backlog publisher on the cluster's controller node (ami/slurm_pending_gpus.py
+# --hyperpod CLUSTER:GROUP): each minute it puts HYPERPOD_IDLE_METRIC = 1 into HYPERPOD_IDLE_NAMESPACE
+# with dimensions {ClusterName, InstanceGroupName, InstanceId} for every node Slurm reports IDLE (no
+# allocation, no DRAIN/DOWN/COMPLETING/... flag), and nothing for any other node. The scaler removes a node
+# only if HYPERPOD_IDLE_MINUTES whole minutes before the current one all say idle, one missing minute
+# forgiven (cron jitter, ingestion delay: HYPERPOD_IDLE_MISSING_OK).
+HYPERPOD_IDLE_NAMESPACE = "Slurm"  # the backlog publisher's namespace (its PendingGPUs lives there too)
+HYPERPOD_IDLE_METRIC = "IdleNode"
+HYPERPOD_IDLE_MINUTES = 5
+HYPERPOD_IDLE_MISSING_OK = 1
+HYPERPOD_PENDING_METRIC = "PendingGPUs"  # the backlog the same publisher puts, per instance group
+# BatchDeleteClusterNodes takes at most 99 node ids a call (more "contact Support": the API reference).
+HYPERPOD_DELETE_MAX_NODES = 99
+LIST_CLUSTER_NODES_MAX_RESULTS = 100  # ListClusterNodes MaxResults (its API maximum)
+# HyperPod instance groups have no max size: the policy rule's `max` bounds them (policy_checks requires
+# it); the observation carries this ceiling so only the rule's max ever binds.
+HYPERPOD_NO_MAX = 100_000
+# What one node may be said to offer (a node-template resources tag, demand.kubernetes.allocatable): more, or
+# an infinite quantity ('1e400'), is no node's and fails its group's shape in one line.
+NODE_GPUS_MAX = 1024.0  # nvidia.com/gpu, shares included (as demand.gpus_per_node)
+NODE_RESOURCE_MAX = float(2**60)  # any other resource: 1 EiB of memory or storage, 2**60 cores or pods

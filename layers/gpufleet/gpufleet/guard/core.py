@@ -28,22 +28,37 @@ class Risk(StrEnum):
 # ---- observations ----
 
 
+HOST_INDEX = -1  # a GpuRef for the host's own memory (key "INSTANCE/host"), forecast like a GPU's
+HOST_SUFFIX = "/host"
+
+
 class GpuRef(Frozen):
     group: str
     instance_id: str
     gpu_index: int
 
     @property
+    def is_host(self) -> bool:
+        return self.gpu_index == HOST_INDEX
+
+    @property
     def key(self) -> str:
-        return f"{self.instance_id}/gpu{self.gpu_index}"
+        return f"{self.instance_id}{HOST_SUFFIX}" if self.is_host else f"{self.instance_id}/gpu{self.gpu_index}"
 
     @classmethod
     def parse_key(cls, group: str, key: str) -> GpuRef:
-        """Inverse of `key` (the guard state remembers GPUs by key)."""
+        """Inverse of `key` (the guard state remembers GPUs, and hosts, by key)."""
+        if key.endswith(HOST_SUFFIX) and len(key) > len(HOST_SUFFIX):
+            return cls(group=group, instance_id=key[: -len(HOST_SUFFIX)], gpu_index=HOST_INDEX)
         instance, sep, index = key.rpartition("/gpu")
         if not sep or not instance or not index.isdigit():
-            raise ValueError(f"not a GPU key: {key!r} (expected 'INSTANCE/gpuN')")
+            raise ValueError(f"not a GPU key: {key!r} (expected 'INSTANCE/gpuN' or 'INSTANCE/host')")
         return cls(group=group, instance_id=instance, gpu_index=int(index))
+
+
+def instance_of(key: str) -> str:
+    """The instance of a GPU or host key ("i-1/gpu3", "i-1/host" -> "i-1")."""
+    return key[: -len(HOST_SUFFIX)] if key.endswith(HOST_SUFFIX) else key.rpartition("/gpu")[0]
 
 
 class MemorySeries(Frozen):
@@ -149,6 +164,19 @@ def forecast_gpu(series: MemorySeries, now: datetime, s: OomSettings) -> Forecas
         level = Risk.WARNING
     reason = f"{_used(pct, total)}; {trend_text}"
     return Forecast(**base, risk=level, reason=reason)
+
+
+def forecast_host(ref: GpuRef, points: Sequence[tuple[datetime, float]], now: datetime, s: OomSettings) -> Forecast:
+    """A host's memory, forecast like a GPU's (same thresholds, trend and jumps) from its used percent;
+    the reason in percent, since the publisher sends the host in percent only."""
+    f = forecast_gpu(MemorySeries(gpu=ref, points=tuple(points), total_mib=100.0), now, s)
+    if f.used_percent is None:  # a node's own host series is sent only above 70 %, until below 60 %
+        return f.model_copy(update={"reason": "host memory: no recent reading of its own (below 60 % or gone)"})
+    if f.minutes_to_full is not None and f.slope_mib_per_min is not None:
+        trend = f"rising {f.slope_mib_per_min:.2f} %/min over {f.points_used} min, full in ~{f.minutes_to_full:.0f} min"
+    else:
+        trend = f"no rise that could fill it within {s.warning_minutes:g} min"
+    return f.model_copy(update={"reason": f"host memory {f.used_percent:.1f}% used; {trend}"})
 
 
 def _used(pct: float, total_mib: float) -> str:
@@ -316,7 +344,7 @@ def group_pressure(
     a group's instances, not how many GPUs it has."""
     at_risk: dict[str, set[str]] = {}
     for f in forecasts:
-        if f.risk is not Risk.OK:
+        if f.risk is not Risk.OK and not f.gpu.is_host:  # more GPUs help a GPU's memory, not a leaking host
             at_risk.setdefault(f.gpu.group, set()).add(f.gpu.instance_id)
     out = {}
     for group, instances in at_risk.items():

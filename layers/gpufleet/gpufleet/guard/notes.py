@@ -16,13 +16,16 @@ SOURCE = "oom_guard"
 
 
 def metric_link(region: str, gpu: GpuRef) -> Link | None:
-    """The GPU's memory graph in the CloudWatch console."""
-    source = (
-        f'~(metrics~(~(~"{schema.NAMESPACE}~"{schema.GPU_MEMORY_USED.name}~"{schema.DIM_INSTANCE_ID}~"'
-        f'{gpu.instance_id}~"{schema.DIM_GPU_INDEX}~"{gpu.gpu_index}))~period~60~stat~"Maximum)'
+    """The GPU's (or the host's) memory graph in the CloudWatch console."""
+    series = (
+        f'~"{schema.HOST_MEMORY_USED_PERCENT.name}~"{schema.DIM_INSTANCE_ID}~"{gpu.instance_id}'
+        if gpu.is_host
+        else f'~"{schema.GPU_MEMORY_USED.name}~"{schema.DIM_INSTANCE_ID}~"{gpu.instance_id}~"'
+        f'{schema.DIM_GPU_INDEX}~"{gpu.gpu_index}'
     )
+    source = f'~(metrics~(~(~"{schema.NAMESPACE}{series}))~period~60~stat~"Maximum)'
     return link(
-        "GPU memory graph",
+        "host memory graph" if gpu.is_host else "GPU memory graph",
         f"https://{region}.console.aws.amazon.com/cloudwatch/home?region={region}#metricsV2:graph={quote(source)}",
     )
 
@@ -63,7 +66,23 @@ class GuardTeller:
         )
 
 
+def _host_facts(f: Forecast) -> dict[str, str]:
+    """A host's memory is read in percent only (the publisher sends no size)."""
+    facts = {"instance": f.gpu.instance_id, "host memory": f"{f.used_percent or 0:.1f}% used"}
+    if f.slope_mib_per_min is not None:
+        facts["trend"] = f"{f.slope_mib_per_min:+.2f} %/min over {f.points_used} min"
+    if f.minutes_to_full is not None:
+        facts["forecast"] = f"full in ~{f.minutes_to_full:.0f} min"
+    return facts
+
+
+def _what(gpu: GpuRef) -> str:
+    return "host memory" if gpu.is_host else "GPU memory"
+
+
 def _risk_facts(f: Forecast) -> dict[str, str]:
+    if f.gpu.is_host:
+        return _host_facts(f)
     facts = {
         "instance": f.gpu.instance_id,
         "GPU": str(f.gpu.gpu_index),
@@ -84,19 +103,20 @@ def risk_notes(tell: GuardTeller, before: GuardState, forecasts: Sequence[Foreca
     current = {f.gpu.key: f for f in forecasts}
     for key, f in current.items():
         if f.risk is not Risk.OK and before.risks.get(key) != f.risk:
-            title = f"GPU memory {f.risk}: {key}"
+            title = f"{_what(f.gpu)} {f.risk}: {key}"
             out.append(tell(f.gpu, NotificationKind.OOM, Severity(str(f.risk)), title, _risk_facts(f), f.reason))
     for key in before.risks:
         now_ok = current.get(key)
         if now_ok is None or now_ok.risk is Risk.OK:
-            why = now_ok.reason if now_ok is not None else "the GPU no longer reports memory (instance gone)"
             gpu = GpuRef.parse_key(tell.group, key)
+            gone = "the host" if gpu.is_host else "the GPU"
+            why = now_ok.reason if now_ok is not None else f"{gone} no longer reports memory (instance gone)"
             out.append(
                 tell(
                     gpu,
                     NotificationKind.OOM,
                     Severity.INFO,
-                    f"GPU memory back to normal: {key}",
+                    f"{_what(gpu)} back to normal: {key}",
                     {},
                     why,
                     resolved=True,

@@ -36,7 +36,9 @@ from gpufleet.aws.metrics import GpuMetricsReader, SeriesQuery, group_dimensions
 from gpufleet.domain import defaults
 from gpufleet.domain.models import GroupObservation
 from gpufleet.domain.policy import FleetPolicy
+from gpufleet.guard import hosts
 from gpufleet.guard.core import (
+    HOST_SUFFIX,
     Forecast,
     GpuRef,
     HealthCounts,
@@ -45,6 +47,7 @@ from gpufleet.guard.core import (
     Risk,
     forecast_gpu,
     health_findings,
+    instance_of,
     rising,
 )
 from gpufleet_node import schema
@@ -116,11 +119,13 @@ class GpuScreen:
         guard = policy.guard
         start = now - timedelta(minutes=max(guard.memory.window_minutes, guard.health.lookback_minutes))
         since = now - timedelta(minutes=guard.health.lookback_minutes)
-        known_instances = {k.rpartition("/gpu")[0] for k in known}
+        known_instances = {instance_of(k) for k in known if not k.endswith(HOST_SUFFIX)}
         outside = outside or Outside()
         queries = [q for obs in groups for q in _summary_queries(obs.ref.key, tuple(group_dimensions(obs.ref).items()))]
         queries += _outside_queries(outside, known_instances)  # in the same batch: no extra call
+        queries += hosts.screen_queries(groups, list(outside.groups), now)  # host memory, every 5th minute
         points = self.metrics.fetch_points(queries, start, now) if queries else {}
+        host = hosts.host_forecasts(self.metrics, groups, outside.groups, points, known, (start, now), policy)
         flagged = [
             obs
             for obs in groups
@@ -158,7 +163,8 @@ class GpuScreen:
             for iid in suspects
             if iid in known_instances or sum(v for t, v in points.get(f"{iid}|health", []) if t >= since) > 0
         }
-        return self._per_gpu(gpus, latest, sick, (start, since, now), policy)
+        forecasts, findings = self._per_gpu(gpus, latest, sick, (start, since, now), policy)
+        return forecasts + host, findings
 
     def _flag(
         self, key: str, points: Points, since: datetime, now: datetime, policy: FleetPolicy, instances: int = 1

@@ -19,6 +19,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from gpufleet.aws.documents import GUARD_SK
 from gpufleet.aws.fleet import FleetActuator
+from gpufleet.aws.hyperpod import HYPERPOD_NOT_REPLACED
 from gpufleet.aws.metrics import GpuMetricsReader
 from gpufleet.domain.models import Direction, GroupKind, GroupObservation, Trigger, TriggerKind
 from gpufleet.domain.policy import FleetPolicy
@@ -33,6 +34,7 @@ from gpufleet.guard.core import (
     begin_replacements,
     choose_replacements,
     group_pressure,
+    instance_of,
     next_guard_state,
 )
 from gpufleet.guard.notes import GuardTeller, health_notes, risk_notes
@@ -68,7 +70,7 @@ def unmanaged_notes(
     mine_h = [h for h in findings if is_unmanaged(h.gpu.group)]
 
     def group_of(gpu_key: str) -> str:
-        return unmanaged_group(gpu_key.rpartition("/gpu")[0])
+        return unmanaged_group(instance_of(gpu_key))
 
     groups = {f.gpu.group for f in mine_f} | {h.gpu.group for h in mine_h}
     groups |= {group_of(k) for k in (*before.risks, *before.unhealthy)}
@@ -137,7 +139,8 @@ class OomGuard:
         self._report(forecasts, findings, replaced)
         return {
             "event_id": event_id,
-            "gpus": len(forecasts),  # GPUs read in detail this run (the rest screened by aggregates)
+            "gpus": sum(not f.gpu.is_host for f in forecasts),  # GPUs read in detail (the rest screened)
+            "hosts": sum(f.gpu.is_host for f in forecasts),  # hosts read on their own (the rest screened)
             "at_risk": {f.gpu.key: f"{f.risk}: {f.reason}" for f in forecasts if f.risk is not Risk.OK},
             "unhealthy": {h.gpu.key: h.reason for h in findings},
             "replacements": [r.model_dump(mode="json") for r in replaced],
@@ -158,7 +161,7 @@ class OomGuard:
             self.ctx.logger.exception("listing the nodes outside managed groups failed; retried next run")
             return None
         members = {i.instance_id for obs in managed for i in obs.instances}
-        known = {k.rpartition("/gpu")[0] for k in gpu_keys([before])}
+        known = {instance_of(k) for k in gpu_keys([before])}
         ids = (publishing | known) - members
         return Outside(groups={iid: unmanaged_group(iid) for iid in sorted(ids)}, ill=frozenset(ill & ids))
 
@@ -236,6 +239,11 @@ class OomGuard:
                 reason = f"dry-run: would {choice.reason}" if choice.act else choice.reason
                 done.append(choice.model_copy(update={"act": False, "reason": reason}))
                 continue
+            if obs.ref.kind is GroupKind.HYPERPOD:  # told, never acted on: HyperPod recovers its own nodes
+                done.append(
+                    choice.model_copy(update={"act": False, "reason": f"{choice.reason}: {HYPERPOD_NOT_REPLACED}"})
+                )
+                continue
             try:
                 if obs.ref.kind is GroupKind.EKS_NODEGROUP:
                     self.actuator.adopt_backing_asg(obs)
@@ -282,9 +290,9 @@ class OomGuard:
         for h in findings:
             self.ctx.logger.error(h.reason, extra={"finding": h.model_dump(mode="json")})
         emf = self.ctx.emf
-        emf.add_metric(name="GpusEvaluated", unit=MetricUnit.Count, value=len(forecasts))
-        emf.add_metric(
-            name="GpusAtMemoryRisk", unit=MetricUnit.Count, value=sum(f.risk is not Risk.OK for f in forecasts)
-        )
+        at_risk = [f.gpu.is_host for f in forecasts if f.risk is not Risk.OK]
+        emf.add_metric(name="GpusEvaluated", unit=MetricUnit.Count, value=sum(not f.gpu.is_host for f in forecasts))
+        emf.add_metric(name="GpusAtMemoryRisk", unit=MetricUnit.Count, value=at_risk.count(False))
+        emf.add_metric(name="HostsAtMemoryRisk", unit=MetricUnit.Count, value=at_risk.count(True))
         emf.add_metric(name="GpuHealthFindings", unit=MetricUnit.Count, value=len(findings))
         emf.add_metric(name="InstancesReplaced", unit=MetricUnit.Count, value=sum(r.act for r in replaced))

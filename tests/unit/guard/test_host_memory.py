@@ -1,0 +1,146 @@
+"""Host memory in the OOM guard: forecast like a GPU's memory (table), screened on the group's fullest node
+every HOST_SCREEN_EVERY_MIN minutes, confirmed on the node's own series, told as a host (not a GPU) with
+the numbers, and resolved when it recovers. Injected clock, a fake CloudWatch that answers as adaptive
+publishers do (a node's own host series only above 70 %)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from gpufleet.aws.metrics import GpuMetricsReader
+from gpufleet.domain.models import GroupKind, GroupObservation, GroupRef, InstanceObservation
+from gpufleet.domain.policy import FleetPolicy
+from gpufleet.guard.core import HOST_INDEX, GpuRef, GuardState, Risk, forecast_host, group_pressure, instance_of
+from gpufleet.guard.notes import GuardTeller, risk_notes
+from gpufleet.guard.policy import OomSettings
+from gpufleet.guard.screen import GpuScreen, Outside
+from gpufleet.notify.model import IncidentState
+from gpufleet_node import schema
+
+SCREEN = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)  # a host-screening minute
+BETWEEN = SCREEN + timedelta(minutes=2)  # not one
+MINUTES = 15
+REF = GroupRef(kind=GroupKind.ASG, name="train")
+HOST = GpuRef(group="asg:train", instance_id="i-leak", gpu_index=HOST_INDEX)
+
+
+def series(values: list[float], now: datetime = SCREEN) -> list[tuple[datetime, float]]:
+    return [(now - timedelta(minutes=len(values) - 1 - m), v) for m, v in enumerate(values)]
+
+
+@pytest.mark.parametrize(
+    ("values", "risk", "words"),
+    [
+        ([50.0] * MINUTES, Risk.OK, "50.0% used"),
+        ([91.0] * MINUTES, Risk.WARNING, "91.0% used"),
+        ([98.0] * MINUTES, Risk.CRITICAL, "98.0% used"),
+        ([60.0 + 1.5 * m for m in range(MINUTES)], Risk.WARNING, "full in ~"),  # 81 % now, 1.5 %/min: ~13 min
+        ([70.0 + 2 * m for m in range(MINUTES)], Risk.CRITICAL, "rising 2.00 %/min"),  # 98 %, and ~1 min
+        ([], Risk.OK, "no recent reading of its own"),
+    ],
+)
+def test_forecast_host_like_gpu_memory(values: list[float], risk: Risk, words: str) -> None:
+    f = forecast_host(HOST, series(values), SCREEN, OomSettings())
+    assert f.risk is risk
+    assert words in f.reason and f.reason.startswith("host memory")
+
+
+def test_host_keys_round_trip_and_never_count_as_gpu_pressure() -> None:
+    assert HOST.key == "i-leak/host" and GpuRef.parse_key("asg:train", HOST.key) == HOST
+    assert instance_of("i-leak/host") == "i-leak" == instance_of("i-leak/gpu3")
+    at_risk = forecast_host(HOST, series([95.0] * MINUTES), SCREEN, OomSettings())
+    assert group_pressure([at_risk], {"asg:train": 1}, OomSettings(pressure_share=0.1)) == {}
+
+
+class FakeCloudWatch:
+    """Answers as adaptive publishers would: the group's GPU summaries flat and calm; the group's host
+    Maximum = its fullest node; a node's own host series only while it is above 70 %."""
+
+    def __init__(self, hosts: dict[str, list[float]]) -> None:
+        self.hosts = hosts
+        self.queries: list[list[dict[str, Any]]] = []
+        self.now = SCREEN
+
+    def list_metrics(self, **_: Any) -> dict[str, Any]:
+        return {"Metrics": []}
+
+    def _values(self, name: str, d: dict[str, str]) -> list[float]:
+        if name == schema.HOST_MEMORY_USED_PERCENT.name:
+            if schema.DIM_INSTANCE_ID in d:
+                own = self.hosts.get(d[schema.DIM_INSTANCE_ID], [])
+                return own if own and own[-1] >= 70 else []
+            return [max(c) for c in zip(*self.hosts.values(), strict=True)]
+        if name == schema.GPU_MEMORY_USED_PERCENT.name:
+            return [30.0] * MINUTES
+        return []
+
+    def get_metric_data(self, MetricDataQueries: list[dict[str, Any]], **_: Any) -> dict[str, Any]:  # noqa: N803
+        self.queries.append(MetricDataQueries)
+        results = []
+        for q in MetricDataQueries:
+            metric = q["MetricStat"]["Metric"]
+            values = self._values(metric["MetricName"], {x["Name"]: x["Value"] for x in metric["Dimensions"]})
+            stamps = [self.now - timedelta(minutes=len(values) - 1 - m) for m in range(len(values))]
+            results.append({"Id": q["Id"], "Timestamps": stamps[::-1], "Values": values[::-1]})
+        return {"MetricDataResults": results}
+
+    def host_queries(self) -> list[dict[str, str]]:
+        return [
+            {x["Name"]: x["Value"] for x in q["MetricStat"]["Metric"]["Dimensions"]}
+            for batch in self.queries
+            for q in batch
+            if q["MetricStat"]["Metric"]["MetricName"] == schema.HOST_MEMORY_USED_PERCENT.name
+        ]
+
+
+def group(*ids: str) -> GroupObservation:
+    return GroupObservation(
+        ref=REF,
+        min_size=1,
+        max_size=10,
+        desired=len(ids),
+        instances=tuple(InstanceObservation(instance_id=i) for i in ids),
+    )
+
+
+LEAK = [60.0 + 1.5 * m for m in range(MINUTES)]  # 81 % now, full in ~13 min
+
+
+def assess(cw: FakeCloudWatch, now: datetime, known: set[str] | None = None) -> list[Any]:
+    cw.now = now
+    forecasts, _ = GpuScreen(GpuMetricsReader(cw)).assess(  # type: ignore[arg-type]
+        [group("i-leak", "i-calm")], known or set(), now, FleetPolicy(), Outside()
+    )
+    return [f for f in forecasts if f.gpu.is_host]
+
+
+def test_a_leaking_host_is_screened_on_the_group_then_named() -> None:
+    cw = FakeCloudWatch({"i-leak": LEAK, "i-calm": [40.0] * MINUTES})
+    [f] = assess(cw, SCREEN)
+    assert f.gpu.key == "i-leak/host" and f.risk is Risk.WARNING and f.minutes_to_full is not None
+    group_dims = {schema.DIM_ASG_NAME: "train"}
+    assert cw.host_queries() == [group_dims, {"InstanceId": "i-calm"}, {"InstanceId": "i-leak"}]
+    [note] = risk_notes(GuardTeller("asg:train", SCREEN, "e1", "us-east-1"), GuardState(), [f])
+    assert note.title == "asg:train: host memory warning: i-leak/host"
+    assert note.facts["instance"] == "i-leak" and note.facts["host memory"] == "81.0% used"
+    assert "GPU" not in note.facts and "full in" in note.facts["forecast"]
+
+
+def test_calm_groups_cost_one_host_read_per_screening_minute_and_none_between() -> None:
+    cw = FakeCloudWatch({"i-leak": [40.0] * MINUTES, "i-calm": [40.0] * MINUTES})
+    assert assess(cw, SCREEN) == [] and len(cw.host_queries()) == 1
+    cw.queries.clear()
+    assert assess(cw, BETWEEN) == [] and cw.host_queries() == []
+
+
+def test_a_host_held_at_risk_is_read_every_run_and_resolves() -> None:
+    cw = FakeCloudWatch({"i-leak": [50.0] * MINUTES, "i-calm": [40.0] * MINUTES})  # recovered: own series gone
+    [f] = assess(cw, BETWEEN, known={"i-leak/host"})
+    assert cw.host_queries() == [{"InstanceId": "i-leak"}]
+    assert f.risk is Risk.OK
+    before = GuardState(risks={"i-leak/host": Risk.WARNING})
+    [note] = risk_notes(GuardTeller("asg:train", BETWEEN, "e2", "us-east-1"), before, [f])
+    assert note.state is not IncidentState.FIRING and note.title == "asg:train: host memory back to normal: i-leak/host"
