@@ -8,6 +8,9 @@ import pytest
 
 from gpufleet.aws.asg_shape import asg_node_shape
 from gpufleet.aws.eks_nodes import ShapeUnknown
+from gpufleet.aws.fleet import FleetReader
+from gpufleet.domain.models import GroupRef
+from gpufleet.domain.policy import Discovery, FleetPolicy
 from gpufleet.events.kubernetes import waiting_pod
 from gpufleet.scaling.fit import fits
 from rehearsal import fleet
@@ -63,3 +66,58 @@ def test_mixed_instances_overrides_the_least_type_shapes_it_and_what_cannot_be_r
     assert shape.allocatable["cpu"] == 7.0 and "topology.kubernetes.io/zone" not in dict(shape.labels)
     with pytest.raises(ShapeUnknown, match=r"^ASG gone: not found"):
         asg_node_shape(clients.autoscaling, clients.ec2, "gone")
+
+
+class Told:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def warning(self, message: str, **_: object) -> None:
+        self.lines.append(message)
+
+
+def test_a_rule_naming_a_managed_node_groups_own_asg_is_not_a_second_group(aws: str) -> None:
+    """EKS's backing ASG named by a kind: asg rule: the node group alone is sized (else twice), and the
+    rule's author is told once what to write instead."""
+    clients = fleet.Clients.create()
+    backing = fleet.create_nodegroup(clients, "ml", "gpu", min_size=0, max_size=4, desired=1, tags={})
+    policy = FleetPolicy.model_validate({"groups": [
+        {"kind": "asg", "name": backing, "max": 4, "demand": {"kubernetes": {}}},
+        {"kind": "eks-nodegroup", "cluster": "ml", "name": "gpu", "max": 4, "demand": {"kubernetes": {}}},
+    ]})  # fmt: skip
+    told = Told()
+    reader = FleetReader(clients.autoscaling, clients.eks, logger=told)
+    for _ in range(2):
+        seen = reader.observe(policy.discovery, policy.explicit_groups())
+        assert [(o.ref.key, o.asg_name) for o in seen] == [("eks:ml/gpu", backing)]
+    assert told.lines == [
+        f"ASG {backing} backs EKS managed node group ml/gpu: not sized as an ASG (it would be sized twice); "
+        "write `kind: eks-nodegroup, cluster: ml, name: gpu` instead"
+    ]
+
+
+def test_a_weighted_mixed_group_is_not_shaped_and_keeps_its_nodes(aws: str) -> None:
+    clients = fleet.Clients.create()
+    fleet.create_asg(clients, "lt-only", min_size=0, max_size=1, desired=0)  # makes the launch template
+    clients.autoscaling.create_auto_scaling_group(
+        AutoScalingGroupName="weighted",
+        MixedInstancesPolicy={
+            "LaunchTemplate": {
+                "LaunchTemplateSpecification": {"LaunchTemplateName": "gpufleet-gpu-node", "Version": "$Latest"},
+                "Overrides": [
+                    {"InstanceType": "g5.2xlarge", "WeightedCapacity": "1"},
+                    {"InstanceType": "g5.12xlarge", "WeightedCapacity": "4"},
+                ],
+            },
+        },
+        MinSize=0,
+        MaxSize=8,
+        AvailabilityZones=["us-east-1a"],
+        Tags=[{"Key": "kubernetes.io/cluster/ml", "Value": "owned", "PropagateAtLaunch": False}],
+    )
+    with pytest.raises(ShapeUnknown, match=r"^ASG weighted: weighted capacity: .*WeightedCapacity 1, 4"):
+        asg_node_shape(clients.autoscaling, clients.ec2, "weighted")
+    [obs] = FleetReader(clients.autoscaling, clients.eks).observe(
+        Discovery(enabled=False), [GroupRef.parse_key("asg:weighted")]
+    )
+    assert str(obs.scale_in_closed).startswith("weighted capacity")

@@ -184,3 +184,27 @@ groups:
   - {name: other, kind: asg, demand: {metric: {namespace: GPUFleetSlurm, metric_name: P}, gpus_per_node: 8}}
 """
     assert policy_problems(parse_policy(text, "p.yaml")) == []
+
+
+@pytest.mark.parametrize(
+    ("rule", "problem"),
+    [
+        (
+            "  - {kind: asg, cluster: ml, name: gpu-spot, max: 4, demand: {kubernetes: {}}}\n",
+            "groups[0] (ml/gpu-spot): an ASG has no cluster, so this rule selects no group: drop cluster "
+            "(to read cluster ml's pods for it, set demand.kubernetes.cluster: ml)",
+        ),
+        (
+            "  - {kind: asg, name: eks-gpu-4ec5b2a8-3f6e-1a2b-9c8d-0123456789ab, max: 4}\n",
+            "groups[0] (eks-gpu-4ec5b2a8-3f6e-1a2b-9c8d-0123456789ab): eks-gpu-4ec5b2a8-3f6e-1a2b-9c8d-0123456789ab "
+            "looks like the ASG EKS made for a managed node group, which is not sized as an ASG: write "
+            "kind: eks-nodegroup, cluster: C, name: NODEGROUP instead",
+        ),
+    ],
+)
+def test_an_asg_rule_that_selects_nothing_or_a_node_groups_own_asg(rule: str, problem: str) -> None:
+    assert problems("groups:\n" + rule) == [problem]
+
+
+def test_asg_rules_of_names_and_tags_alone_are_fine() -> None:
+    assert problems("groups:\n  - {kind: asg, name: eks-gpu-spot, max: 4}\n  - {kind: asg, tags: {a: b}}\n") == []

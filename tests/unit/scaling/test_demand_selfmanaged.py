@@ -50,6 +50,7 @@ class Calls:
         self.pods, self.nodes = pods, dict(nodes or {})
         self.listed: list[str] = []
         self.shaped: list[tuple[Any, ...]] = []
+        self.tell: Any = None
 
     def cluster_pods(self, cluster: str, resources: Mapping[str, float]) -> ClusterPods:
         self.listed.append(cluster)

@@ -82,6 +82,14 @@ class _Warnings:
     def _read_well(self, source: str) -> None:
         self._warned.pop(source, None)
 
+    def _weighted(self, obs: GroupObservation) -> GroupObservation:
+        """A group whose desired counts weight units: its demand is not read (told once, fails closed)."""
+        return self._unreadable(obs, f"group {obs.ref.key}", str(_weighted_why(obs)))
+
+    def _tell_shape(self, key: str) -> Callable[[str], None]:
+        """Where a self-managed ASG's shape tells what its tags say that is not used: once per group."""
+        return lambda line: self._warn_once(f"node template of {key}", line, "ASG tags not used for its node shape")
+
 
 @dataclass
 class DemandReader(_Warnings):
@@ -131,14 +139,6 @@ class DemandReader(_Warnings):
             self.logger.exception("demand source failed; its groups fail closed", extra={"groups": _keys(unit)})
             why = one_line(f"reading it failed ({type(err).__name__}: {err})", limit=200)
             return {o.ref.key: self._unreadable(o, _source_name(d), why) for o, _, d in unit}
-
-    def _weighted(self, obs: GroupObservation) -> GroupObservation:
-        """A group whose desired counts weight units: its demand is not read (told once, fails closed)."""
-        return self._unreadable(obs, f"group {obs.ref.key}", str(_weighted_why(obs)))
-
-    def _tell_shape(self, key: str) -> Callable[[str], None]:
-        """Where a self-managed ASG's shape tells what its tags say that is not used: once per group."""
-        return lambda line: self._warn_once(f"node template of {key}", line, "ASG tags not used for its node shape")
 
     # ---- GPU-ready nodes ----
 
