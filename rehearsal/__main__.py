@@ -13,6 +13,7 @@ from pathlib import Path
 from rehearsal.calls import ENV_RECORD, CallRecorder
 from rehearsal.demand_scene import TOKEN
 from rehearsal.forged_scene import ForgedScene
+from rehearsal.hyperpod_scene import HyperPodScene
 from rehearsal.kube_api import KubeApi, kube_api
 from rehearsal.moto import moto_server
 from rehearsal.moto_ext import ENV_LOGS_NOW
@@ -62,7 +63,13 @@ def main() -> int:
         )
         server.reset()
         selfmanaged = SelfManagedScene(out, kube, TOKEN).run()
-    for scene in (trust, forged, selfmanaged):
+        print(
+            "\na HyperPod Slurm cluster (rehearsal/hyperpod_scene.py): moto reset, an instance group at 0 nodes "
+            "[emulated: UpdateCluster, BatchDeleteClusterNodes, the nodes, Slurm], its clock from 09:00"
+        )
+        server.reset()
+        hyperpod = HyperPodScene(out, kube, TOKEN).run()
+    for scene in (trust, forged, selfmanaged, hyperpod):
         result.lines += ["", *scene.lines]
         result.decisions += scene.decisions
         result.checks += scene.checks

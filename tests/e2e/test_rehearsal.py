@@ -91,6 +91,16 @@ def test_rehearsal_meets_its_expected_outcomes(tmp_path: Path) -> None:
         "-> scale-out 0 -> 3",
         "the scale-in took the 2 idle nodes and passed over i-",
         "which runs a GPU pod: 'no pods waiting (cluster ml): 2 idle node(s) not needed: scale in 3 -> 1",
+        # a HyperPod Slurm cluster (rehearsal/hyperpod_scene.py, issue 30): emulated UpdateCluster, nodes, Slurm
+        "hyperpod:ml-cluster/gpu: Slurm/PendingGPUs 16 (job 1041, 2 nodes x 8 GPUs) -> scale-out 0 -> 2 "
+        "(UpdateCluster [emulated])",
+        "idle by Slurm for 5 min removed by id (BatchDeleteClusterNodes [emulated]); i-",
+        ", running Slurm job 1042 with every GPU idle too, kept: 'no GPUs waiting (metric Slurm/PendingGPUs): 1 idle "
+        "node(s) not needed: scale in 2 -> 1, terminating i-",
+        "hyperpod:ml-cluster/gpu: `gpufleet report --by account`: nlp 2.67 GPU-h, vision 0.93 GPU-h, group "
+        "hyperpod:ml-cluster/gpu",
+        "hyperpod:ml-cluster/gpu: host memory leak on i-",
+        ": OOM guard warning: host memory 84.0% used; rising 2.00 %/min over 8 min, full in ~8 min",
     ):
         assert expected in out
     assert "FAIL" not in out
@@ -117,5 +127,9 @@ def test_rehearsal_meets_its_expected_outcomes(tmp_path: Path) -> None:
     )
     assert "samples, more than the 1,920 its publishers can write) instead." in timeline
     assert "1 flagged, not summed" in timeline and "FLAGGED RECORDS" in timeline
+    # the HyperPod scene: the real backlog publisher's data, job attribution by account in the report
+    assert "slurm_pending_gpus.py --hyperpod ml-cluster:gpu=gpu: PendingGPUs=0, IdleNode[i-" in timeline
+    assert "Slurm job 1041 (alice)     nlp    16         2.7" in timeline
+    assert "[SNS] gpufleet [WARNING] hyperpod:ml-cluster/gpu: host memory warning: i-" in timeline
     posted = sorted((tmp_path / "slack").glob("*.json"))
     assert posted and all(json.loads(p.read_text())["blocks"][0]["type"] == "header" for p in posted)
