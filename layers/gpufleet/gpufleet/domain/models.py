@@ -311,7 +311,7 @@ class SkipReason(StrEnum):
     PROTECTED = "scale-in protected"
     NO_METRICS = "without GPU metrics"
     NOT_IN_SERVICE = "not InService"
-    RUNS_GPU_WORK = "running a GPU pod"
+    RUNS_GPU_WORK = "running a GPU pod or job"  # a pod bound to it, or (HyperPod) a Slurm job
 
 
 class Bounds(Frozen):
