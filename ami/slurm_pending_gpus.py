@@ -11,7 +11,9 @@ cloudwatch:PutMetricData. Python >= 3.9, the standard library and boto3.
     slurm_pending_gpus.py --asg slurm-gpu [--partition gpu] [--dry-run]
     slurm_pending_gpus.py --hyperpod ml-cluster:gpu-a=train,debug --hyperpod ml-cluster:gpu-b [--dry-run]
 
-What counts: jobs in state PENDING (optionally of some partitions). squeue's `--Format` fields
+What counts: jobs in state PENDING (optionally of some partitions) whose Reason says they wait for nodes
+(DEMAND_REASONS: not held, not waiting on a dependency, a begin time or a limit), a pending job array's
+line once per element up to its throttle (array_tasks). squeue's `--Format` fields
 `tres-per-job`, `tres-per-node` and `tres-per-task` (Slurm's squeue(1); src/squeue/opts.c) hold what the job
 asked for: `--gpus=8` is `gres/gpu:8` per job, `--gpus-per-node=4` and `--gres=gpu:a100:4` are
 `gres/gpu:4` / `gres/gpu:a100:4` per node (times NumNodes), `--gpus-per-task=1` is `gres/gpu=1` (newer
@@ -28,17 +30,20 @@ Idle nodes (HyperPod only): `sinfo -N -h -o '%N|%T'` lists each node with its st
 (sinfo(1), "NODE STATE CODES"). A node is idle only when its state is exactly `idle`: a suffix (`*` not
 responding, `~` powered off, `#` powering up, `%` powering down, `!` pending power down, `$` maintenance,
 `@` pending reboot, `^` reboot issued, `-` planned by backfill) or a flag (`idle+drain`) means it is not
-removable now. Each idle node of a mapped group is one datum IdleNode=1 with dimensions {ClusterName,
-InstanceGroupName, InstanceId}. Slurm names HyperPod nodes by their hostname `ip-A-B-C-D`; the node's
-instance id and instance group come from the HyperPod resource configuration file
-(/opt/ml/config/resource_config.json: InstanceGroups[].Name, .Instances[].CustomerIpAddress /
-.InstanceName / .InstanceId), which HyperPod writes on every node and its lifecycle scripts read
-(aws-samples/awsome-distributed-training, 1.architectures/5.sagemaker-hyperpod/LifecycleScripts/
-base-config/lifecycle_script.py).
+removable now. Each node of a mapped group is one datum IdleNode with dimensions {ClusterName,
+InstanceGroupName, InstanceId}: 1 when idle, 0 when not (the controller sees a job start within the
+minute). Slurm names HyperPod nodes by their hostname `ip-A-B-C-D`; the node's instance id and instance
+group come from the HyperPod resource configuration file (/opt/ml/config/resource_config.json:
+InstanceGroups[].Name, .Instances[].CustomerIpAddress / .InstanceName / .InstanceId), which HyperPod writes
+on every node and its lifecycle scripts read (aws-samples/awsome-distributed-training,
+1.architectures/5.sagemaker-hyperpod/LifecycleScripts/base-config/lifecycle_script.py, which reads only
+Name, InstanceName and CustomerIpAddress); a node the file does not name with an id is named through the
+SageMaker API (NodeIds: ListClusterNodes, DescribeClusterNode), with the controller node's role.
 """
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -51,13 +56,30 @@ IDLE_METRIC = "IdleNode"
 RESOURCE_CONFIG = "/opt/ml/config/resource_config.json"
 MAX_DATUMS = 1000  # PutMetricData: at most 1,000 metrics per request
 
-# `FIELD:0|`: width 0 prints the whole value (no 20-character cut) and `|` is the suffix after it.
+# `FIELD:0|`: width 0 prints the whole value (no 20-character cut) and `|` is the suffix after it. No
+# -r/--array: a pending job array stays one line, `123_[1-100%4]`, so its throttle (%4) is seen; its
+# element count is read from the index expression (array_tasks), which SLURM_BITSTR_LEN=0 prints whole
+# (squeue cuts it at 64 characters otherwise: src/squeue/opts.c, the `-r` case sets the same variable).
 SQUEUE = [
     "squeue",
     "--states=PENDING",
     "--noheader",
-    "--Format=JobID:0|,NumNodes:0|,NumTasks:0|,Partition:0|,tres-per-job:0|,tres-per-node:0|,tres-per-task:0",
+    "--Format=JobID:0|,NumNodes:0|,NumTasks:0|,Partition:0|,tres-per-job:0|,tres-per-node:0|,tres-per-task:0|,Reason:0",
 ]
+SQUEUE_ENV = {"SLURM_BITSTR_LEN": "0"}
+# Why a pending job waits (Slurm's job_reason_codes.html): only these mean "no free node now", the wait
+# more nodes end. Everything else waits on the job or on a rule - JobHeldUser/JobHeldAdmin (held),
+# Dependency/DependencyNeverSatisfied, BeginTime, JobArrayTaskLimit (the array's throttle reached),
+# AssocGrp*/AssocMax*/QOS*/Max*Per* and AccountingPolicy (limits), PartitionDown/Inactive/TimeLimit,
+# InvalidAccount/InvalidQOS, BadConstraints, Licenses, Reservation - and is not demand. `None`: not yet
+# looked at by the scheduler (just submitted). A prefix match (`ReqNodeNotAvail, UnavailableNodes:...`).
+DEMAND_REASONS = (
+    "None",
+    "Resources",
+    "Priority",
+    "ReqNodeNotAvail",
+    "Nodes_required_for_job_are_DOWN",
+)
 SINFO = ["sinfo", "-N", "-h", "-o", "%N|%T"]
 
 _GPU = re.compile(r"^(?:gres[/:])?gpu(?:[:=](.*))?$")
@@ -97,21 +119,61 @@ def _int(text: str, default: int = 1) -> int:
         return default
 
 
+_ARRAY = re.compile(r"^\d+_\[([^\]]*)\]$")
+_RANGE = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")
+
+
+def array_tasks(job_id: str) -> int:
+    """Pending elements of one squeue line: 1 for a job or one element (`123`, `123_7`); for a pending
+    array's combined line `123_[1-100%4]` the indexes (`a`, `a-b`, `a-b:step`, comma-separated) capped
+    by the throttle after `%` (at most that many run at once). An index part that does not parse (a cut
+    string) counts what parsed, at least 1."""
+    match = _ARRAY.match(job_id.strip())
+    if not match:
+        return 1
+    body, _, throttle = match.group(1).partition("%")
+    count = 0
+    for item in body.split(","):
+        r = _RANGE.match(item.strip())
+        if r:
+            first, last, step = int(r.group(1)), int(r.group(2) or r.group(1)), int(r.group(3) or 1)
+            count += (last - first) // max(step, 1) + 1 if last >= first else 0
+    count = max(count, 1)
+    return min(count, int(throttle)) if throttle.isdigit() and int(throttle) > 0 else count
+
+
+def waits_for_nodes(reason: str) -> bool:
+    """True when the job's Reason says more nodes would let it start (DEMAND_REASONS); an empty Reason
+    (a line without the column: the older formats) counts, as before the column."""
+    reason = reason.strip()
+    return not reason or reason.startswith(DEMAND_REASONS)
+
+
 class Job:
-    """One pending job: the partitions it may run in and the GPUs it asks for."""
+    """One pending squeue line: the partitions it may run in, the GPUs it asks for (an array's line: all
+    its pending elements', throttle-capped) and why it waits."""
 
-    __slots__ = ("gpus", "job_id", "partitions")
+    __slots__ = ("gpus", "job_id", "partitions", "reason")
 
-    def __init__(self, job_id: str, partitions: List[str], gpus: int) -> None:
+    def __init__(self, job_id: str, partitions: List[str], gpus: int, reason: str = "") -> None:
         self.job_id = job_id
         self.partitions = partitions
         self.gpus = gpus
+        self.reason = reason
+
+    @property
+    def demand(self) -> bool:
+        return self.gpus > 0 and waits_for_nodes(self.reason)
 
 
 def parse_job(line: str) -> Optional[Job]:
-    """A squeue line: `JobID|NumNodes|NumTasks|Partition|tres-per-job|tres-per-node|tres-per-task` (this
-    script's format), or the older `%i|%D|%b|%P`. None when malformed."""
+    """A squeue line: `JobID|NumNodes|NumTasks|Partition|tres-per-job|tres-per-node|tres-per-task|Reason`
+    (this script's format; without Reason: the previous one), or the older `%i|%D|%b|%P`. None when
+    malformed."""
     fields = [f.strip() for f in line.strip().split("|")]
+    reason = ""
+    if len(fields) == 8:
+        reason = fields.pop()
     if len(fields) == 4:
         job_id, nodes, per_node, partition = fields
         gpus = gpus_in(per_node) * _int(nodes)
@@ -120,7 +182,7 @@ def parse_job(line: str) -> Optional[Job]:
         gpus = max(gpus_in(per_job), gpus_in(per_node) * _int(nodes), gpus_in(per_task) * _int(tasks))
     else:
         return None
-    return Job(job_id, [p for p in partition.split(",") if p], gpus)
+    return Job(job_id, [p for p in partition.split(",") if p], gpus * array_tasks(job_id), reason)
 
 
 def pending_gpus(lines: Iterable[str], partitions: Optional[Sequence[str]] = None) -> int:
@@ -129,7 +191,7 @@ def pending_gpus(lines: Iterable[str], partitions: Optional[Sequence[str]] = Non
     total = 0
     for line in lines:
         job = parse_job(line)
-        if job is None or (wanted and not set(job.partitions) & wanted):
+        if job is None or not job.demand or (wanted and not set(job.partitions) & wanted):
             continue
         total += job.gpus
     return total
@@ -175,7 +237,7 @@ def pending_by_group(
     unmapped: List[str] = []
     for line in lines:
         job = parse_job(line)
-        if job is None or job.gpus <= 0 or (wanted and not set(job.partitions) & wanted):
+        if job is None or not job.demand or (wanted and not set(job.partitions) & wanted):
             continue
         spec = group_of(job, specs)
         if spec is None:
@@ -193,8 +255,14 @@ def is_idle(state: str) -> bool:
     return s == "idle"
 
 
+def slurm_name(ip: str) -> str:
+    """The Slurm node name HyperPod gives a node: its hostname, `ip-A-B-C-D`."""
+    return "ip-" + ip.strip().replace(".", "-")
+
+
 class NodeMap:
-    """Slurm node name -> (instance group, instance id), from HyperPod's resource configuration file."""
+    """Slurm node name -> (instance group, instance id), from HyperPod's resource configuration file. An
+    entry without InstanceId still names its group; its id is "" (then NodeIds asks the API)."""
 
     def __init__(self, doc: Dict[str, Any]) -> None:
         self.cluster = str((doc.get("ClusterConfig") or {}).get("ClusterName") or doc.get("ClusterName") or "")
@@ -203,9 +271,9 @@ class NodeMap:
         for group in doc.get("InstanceGroups") or []:
             name = str(group.get("Name") or group.get("InstanceGroupName") or "")
             for inst in group.get("Instances") or []:
-                instance_id = str(inst.get("InstanceId") or "")
-                if not name or not instance_id:
+                if not name:
                     continue
+                instance_id = str(inst.get("InstanceId") or "")
                 if inst.get("CustomerIpAddress"):
                     self.by_ip[str(inst["CustomerIpAddress"])] = (name, instance_id)
                 if inst.get("InstanceName"):
@@ -225,30 +293,119 @@ class NodeMap:
         return self.by_name.get(node)
 
 
-def idle_nodes(lines: Iterable[str], nodes: NodeMap, specs: Sequence[GroupSpec]) -> List[Tuple[str, str, str]]:
-    """(cluster, group, instance id) of each idle node of a mapped group; `sinfo -N` repeats a node once per
-    partition, so a node is idle only when every line of it says so."""
+class NodeIds:
+    """Slurm node name -> (instance group, instance id) from the SageMaker API, for the nodes the resource
+    file does not name with an id (a file without InstanceId, or one not rewritten since a scale-out):
+    ListClusterNodes gives each node's id and group (and, in newer API versions, PrivateDnsHostname
+    `ip-A-B-C-D.<domain>`); DescribeClusterNode gives PrivatePrimaryIp for the others. A node id's
+    address never changes, so it is cached in `cache` (a JSON file) and asked once; the cache keeps only
+    the ids ListClusterNodes still lists (an address a deleted node freed may come back)."""
+
+    def __init__(self, sagemaker: Any, cache: Optional[str] = None) -> None:
+        self.sagemaker = sagemaker
+        self.cache = cache
+
+    def _cached(self) -> Dict[str, str]:
+        try:
+            with open(self.cache or "") as f:
+                found = json.load(f)
+            return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def _save(self, names: Dict[str, str]) -> None:
+        if not self.cache:
+            return
+        try:
+            with open(self.cache + ".tmp", "w") as f:
+                json.dump(names, f, sort_keys=True)
+            os.replace(self.cache + ".tmp", self.cache)
+        except OSError as exc:  # a cache that cannot be written costs API calls, never a wrong answer
+            print("note: node id cache not written: %s" % exc, file=sys.stderr)
+
+    def _summaries(self, cluster: str) -> List[Dict[str, Any]]:
+        nodes: List[Dict[str, Any]] = []
+        token = None
+        while True:
+            args: Dict[str, Any] = {"ClusterName": cluster, "MaxResults": 100}
+            if token:
+                args["NextToken"] = token
+            page = self.sagemaker.list_cluster_nodes(**args)
+            nodes.extend(page.get("ClusterNodeSummaries") or [])
+            token = page.get("NextToken")
+            if not token:
+                return nodes
+
+    def resolve(self, clusters: Iterable[str]) -> Dict[str, Tuple[str, str]]:
+        """Every listed node's Slurm name -> (group, id). Raises on an API failure: the caller then
+        leaves every node it cannot name unreported (fail closed)."""
+        cached = self._cached()
+        names: Dict[str, str] = {}
+        out: Dict[str, Tuple[str, str]] = {}
+        for cluster in sorted(set(clusters)):
+            for node in self._summaries(cluster):
+                node_id, group = str(node.get("InstanceId") or ""), str(node.get("InstanceGroupName") or "")
+                if not node_id or not group:
+                    continue
+                name = str(node.get("PrivateDnsHostname") or "").split(".")[0] or cached.get(node_id, "")
+                if not name:
+                    details = self.sagemaker.describe_cluster_node(ClusterName=cluster, NodeId=node_id)
+                    ip = str((details.get("NodeDetails") or {}).get("PrivatePrimaryIp") or "")
+                    name = slurm_name(ip) if ip else ""
+                if name:
+                    names[node_id] = name
+                    out[name] = (group, node_id)
+        if names != cached:
+            self._save(names)
+        return out
+
+
+def node_states(lines: Iterable[str]) -> Dict[str, bool]:
+    """Slurm node name -> idle; `sinfo -N` repeats a node once per partition, so a node is idle only when
+    every line of it says so."""
     states: Dict[str, bool] = {}
     for line in lines:
         name, sep, state = line.strip().partition("|")
         if sep and name:
             states[name] = states.get(name, True) and is_idle(state)
+    return states
+
+
+def idle_nodes(
+    lines: Iterable[str],
+    nodes: NodeMap,
+    specs: Sequence[GroupSpec],
+    api: Optional[Callable[[], Dict[str, Tuple[str, str]]]] = None,
+) -> List[Tuple[str, str, str, bool]]:
+    """(cluster, group, instance id, idle) of each node of a mapped group that Slurm lists: the id from
+    the resource file, else (with `api`, asked only when some node lacks one) from the SageMaker API. A
+    node no source names (the API failed too) is left out: the controller reads no datum as not idle."""
+    states = node_states(lines)
     mapped = {s.group: s.cluster for s in specs}
+    found = {name: nodes.lookup(name) for name in states}
+    if api is not None and any(not f or not f[1] for f in found.values()):
+        try:
+            from_api = api()
+        except Exception as exc:  # any SageMaker failure (botocore's errors are not importable here)
+            print("warning: node ids from the SageMaker API unknown: %s" % exc, file=sys.stderr)
+            from_api = {}
+        found = {name: f if f and f[1] else from_api.get(name, f) for name, f in found.items()}
     out = []
     for name, idle in sorted(states.items()):
-        found = nodes.lookup(name) if idle else None
-        if found and found[0] in mapped:
-            out.append((mapped[found[0]], found[0], found[1]))
+        hit = found.get(name)
+        if hit and hit[1] and hit[0] in mapped:
+            out.append((mapped[hit[0]], hit[0], hit[1], idle))
     return out
 
 
-def run(command: Sequence[str]) -> List[str]:
-    out = subprocess.run(list(command), capture_output=True, text=True, timeout=30, check=True).stdout
+def run(command: Sequence[str], env: Optional[Dict[str, str]] = None) -> List[str]:
+    full_env = dict(os.environ, **env) if env else None
+    out = subprocess.run(list(command), capture_output=True, text=True, timeout=30, check=True, env=full_env).stdout
     return out.splitlines()
 
 
 def run_squeue(command: Sequence[str] = SQUEUE) -> List[str]:
-    return run(command)
+    return run(command, SQUEUE_ENV)
 
 
 def run_sinfo(command: Sequence[str] = SINFO) -> List[str]:
@@ -276,16 +433,25 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--namespace", default="Slurm")
     parser.add_argument("--metric", default="PendingGPUs")
     parser.add_argument("--resource-config", default=RESOURCE_CONFIG, help="HyperPod's resource configuration")
+    parser.add_argument("--node-cache", help="a JSON file caching node id -> Slurm name (HyperPod)")
+    parser.add_argument(
+        "--no-api", action="store_true", help="name nodes from the resource file only (no SageMaker calls)"
+    )
     parser.add_argument("--region", help="AWS region (default: the environment's)")
     parser.add_argument("--dry-run", action="store_true", help="print the data, send nothing")
     return parser
 
 
 def hyperpod_data(
-    args: argparse.Namespace, lines: List[str], sinfo: Callable[[], List[str]], now: datetime
+    args: argparse.Namespace,
+    lines: List[str],
+    sinfo: Callable[[], List[str]],
+    now: datetime,
+    sagemaker: Callable[[], Any],
 ) -> List[Dict[str, Any]]:
-    """The backlog per group, then the idle nodes (none when sinfo or the resource file fails: saying a
-    node is idle when it is not could remove it, so an unknown is never idle)."""
+    """The backlog per group, then each node of a mapped group: IdleNode 1 when Slurm calls it idle, 0
+    when not (a job holds it, it drains, ...). None when sinfo fails or no node can be named: saying a
+    node is idle when it is not could remove it, so an unknown is never idle."""
     specs = [GroupSpec.parse(text) for text in args.hyperpod]
     totals, unmapped = pending_by_group(lines, specs, args.partition)
     if unmapped:
@@ -295,14 +461,28 @@ def hyperpod_data(
     ]
     try:
         nodes = NodeMap.load(args.resource_config)
-        idle = idle_nodes(sinfo(), nodes, specs)
-    except (OSError, ValueError, subprocess.SubprocessError) as exc:
+    except (OSError, ValueError) as exc:
+        print("note: resource file unreadable (%s): node ids from the SageMaker API" % exc, file=sys.stderr)
+        nodes = NodeMap({})
+
+    def api() -> Dict[str, Tuple[str, str]]:
+        return NodeIds(sagemaker(), args.node_cache).resolve(s.cluster for s in specs)
+
+    try:
+        found = idle_nodes(sinfo(), nodes, specs, None if args.no_api else api)
+    except (OSError, subprocess.SubprocessError) as exc:
         print("warning: idle nodes unknown, none published: %s" % exc, file=sys.stderr)
-        idle = []
-    for cluster, group, instance_id in idle:
+        found = []
+    for cluster, group, instance_id, idle in found:
         dims = {"ClusterName": cluster, "InstanceGroupName": group, "InstanceId": instance_id}
-        data.append(datum(dims, IDLE_METRIC, 1, now))
+        data.append(datum(dims, IDLE_METRIC, 1 if idle else 0, now))
     return data
+
+
+def _client(service: str, region: Optional[str]) -> Any:
+    import boto3
+
+    return boto3.client(service, region_name=region)
 
 
 def main(
@@ -310,6 +490,7 @@ def main(
     squeue: Callable[[], List[str]] = run_squeue,
     cloudwatch: Any = None,
     sinfo: Callable[[], List[str]] = run_sinfo,
+    sagemaker: Any = None,
 ) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -325,7 +506,7 @@ def main(
         return 1
     now = datetime.now(timezone.utc)
     if args.hyperpod:
-        data = hyperpod_data(args, lines, sinfo, now)
+        data = hyperpod_data(args, lines, sinfo, now, lambda: sagemaker or _client("sagemaker", args.region))
     else:
         data = [datum({"AutoScalingGroupName": args.asg}, args.metric, pending_gpus(lines, args.partition), now)]
     if args.dry_run:
@@ -334,9 +515,7 @@ def main(
             print(f"{args.namespace}/{d['MetricName']} {dims}: {int(d['Value'])}")
         return 0
     if cloudwatch is None:
-        import boto3
-
-        cloudwatch = boto3.client("cloudwatch", region_name=args.region)
+        cloudwatch = _client("cloudwatch", args.region)
     for i in range(0, len(data), MAX_DATUMS):
         cloudwatch.put_metric_data(Namespace=args.namespace, MetricData=data[i : i + MAX_DATUMS])
     return 0

@@ -196,6 +196,17 @@ def _queue_arn(url: str) -> str:
     )
 
 
+def implied_calls(action: str, params: dict[str, Any]) -> list[tuple[str, list[Resource]]]:
+    """What IAM also authorizes for a call, beside its own action: UpdateCluster passes each instance
+    group's ExecutionRole to SageMaker (iam:PassRole with iam:PassedToService; the HyperPod IAM guide,
+    docs/hyperpod.md)."""
+    if action != "sagemaker:UpdateCluster":
+        return []
+    roles = sorted({g["ExecutionRole"] for g in params.get("InstanceGroups", []) if g.get("ExecutionRole")})
+    context = {"iam:PassedToService": "sagemaker.amazonaws.com"}
+    return [("iam:PassRole", [Resource(arn, dict(context)) for arn in roles])] if roles else []
+
+
 def resources_for(client: BaseClient, service: str, op: str, params: dict[str, Any]) -> list[Resource]:
     if service == "dynamodb":
         return _Resolver(client).resolve_dynamodb(op, params)
@@ -244,6 +255,8 @@ class CallRecorder:
                 prefix = IAM_PREFIX.get(service, service)
                 action = f"{prefix}:{BATCH_ACTIONS.get(operation_name, operation_name)}"
                 recorder.records.append(CallRecord(function, action, resources))
+                for implied, implied_resources in implied_calls(action, api_params):
+                    recorder.records.append(CallRecord(function, implied, implied_resources))
             return original(client, operation_name, api_params)
 
         BaseClient._make_api_call = recording

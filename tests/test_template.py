@@ -101,7 +101,7 @@ def test_runtime_is_python313_arm64_and_layers_build_for_arm64(template: dict[st
 
 @pytest.mark.parametrize("function", ["ScalerFunction", "OomGuardFunction", "SpotWatchFunction"])
 def test_scaling_calls_are_limited_to_tagged_resources(template: dict[str, Any], function: str) -> None:
-    """Every statement of a scaling function's own policy is one of three kinds; nothing else slips in."""
+    """Every statement of a scaling function's own policy is one of four kinds; nothing else slips in."""
     policies = template["Resources"][function]["Properties"]["Policies"]
     statements = [s for p in policies if isinstance(p, dict) and "Statement" in p for s in p["Statement"]]
     mutating = {
@@ -124,6 +124,9 @@ def test_scaling_calls_are_limited_to_tagged_resources(template: dict[str, Any],
             assert cond["Null"] == {"autoscaling:ResourceTag/eks:nodegroup-name": "false"}, s["Sid"]
             assert cond["ForAllValues:StringEquals"] == {"aws:TagKeys": [defaults.TAG_MANAGED]}
             assert cond["StringEquals"] == {f"aws:RequestTag/{defaults.TAG_MANAGED}": defaults.TAG_MANAGED_VALUE}
+        elif actions == ["iam:PassRole"]:
+            # UpdateCluster sends the group's ExecutionRole back: passing it, to SageMaker only.
+            assert cond == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}, s["Sid"]
         elif all(a.startswith("dynamodb:") for a in actions):
             # State: only items under the function's own leading keys, and never a Scan.
             assert "dynamodb:Scan" not in actions, s["Sid"]

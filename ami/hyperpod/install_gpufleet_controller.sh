@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # HyperPod lifecycle step for the Slurm controller node: publish the GPU backlog and the idle nodes each minute.
 #   install_gpufleet_controller.sh --group GROUP[=PART,...] [--group ...] [--cluster NAME] [--bundle DIR] [--root DIR]
+#                                  [--block-imds-for-users [--imds-allow-user NAME ...]]
 set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -10,17 +11,23 @@ CLUSTER=""
 RESOURCE_CONFIG="/opt/ml/config/resource_config.json"
 DEPS=1
 TARGETS=()
+BLOCK_IMDS=0
+IMDS_USERS=(root)
+NODE_CACHE="/var/lib/gpufleet/hyperpod_nodes.json"
 usage() {
   cat <<'USAGE'
 Usage: install_gpufleet_controller.sh --group GROUP[=PART,...] [--group ...] [--cluster NAME]
                                       [--resource-config FILE] [--bundle DIR] [--root DIR]
+                                      [--block-imds-for-users [--imds-allow-user NAME ...]]
 
 Installs ami/slurm_pending_gpus.py on the HyperPod Slurm controller node as a systemd timer that runs it
 every minute with `--hyperpod CLUSTER:GROUP[=PART,...]` for each --group: PendingGPUs per instance group
 and IdleNode per idle node, namespace Slurm (docs/hyperpod.md). It runs as root, so Slurm's PrivateData
 cannot hide other users' pending jobs from squeue. Offline: boto3 comes from the bundle's wheels.
 The cluster name and region are read from HyperPod's resource file (ClusterConfig.ClusterName, the
-region of ClusterConfig.ClusterArn) unless --cluster is given.
+region of ClusterConfig.ClusterArn) unless --cluster is given. Node ids the resource file lacks are read
+with the node's role from the SageMaker API (ListClusterNodes, DescribeClusterNode: execution-role-controller.json)
+and cached in /var/lib/gpufleet/hyperpod_nodes.json.
 
   --group G[=P,...]      an instance group gpufleet scales, and the Slurm partitions whose jobs it runs
                          (repeatable; a group without partitions takes the jobs no other group names)
@@ -29,6 +36,11 @@ region of ClusterConfig.ClusterArn) unless --cluster is given.
   --bundle DIR           the staged bundle (default: ./gpufleet next to this script)
   --root DIR             install under DIR instead of / (tests: no systemctl)
   --no-deps              do not pip-install boto3 (tests)
+  --block-imds-for-users opt in: a boot-time iptables rule (owner match) that rejects the instance metadata
+                         service for every local user but root and --imds-allow-user: a user of this node
+                         could otherwise take its role's credentials and put IdleNode=1 for a node that runs
+                         someone's job (docs/security.md). Check first which daemons need IMDS.
+  --imds-allow-user NAME a user that keeps IMDS (repeatable; e.g. the CloudWatch agent's cwagent)
   -h, --help             this text
 USAGE
 }
@@ -41,6 +53,8 @@ while [[ $# -gt 0 ]]; do
     --bundle) BUNDLE="$2"; shift 2 ;;
     --root) ROOT="${2%/}"; shift 2 ;;
     --no-deps) DEPS=0; shift ;;
+    --block-imds-for-users) BLOCK_IMDS=1; shift ;;
+    --imds-allow-user) IMDS_USERS+=("$2"); shift 2 ;;
     *) echo "install_gpufleet_controller.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -82,7 +96,7 @@ install -m 0755 "$BUNDLE/ami/slurm_pending_gpus.py" "$BIN/slurm_pending_gpus.py"
 ARGS=""
 for g in "${TARGETS[@]}"; do ARGS+=" --hyperpod $CLUSTER:$g"; done
 [[ "$REGION" == "-" ]] || ARGS+=" --region $REGION"
-ARGS+=" --resource-config $RESOURCE_CONFIG"
+ARGS+=" --resource-config $RESOURCE_CONFIG --node-cache $NODE_CACHE"
 
 cat > "$UNITS/gpufleet-slurm-backlog.service" <<UNIT
 [Unit]
@@ -97,6 +111,7 @@ Environment=PATH=/opt/slurm/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bi
 ExecStart=$PY /opt/gpufleet/bin/slurm_pending_gpus.py$ARGS
 TimeoutStartSec=50s
 NoNewPrivileges=yes
+StateDirectory=gpufleet
 ProtectSystem=strict
 ProtectHome=yes
 PrivateTmp=yes
@@ -115,8 +130,36 @@ Persistent=false
 WantedBy=timers.target
 UNIT
 
+GUARD=""
+if [[ "$BLOCK_IMDS" == 1 ]]; then  # IPv4 and IPv6 endpoints; each allowed user's ACCEPT goes before the REJECT
+  RULES=""
+  for ip in "iptables 169.254.169.254 +" "ip6tables fd00:ec2::254 -"; do
+    read -r tool addr ok <<<"$ip"  # ok "-": a failure is ignored (a node without IPv6); IPv4 must hold
+    [[ "$ok" == "-" ]] || ok=""
+    for u in "${IMDS_USERS[@]}"; do
+      RULES+="ExecStart=${ok}/bin/sh -c '$tool -C OUTPUT -d $addr -m owner --uid-owner $u -j ACCEPT 2>/dev/null || $tool -A OUTPUT -d $addr -m owner --uid-owner $u -j ACCEPT'"$'\n'
+    done
+    RULES+="ExecStart=${ok}/bin/sh -c '$tool -C OUTPUT -d $addr -j REJECT 2>/dev/null || $tool -A OUTPUT -d $addr -j REJECT'"$'\n'
+  done
+  cat > "$UNITS/gpufleet-imds-guard.service" <<UNIT
+[Unit]
+Description=gpufleet: only ${IMDS_USERS[*]} may reach the instance metadata service (docs/security.md)
+After=network-pre.target
+Before=network-online.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+${RULES}
+[Install]
+WantedBy=multi-user.target
+UNIT
+  GUARD="gpufleet-imds-guard.service"
+fi
+
 if [[ -z "$ROOT" ]]; then
   systemctl daemon-reload
   systemctl enable --now gpufleet-slurm-backlog.timer
+  [[ -z "$GUARD" ]] || systemctl enable --now "$GUARD"
 fi
 echo "gpufleet backlog publisher installed into ${ROOT:-/}:$ARGS"

@@ -1,7 +1,8 @@
 """A HyperPod Slurm cluster's instance group sized by the scaler on moto server (UpdateCluster and
 BatchDeleteClusterNodes [emulated]: rehearsal.moto_hyperpod): the Slurm backlog scales it 0 -> 2; with the
 backlog gone, the node Slurm has called idle for five minutes is removed by id and the one it has not
-(a job holds it) is kept, however idle its GPUs read."""
+(a job took it in the latest minute: the publisher stopped saying idle) is kept, however idle its GPUs
+read."""
 
 from __future__ import annotations
 
@@ -86,6 +87,10 @@ def test_backlog_scales_out_then_only_the_node_slurm_calls_idle_is_removed(hyper
     for minute in range(1, defaults.HYPERPOD_IDLE_MINUTES + 1):
         _put(
             cw, defaults.HYPERPOD_IDLE_METRIC, {**DIMS, schema.DIM_INSTANCE_ID: idle}, 1, t1 - timedelta(minutes=minute)
+        )
+    for minute in range(2, defaults.HYPERPOD_IDLE_MINUTES + 1):  # idle until a job took it in the latest minute
+        _put(
+            cw, defaults.HYPERPOD_IDLE_METRIC, {**DIMS, schema.DIM_INSTANCE_ID: busy}, 1, t1 - timedelta(minutes=minute)
         )
     for node in (idle, busy):  # both nodes' GPUs read idle: only Slurm's word tells them apart
         hyperpod.put_instance_gpu(node, 0.0, 0.0, t1 - timedelta(minutes=2))

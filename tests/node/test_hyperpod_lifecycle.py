@@ -99,18 +99,45 @@ def test_controller_installs_a_minutely_timer_whose_command_publishes(tmp_path: 
     [exec_start] = [line for line in service.splitlines() if line.startswith("ExecStart=")]
     argv = shlex.split(exec_start.split("=", 1)[1])
     assert argv[2:] == ["--hyperpod", "ml-cluster:gpu-a=train", "--hyperpod", "ml-cluster:gpu-b",
-                        "--region", "us-west-2", "--resource-config", str(config)]  # fmt: skip
+                        "--region", "us-west-2", "--resource-config", str(config),
+                        "--node-cache", "/var/lib/gpufleet/hyperpod_nodes.json"]  # fmt: skip
+    assert "StateDirectory=gpufleet" in service  # the node id cache's directory, writable under ProtectSystem
+    assert not (units / "gpufleet-imds-guard.service").exists()  # opt-in only
     fake_slurm(tmp_path / "bin")
     env = dict(os.environ, PATH="%s%s%s" % (tmp_path / "bin", os.pathsep, os.environ.get("PATH", "")))
     installed = root / "opt/gpufleet/bin/slurm_pending_gpus.py"
-    dry = subprocess.run([sys.executable, str(installed), *argv[2:], "--dry-run"], capture_output=True, text=True,
-                         env=env, timeout=30)  # fmt: skip
+    dry = subprocess.run([sys.executable, str(installed), *argv[2:-2], "--dry-run"],  # no cache written here
+                         capture_output=True, text=True, env=env, timeout=30)  # fmt: skip
     assert dry.returncode == 0, dry.stderr
     assert dry.stdout.splitlines() == [
         "Slurm/PendingGPUs ClusterName=ml-cluster InstanceGroupName=gpu-a: 16",
         "Slurm/PendingGPUs ClusterName=ml-cluster InstanceGroupName=gpu-b: 0",
         "Slurm/IdleNode ClusterName=ml-cluster InstanceGroupName=gpu-a InstanceId=i-0a1: 1",
+        "Slurm/IdleNode ClusterName=ml-cluster InstanceGroupName=gpu-a InstanceId=i-0a2: 0",
     ]
+
+
+def test_controller_can_block_imds_for_every_user_but_root(tmp_path: Path) -> None:
+    """docs/security.md: a user of the controller node could read its role's credentials from IMDS and put
+    IdleNode=1 for a busy node; the opt-in guard rejects IMDS for every uid but root and those allowed."""
+    b, root = bundle(tmp_path), tmp_path / "root"
+    config = tmp_path / "resource_config.json"
+    config.write_text(json.dumps(RESOURCE_CONFIG))
+    out = run(str(HYPERPOD / "install_gpufleet_controller.sh"), "--group", "gpu-a", "--bundle", str(b),
+              "--root", str(root), "--resource-config", str(config), "--no-deps", "--block-imds-for-users",
+              "--imds-allow-user", "cwagent")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    unit = (root / "etc/systemd/system/gpufleet-imds-guard.service").read_text()
+    rules = [line.split("|| ", 1)[1].rstrip("'") for line in unit.splitlines() if line.startswith("ExecStart=")]
+    assert rules == [
+        "iptables -A OUTPUT -d 169.254.169.254 -m owner --uid-owner root -j ACCEPT",
+        "iptables -A OUTPUT -d 169.254.169.254 -m owner --uid-owner cwagent -j ACCEPT",
+        "iptables -A OUTPUT -d 169.254.169.254 -j REJECT",
+        "ip6tables -A OUTPUT -d fd00:ec2::254 -m owner --uid-owner root -j ACCEPT",
+        "ip6tables -A OUTPUT -d fd00:ec2::254 -m owner --uid-owner cwagent -j ACCEPT",
+        "ip6tables -A OUTPUT -d fd00:ec2::254 -j REJECT",
+    ]
+    assert all(line.startswith("ExecStart=/bin/sh") for line in unit.splitlines() if "iptables -C" in line[:40])
 
 
 def test_controller_needs_a_group(tmp_path: Path) -> None:

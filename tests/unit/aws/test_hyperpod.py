@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from gpufleet.aws.hyperpod import DeleteRefused, HyperPodFleet, idle_nodes, update_spec
+from gpufleet.aws.hyperpod import (
+    DETAILS_SHAPE,
+    SPEC_RENAMED,
+    SPEC_SHAPE,
+    DeleteRefused,
+    HyperPodFleet,
+    idle_nodes,
+    update_spec,
+)
 from gpufleet.domain import defaults
 from gpufleet.domain.models import Action, Decision, Direction, GroupKind, GroupRef, GroupState, Trigger, TriggerKind
 from gpufleet.domain.policy import GroupSettings, IdleThreshold
@@ -85,12 +93,29 @@ class FakeSageMaker:
 
 
 class FakeCloudWatch:
-    """Per instance: the IdleNode minutes Slurm's publisher put (values), or an error for every read."""
+    """Per instance: the IdleNode minutes Slurm's publisher put, oldest first, the last one the newest whole
+    minute before NOW (None: no datum that minute); `current`: a datum in the current, partial minute. It
+    answers as GetMetricData does: only the minutes in [StartTime, EndTime), newest first, each with its
+    timestamp."""
 
-    def __init__(self, minutes: dict[str, list[float]], error: str | None = None):
+    def __init__(
+        self,
+        minutes: dict[str, list[float | None]],
+        error: str | None = None,
+        current: dict[str, float] | None = None,
+    ):
         self.minutes = minutes
+        self.current = current or {}
         self.error = error
         self.requests: list[dict[str, Any]] = []
+
+    def series(self, iid: str) -> dict[datetime, float]:
+        end = NOW.replace(second=0)
+        values = self.minutes.get(iid, [])
+        out = {end - timedelta(minutes=len(values) - i): v for i, v in enumerate(values) if v is not None}
+        if iid in self.current:
+            out[end] = self.current[iid]
+        return out
 
     def get_metric_data(self, **kw: Any) -> dict[str, Any]:
         self.requests.append(kw)
@@ -99,27 +124,29 @@ class FakeCloudWatch:
         results = []
         for q in kw["MetricDataQueries"]:
             dims = {d["Name"]: d["Value"] for d in q["MetricStat"]["Metric"]["Dimensions"]}
-            values = self.minutes.get(dims["InstanceId"], [])
-            results.append(
-                {"Id": q["Id"], "Values": values, "Timestamps": [NOW] * len(values), "StatusCode": "Complete"}
-            )
+            found = self.series(dims["InstanceId"])
+            stamps = sorted((t for t in found if kw["StartTime"] <= t < kw["EndTime"]), reverse=True)
+            values = [found[t] for t in stamps]
+            results.append({"Id": q["Id"], "Values": values, "Timestamps": stamps, "StatusCode": "Complete"})
         return {"MetricDataResults": results}
 
 
 def _fleet(
-    nodes: list[dict[str, Any]], minutes: dict[str, list[float]], **kw: Any
+    nodes: list[dict[str, Any]], minutes: dict[str, list[float | None]], **kw: Any
 ) -> tuple[HyperPodFleet, FakeSageMaker]:
     sm = FakeSageMaker(nodes, **{k: v for k, v in kw.items() if k in ("refuse", "orchestrator")})
-    cw = FakeCloudWatch(minutes, kw.get("error"))
+    cw = FakeCloudWatch(minutes, kw.get("error"), kw.get("current"))
     return HyperPodFleet(sm, cw, now=lambda: NOW), sm
 
 
-IDLE = [1.0] * defaults.HYPERPOD_IDLE_MINUTES
+IDLE: list[float | None] = [1.0] * defaults.HYPERPOD_IDLE_MINUTES
 
 # status, Slurm's minutes -> (lifecycle, healthy, runs work, may be a victim)
 STATES = [
     ("Running", IDLE, ("InService", True, False, True)),
     ("Running", IDLE[1:], ("InService", True, False, True)),  # one missing minute forgiven
+    ("Running", [1.0, 1.0, None, 1.0, 1.0], ("InService", True, False, True)),  # an older gap too
+    ("Running", [1.0, 1.0, 1.0, 1.0, None], ("InService", True, True, False)),  # the newest: a job started
     ("Running", IDLE[2:], ("InService", True, True, False)),  # two missing: not idle long enough
     ("Running", [], ("InService", True, True, False)),  # a job holds it: Slurm said nothing
     ("Running", [1.0, 1.0, 0.0, 1.0, 1.0], ("InService", True, True, False)),  # a datum that is not idle
@@ -134,7 +161,7 @@ STATES = [
 
 @pytest.mark.parametrize(("status", "minutes", "want"), STATES)
 def test_each_node_state_reads_as_capacity_or_not_and_victim_or_not(
-    status: str, minutes: list[float], want: tuple[str, bool, bool, bool]
+    status: str, minutes: list[float | None], want: tuple[str, bool, bool, bool]
 ) -> None:
     fleet, _ = _fleet([_node("i-0aaaaaaaaaaaaaaaa", status)], {"i-0aaaaaaaaaaaaaaaa": minutes})
     [obs] = fleet.observe([REF])
@@ -165,9 +192,8 @@ def test_the_idle_read_is_one_call_over_whole_minutes_and_only_for_running_nodes
     stat = request["MetricDataQueries"][0]["MetricStat"]
     assert stat["Metric"]["Namespace"] == "Slurm" and stat["Metric"]["MetricName"] == "IdleNode"
     assert {d["Name"] for d in stat["Metric"]["Dimensions"]} == {"ClusterName", "InstanceGroupName", "InstanceId"}
-    assert request["EndTime"] == NOW.replace(second=0) and request["StartTime"] == NOW.replace(second=0) - timedelta(
-        minutes=5
-    )
+    end = NOW.replace(second=0)  # the window: 5 whole minutes, and the current one read to its end
+    assert (request["StartTime"], request["EndTime"]) == (end - timedelta(minutes=5), end + timedelta(minutes=1))
 
 
 def test_an_unreadable_idle_report_closes_the_group_for_scale_in() -> None:
@@ -182,8 +208,50 @@ def test_an_eks_orchestrated_cluster_is_not_this_adapters() -> None:
     assert fleet.observe([REF]) == []
 
 
-def test_idle_needs_enough_minutes_all_saying_one() -> None:
-    assert idle_nodes({"a": IDLE, "b": IDLE[:3], "c": [1.0, 1.0, 1.0, 2.0], "d": [float("nan")] * 5}) == {"a"}
+def _at(*offsets: int, value: float = 1.0) -> dict[datetime, float]:
+    end = NOW.replace(second=0)
+    return {end + timedelta(minutes=k): value for k in offsets}
+
+
+# A node's IdleNode minutes (offsets from the current minute: -1 the newest whole one) -> idle?
+WINDOWS = [
+    (_at(-5, -4, -3, -2, -1), True),
+    (_at(-4, -3, -2, -1), True),  # the oldest missing: forgiven
+    (_at(-5, -4, -2, -1), True),  # an older gap: forgiven
+    (_at(-5, -4, -3, -2), False),  # the newest missing: a job took the node in the latest minute
+    (_at(-3, -2, -1), False),  # two missing
+    (_at(-5, -4, -3, -2, -1, 0), True),  # the current minute said idle too
+    ({**_at(-5, -4, -3, -2, -1), **_at(0, value=0.0)}, False),  # the current minute said busy
+    ({**_at(-5, -4, -3, -2, -1), **_at(-3, value=2.0)}, False),  # a datum that is not 1
+    (_at(-5, -4, -3, -2, -1, value=float("nan")), False),
+    ({}, False),
+]
+
+
+@pytest.mark.parametrize(("series", "idle"), WINDOWS)
+def test_idle_needs_the_newest_minute_and_every_datum_saying_one(series: dict[datetime, float], idle: bool) -> None:
+    assert (idle_nodes({"n": series}, NOW.replace(second=0)) == {"n"}) is idle
+
+
+def test_a_job_started_in_the_latest_minute_keeps_the_node() -> None:
+    """The probe's case: Slurm said idle at -5..-2 and a job took the node during -1 (the publisher put
+    nothing for it): the old rule forgave the newest gap and called it idle."""
+    fleet, _ = _fleet([_node("i-0aaaaaaaaaaaaaaaa", "Running")], {"i-0aaaaaaaaaaaaaaaa": [1.0, 1.0, 1.0, 1.0, None]})
+    [obs] = fleet.observe([REF])
+    assert [i.runs_gpu_work for i in obs.instances] == [True]
+
+
+def test_the_delete_reads_slurms_word_again_and_keeps_a_node_that_got_a_job() -> None:
+    ids = ["i-0aaaaaaaaaaaaaaaa", "i-0bbbbbbbbbbbbbbbb"]
+    fleet, sm = _fleet([_node(i, "Running") for i in ids], dict.fromkeys(ids, IDLE))
+    obs = fleet.observe([REF])[0]
+    fleet.cloudwatch.current = {ids[1]: 0.0}  # the publisher, after the observation: a job holds it now
+    text = fleet.apply(_decision(Action.SCALE_IN, 1, tuple(ids)), obs)
+    assert [kw["NodeIds"] for c, kw in sm.calls if c == "BatchDeleteClusterNodes"] == [[ids[0]]]
+    assert f"kept {ids[1]}" in text
+    fleet.cloudwatch.error = "Throttling"  # unreadable at the delete: nothing is deleted
+    assert "kept" in fleet.apply(_decision(Action.SCALE_IN, 1, (ids[0],)), obs)
+    assert len([c for c, _ in sm.calls if c == "BatchDeleteClusterNodes"]) == 1
 
 
 def _decision(action: Action, desired: int, victims: tuple[str, ...] = ()) -> Decision:
@@ -268,3 +336,28 @@ def test_an_alarm_on_an_instance_groups_series_targets_that_group() -> None:
     metric = MetricRef(namespace="GPUFleet", name="GPUUtilization", dimensions=REF.metric_dimensions)
     target = resolve_alarm_target(trigger("a", metric), {"gpufleet:direction": "in"}, FleetPolicy())
     assert (target.group, target.direction) == (REF, Direction.IN)
+
+
+def _sagemaker_shape(name: str) -> set[str]:
+    import botocore.session
+
+    return set(botocore.session.get_session().get_service_model("sagemaker").shape_for(name).members)
+
+
+def test_every_spec_member_describecluster_holds_is_sent_back() -> None:
+    """A field left out of UpdateCluster's spec is a field changed (ImageReleaseVersion left out is 'the
+    latest available version'): every member of ClusterInstanceGroupSpecification that DescribeCluster
+    answers, under its name or a known rename, is carried; the probe found AutoPatchConfig and
+    DesiredImageReleaseVersion dropped."""
+    spec_members, details = _sagemaker_shape(SPEC_SHAPE), _sagemaker_shape(DETAILS_SHAPE)
+    renamed_to = set(SPEC_RENAMED.values())
+    assert not spec_members - details - renamed_to - {"InstanceCount"}, "a spec member DescribeCluster never says"
+    assert set(SPEC_RENAMED) <= details and renamed_to <= spec_members
+    group = {m: f"value-of-{m}" for m in details}
+    sent = update_spec(group, 7)
+    for member in spec_members - {"InstanceCount"}:
+        source = next((old for old, new in SPEC_RENAMED.items() if new == member), member)
+        assert sent.get(member) == group[source], member
+    assert sent["InstanceCount"] == 7 and set(sent) == spec_members
+    with_patch = update_spec({**GROUP, "AutoPatchConfig": {"Mode": "x"}, "DesiredImageReleaseVersion": "1.2.3"}, 3)
+    assert with_patch["AutoPatchConfig"] == {"Mode": "x"} and with_patch["ImageReleaseVersion"] == "1.2.3"

@@ -6,7 +6,8 @@ and does not do.
 Which nodes run a Slurm job is Slurm's to say, not the node's: the backlog publisher on the cluster's
 controller node puts `IdleNode` = 1 each minute for every node Slurm reports IDLE (defaults.HYPERPOD_IDLE_*),
 into a namespace only the scheduler's role may write. A node is a candidate for removal only if every
-recent minute said idle; anything else, or an unreadable answer, keeps it (fail closed). API facts relied
+recent minute said idle, the newest whole minute included (idle_nodes); anything else, or an unreadable
+answer, keeps it (fail closed). API facts relied
 on (SageMaker API reference, botocore's sagemaker model):
 - ClusterInstanceStatus (ListClusterNodes' InstanceStatus.Status): Running | Failure | Pending |
   ShuttingDown | SystemUpdating | DeepHealthCheckInProgress | NotFound | DetachInProgress | AttachInProgress;
@@ -21,11 +22,13 @@ on (SageMaker API reference, botocore's sagemaker model):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import functools
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import botocore.session
 from botocore.exceptions import ClientError
 
 from gpufleet.aws.clients import AWS_FAILURES, error_code
@@ -46,25 +49,16 @@ NODE_STATES: dict[str, tuple[str, bool]] = {
     "SystemUpdating": ("SystemUpdating", False),
     "DeepHealthCheckInProgress": ("DeepHealthCheckInProgress", False),
 }
-# What of DescribeCluster's instance group UpdateCluster accepts under the same name (the spec is sent
-# whole: a field left out is a field changed), and what it accepts under another.
-SPEC_FIELDS = (
-    "InstanceGroupName",
-    "InstanceType",
-    "InstanceRequirements",
-    "LifeCycleConfig",
-    "ExecutionRole",
-    "ThreadsPerCore",
-    "InstanceStorageConfigs",
-    "OnStartDeepHealthChecks",
-    "TrainingPlanArn",
-    "OverrideVpcConfig",
-    "ScheduledUpdateConfig",
-    "SlurmConfig",
-    "CapacityRequirements",
-    "NetworkInterface",
-)
-SPEC_RENAMED = {"MinCount": "MinInstanceCount", "DesiredImageId": "ImageId"}
+# DescribeCluster's names (ClusterInstanceGroupDetails) for what UpdateCluster takes under another name
+# (ClusterInstanceGroupSpecification). Every other spec member is carried under its own name when the
+# details hold it: the spec is sent whole, and a field left out is a field changed.
+SPEC_RENAMED = {
+    "MinCount": "MinInstanceCount",
+    "DesiredImageId": "ImageId",
+    "DesiredImageReleaseVersion": "ImageReleaseVersion",
+}
+SPEC_SHAPE = "ClusterInstanceGroupSpecification"
+DETAILS_SHAPE = "ClusterInstanceGroupDetails"
 GONE = "NodeIdNotFound"  # a delete retried after the node went: done, not failed
 # The OOM guard's answer for a HyperPod node with a failed GPU: no ASG holds it, and HyperPod has its own
 # recovery (health checks, automatic node recovery; BatchReplaceClusterNodes by hand). Told, never acted on.
@@ -112,19 +106,47 @@ def node_observation(node: dict[str, Any], runs_gpu_work: bool) -> InstanceObser
     )
 
 
-def update_spec(group: dict[str, Any], count: int) -> dict[str, Any]:
-    """The instance group's spec for UpdateCluster: everything DescribeCluster said, the count changed."""
-    spec = {k: group[k] for k in SPEC_FIELDS if group.get(k) is not None}
-    spec.update({new: group[old] for old, new in SPEC_RENAMED.items() if group.get(old) is not None})
+@functools.cache
+def spec_fields() -> tuple[str, ...]:
+    """UpdateCluster's instance group members, from botocore's own SageMaker model (the one the client
+    validates against), so a member a newer API adds is carried without a change here. Loaded on the
+    first count change only: the model is large."""
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    return tuple(model.shape_for(SPEC_SHAPE).members)
+
+
+def update_spec(group: dict[str, Any], count: int, fields: Sequence[str] | None = None) -> dict[str, Any]:
+    """The instance group's spec for UpdateCluster: everything DescribeCluster said that UpdateCluster
+    takes (under its own name or SPEC_RENAMED's), the count changed."""
+    members = set(spec_fields() if fields is None else fields)
+    spec = {k: group[k] for k in members if k != "InstanceCount" and group.get(k) is not None}
+    spec.update({new: group[old] for old, new in SPEC_RENAMED.items() if new in members and group.get(old) is not None})
     spec["InstanceCount"] = count
     return spec
 
 
-def idle_nodes(minutes: dict[str, list[float]]) -> set[str]:
-    """Nodes whose recent minutes all said idle: at least HYPERPOD_IDLE_MINUTES less the missing minute
-    forgiven, each datum 1 (anything else - a 0, a NaN - is not Slurm's idle and keeps the node)."""
-    need = defaults.HYPERPOD_IDLE_MINUTES - defaults.HYPERPOD_IDLE_MISSING_OK
-    return {iid for iid, values in minutes.items() if len(values) >= need and all(v == 1.0 for v in values)}
+def minute_of(at: datetime) -> datetime:
+    """The whole minute (UTC) a datum's timestamp falls in: the key GetMetricData's 60 s buckets share."""
+    return at.astimezone(UTC).replace(second=0, microsecond=0)
+
+
+def idle_nodes(minutes: Mapping[str, Mapping[datetime, float]], end: datetime) -> set[str]:
+    """Nodes Slurm called idle through the window: `end` is the current minute (whole, UTC); the window
+    is the HYPERPOD_IDLE_MINUTES whole minutes before it. A node is idle only if
+    - every datum read says 1 (a 0 or a NaN - anywhere, the current partial minute too - keeps it);
+    - the newest whole minute (end - 1 min) holds a 1: the publisher puts nothing (or 0) for a node a
+      job holds, so a gap there is the job that just started, never forgiven;
+    - at most HYPERPOD_IDLE_MISSING_OK older minutes are missing (cron jitter, a late ingestion).
+    Anything else, or a node with no series, is not idle (fail closed)."""
+    newest = end - timedelta(minutes=1)
+    window = [end - timedelta(minutes=k) for k in range(1, defaults.HYPERPOD_IDLE_MINUTES + 1)]
+    idle = set()
+    for iid, series in minutes.items():
+        if any(v != 1.0 for v in series.values()) or series.get(newest) != 1.0:
+            continue
+        if sum(1 for m in window if m not in series) <= defaults.HYPERPOD_IDLE_MISSING_OK:
+            idle.add(iid)
+    return idle
 
 
 def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
@@ -205,25 +227,30 @@ class HyperPodFleet:
                 return nodes
 
     def _idle(self, running: Sequence[tuple[GroupRef, str]]) -> tuple[set[str], str | None]:
-        """The Running nodes Slurm has called idle every recent minute, or why that cannot be told (then
-        none is). One GetMetricData query per node (Minimum, 60 s): each datum is one minute that said
-        idle, so the count of data and their values answer both questions at one metric's price."""
+        """The Running nodes Slurm has called idle through the window (idle_nodes says the rule), or why
+        that cannot be told (then none is). One GetMetricData query per node (Minimum, 60 s): each datum
+        is one minute, keyed by its timestamp; the read runs to the end of the current minute so a datum
+        the publisher put in it (a 0: a job started) is seen too."""
         if not running:
             return set(), None
-        end = self.now().replace(second=0, microsecond=0)  # whole minutes, the current one left out
+        end = minute_of(self.now())
         start = end - timedelta(minutes=defaults.HYPERPOD_IDLE_MINUTES)
-        minutes: dict[str, list[float]] = {iid: [] for _, iid in running}
+        minutes: dict[str, dict[datetime, float]] = {iid: {} for _, iid in running}
         try:
             for batch in _chunks(list(running), defaults.GET_METRIC_DATA_MAX_QUERIES):
-                self._read_batch(batch, start, end, minutes)
+                self._read_batch(batch, start, end + timedelta(minutes=1), minutes)
         except AWS_FAILURES as exc:
             return set(), f"GetMetricData failed ({error_code(exc)}): which nodes Slurm calls idle is unknown"
         except _Incomplete as exc:
             return set(), str(exc)
-        return idle_nodes(minutes), None
+        return idle_nodes(minutes, end), None
 
     def _read_batch(
-        self, batch: Sequence[tuple[GroupRef, str]], start: datetime, end: datetime, into: dict[str, list[float]]
+        self,
+        batch: Sequence[tuple[GroupRef, str]],
+        start: datetime,
+        end: datetime,
+        into: dict[str, dict[datetime, float]],
     ) -> None:
         ids = {f"n{i}": iid for i, (_, iid) in enumerate(batch)}
         queries = [
@@ -254,7 +281,13 @@ class HyperPodFleet:
             for res in page.get("MetricDataResults", []):
                 if res.get("StatusCode", "Complete") not in ("Complete", "PartialData"):
                     raise _Incomplete(f"GetMetricData answered {res.get('StatusCode')} for the Slurm idle report")
-                into[ids[res["Id"]]].extend(float(v) for v in res.get("Values", []))
+                values, stamps = res.get("Values", []), res.get("Timestamps", [])
+                if len(values) != len(stamps):
+                    raise _Incomplete("GetMetricData answered values without their minutes for the Slurm idle report")
+                series = into[ids[res["Id"]]]
+                for at, value in zip(stamps, values, strict=True):  # two data in one minute: a not-1 sticks
+                    if series.get(minute_of(at), 1.0) == 1.0:
+                        series[minute_of(at)] = float(value)
             token = page.get("NextToken")
             if not token:
                 return
@@ -283,9 +316,16 @@ class HyperPodFleet:
         return f"UpdateCluster {ref.key} InstanceCount = {count}"
 
     def delete_nodes(self, decision: Decision, obs: GroupObservation) -> str:
-        """The victims that are still InService and still idle by this observation (a retry after a job
-        landed on one keeps it), in calls of at most 99; raises DeleteRefused when SageMaker refused any."""
+        """The victims that are still InService and still idle by this observation and by a fresh read of
+        the idle report (a job that landed on one keeps it), in calls of at most 99; raises DeleteRefused
+        when SageMaker refused any. What no read can see - a job Slurm starts after the publisher's last
+        report and before the delete - is docs/hyperpod.md's residual race."""
         now_idle = {i.instance_id for i in obs.instances if i.in_service and not i.runs_gpu_work}
+        if obs.scale_in_closed is None and now_idle & set(decision.victims):
+            # Read Slurm's word again right before the delete, by the same rule (a minute may have
+            # passed since the observation: a retry, a slow tick); unreadable now keeps every node.
+            reread, closed = self._idle([(obs.ref, v) for v in decision.victims if v in now_idle])
+            now_idle = set() if closed else now_idle & reread
         victims = [v for v in decision.victims if v in now_idle]
         kept = [v for v in decision.victims if v not in now_idle]
         if obs.scale_in_closed is not None:
