@@ -58,7 +58,18 @@ def test_deltas_start_at_a_baseline_and_restart_after_a_reset(sysfs):
     (sysfs / "rdmap0s31" / "ports" / "1" / "hw_counters" / "rx_bytes").write_text("600\n")
     assert deltas.delta()["rx_bytes"] == 500
     (sysfs / "rdmap0s31" / "ports" / "1" / "hw_counters" / "rx_bytes").write_text("5\n")  # driver reloaded
-    assert "rx_bytes" not in deltas.delta()
+    assert deltas.delta()["rx_bytes"] == 5  # counted since the reset, from 0
+    assert deltas.delta()["rx_bytes"] == 0
+
+
+def test_one_device_reset_while_another_counts_is_not_hidden_by_the_node_total(sysfs):
+    """Device A (at 100) re-probed, back to 0 then 50 bytes, while device B (at 1000) moved 5000: the
+    window moved 5050. Node-wide totals (1100 -> 6050) read it as 4950: the reset hid A's bytes."""
+    deltas = efa.EfaDeltas(str(sysfs))
+    deltas.delta()
+    (sysfs / "rdmap0s31" / "ports" / "1" / "hw_counters" / "rx_bytes").write_text("50\n")
+    (sysfs / "rdmap16s27" / "ports" / "1" / "hw_counters" / "rx_bytes").write_text("6000\n")
+    assert deltas.delta()["rx_bytes"] == 50 + 5000
 
 
 def _scrape(node):

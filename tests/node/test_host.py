@@ -3,12 +3,13 @@ a temporary directory; the host series riding in the GPU metrics' own PutMetricD
 detail the group's series always and the node's own only under pressure, with hysteresis. Python >= 3.9."""
 
 import os
+import threading
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from fakes import FakeCloudWatch
-from gpufleet_node import schema
+from gpufleet_node import host, schema
 from gpufleet_node.host import HostDetail, HostFeed, HostReader, disk_percent, memory_percents, parse_meminfo
 from gpufleet_node.identity import Identity
 from gpufleet_node.nvml import SimulatedBackend
@@ -220,3 +221,140 @@ def test_host_filesystems_config(tmp_path, value, ok):
         with pytest.raises(config.ConfigError, match="host_filesystems must be a list of 1 to 16 absolute paths"):
             config.load(str(path))
     assert config.DEFAULTS["host_filesystems"] == list(schema.DEFAULT_HOST_FILESYSTEMS)
+
+
+MOUNTINFO = """22 1 259:1 / / rw,noatime shared:1 - xfs /dev/nvme0n1p1 rw
+30 22 259:3 / /opt/dlami/nvme rw shared:9 - ext4 /dev/nvme1n1 rw
+41 22 0:52 / /fsx rw,relatime shared:20 - lustre 172.31.0.9@tcp:/abcd rw,flock
+42 22 0:53 / /mnt/efs rw shared:21 - nfs4 fs-1.efs.us-east-1.amazonaws.com:/ rw,vers=4.1,hard
+43 22 0:54 / /mnt/my\\040bucket rw shared:22 - fuse.mountpoint-s3 mountpoint-s3 rw
+44 22 259:4 / /mnt/efs/local rw shared:23 - ext4 /dev/nvme2n1 rw
+"""
+
+
+def test_mount_types_by_the_longest_mount_point_above_the_path():
+    mounts = host.parse_mountinfo(MOUNTINFO)
+    assert ("/mnt/my bucket", "fuse.mountpoint-s3") in mounts  # octal escapes undone
+    assert host.mount_type("/var/lib/containerd", mounts) == "xfs"
+    assert host.mount_type("/fsx/scratch", mounts) == "lustre"
+    assert host.mount_type("/fsxother", mounts) == "xfs"  # a prefix of the name is not a parent
+    assert host.mount_type("/mnt/efs/local/x", mounts) == "ext4"  # a local disk mounted inside the NFS
+    assert host.mount_type("/mnt/efs/", mounts) == "nfs4"
+    assert host.mount_type("/x", []) is None
+    over = host.parse_mountinfo(MOUNTINFO + "50 22 0:60 / /opt/dlami/nvme rw - nfs4 srv:/ rw\n")
+    assert host.mount_type("/opt/dlami/nvme", over) == "nfs4"  # the later mount hides the earlier
+    assert [host.is_network_fs(t) for t in ("nfs", "lustre", "fuse.sshfs", "fuse", "xfs", "ext4", "tmpfs")] == [
+        True,
+        True,
+        True,
+        True,
+        False,
+        False,
+        False,
+    ]
+
+
+def test_network_filesystems_in_host_filesystems_are_never_touched(tmp_path, caplog):
+    """/fsx (Lustre), /mnt/efs (NFS) and an S3 FUSE mount are in host_filesystems: never stat'ed (a hung
+    server would block the call for good), one warning each naming it; the local disks are read."""
+    (tmp_path / "mountinfo").write_text(MOUNTINFO)
+    (tmp_path / "meminfo").write_text(meminfo())
+    disks = FakeDisks({"/": (1, 1000, 600, 550), "/opt/dlami/nvme": (2, 1000, 100, 100)})
+    touched = []
+
+    def stat(path):
+        touched.append(path)
+        return disks.stat(path)
+
+    paths = ("/", "/fsx", "/mnt/efs", "/mnt/my bucket", "/opt/dlami/nvme")
+    reader = HostReader(paths, str(tmp_path / "meminfo"), disks.statvfs, stat, mountinfo=str(tmp_path / "mountinfo"))
+    with caplog.at_level("WARNING", logger="gpufleet.publisher"):
+        first, second = reader.read(), reader.read()
+    assert touched == ["/", "/opt/dlami/nvme"] * 2
+    assert first.disk_used_percent == pytest.approx(90.0) and second == first
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 3 and all("not read" in w for w in warnings)
+    assert "/fsx is on lustre" in warnings[0] and "/mnt/my bucket is on fuse.mountpoint-s3" in warnings[2]
+
+
+class HungMount:
+    """A stat that never answers for one path until the test lets it go (an NFS GETATTR to a server
+    that is gone), counting the calls that reached it."""
+
+    def __init__(self, path):
+        self.path = path
+        self.release = threading.Event()
+        self.in_stat = threading.Event()
+        self.entered = 0
+
+    def stat(self, path):
+        if path == self.path:
+            self.entered += 1
+            self.in_stat.set()
+            self.release.wait()
+        return os.stat_result((0, 0, 1 if path == "/" else 2, 0, 0, 0, 0, 0, 0, 0))
+
+    def statvfs(self, path):
+        return os.statvfs_result((4096, 4096, 1000, 500, 500, 0, 0, 0, 0, 255))
+
+
+def test_a_hung_disk_read_is_unknown_never_waits_twice_and_starts_no_second_read(tmp_path, caplog):
+    """The mount table does not know /shared (a symlink to an NFS, or no /proc): the deadline guards.
+    The hung read is waited for once; later rounds see it still running and neither wait nor start
+    another; when the server answers, the disks are back."""
+    (tmp_path / "meminfo").write_text(meminfo())
+    hung = HungMount("/shared")
+    reader = HostReader(
+        ("/", "/shared"), str(tmp_path / "meminfo"), hung.statvfs, hung.stat, mountinfo=str(tmp_path / "none")
+    )
+    reader.deadline_s = 0.01  # the hung call never ends by itself: whatever the deadline, it passes
+    try:
+        with caplog.at_level("WARNING", logger="gpufleet.publisher"):
+            samples = [reader.read()]
+            assert hung.in_stat.wait(30)  # the worker is now stuck in the call
+            samples += [reader.read() for _ in range(4)]
+        assert [s.disk_used_percent for s in samples] == [None] * 5
+        assert [s.memory_used_percent for s in samples] == [40.0] * 5  # memory still read each round
+        assert hung.entered == 1  # one stuck thread, never a second
+        hung_warnings = [r.getMessage() for r in caplog.records if "took over" in r.getMessage()]
+        assert len(hung_warnings) == 1 and "GPU sampling goes on" in hung_warnings[0]
+    finally:
+        hung.release.set()
+    assert reader.worker.wait(30)
+    reader.deadline_s = 30.0
+    assert reader.read().disk_used_percent == pytest.approx(50.0)
+    assert hung.entered == 2
+
+
+def test_a_hung_nfs_in_host_filesystems_does_not_stop_gpu_sampling(tmp_path):
+    """Three minutes of sampling rounds with /fsx hung from the start: every round ends, each minute's
+    window is sent with its GPU series and NVMLUp; the disk series is simply absent."""
+    (tmp_path / "meminfo").write_text(meminfo())
+    hung = HungMount("/fsx")
+    reader = HostReader(("/", "/fsx"), str(tmp_path / "meminfo"), hung.statvfs, hung.stat, mountinfo="/nonexistent")
+    reader.deadline_s = 0.01
+    cw = FakeCloudWatch()
+    pub = Publisher(
+        SimulatedBackend(gpus=2), Identity("i-0", "us-east-1", asg_name="g"), Sender(cw), host=HostFeed(reader)
+    )
+    pub.start(xid_thread=False)
+    rounds = []
+
+    def loop():
+        for second in range(181):
+            pub.step(T0 + timedelta(seconds=second))
+            rounds.append(second)
+
+    sampler = threading.Thread(target=loop, daemon=True)
+    sampler.start()
+    sampler.join(60)  # a safety net only: on the old code the first round never ends
+    try:
+        assert len(rounds) == 181
+        assert len(cw.calls) == 3
+        for call in cw.calls:
+            names = {d["MetricName"] for d in call["MetricData"]}
+            assert {schema.NVML_UP.name, "GPUUtilization", schema.HOST_MEMORY_USED_PERCENT.name} <= names
+            assert schema.HOST_DISK_USED_PERCENT.name not in names
+        assert hung.in_stat.wait(30) and hung.entered == 1
+    finally:
+        hung.release.set()

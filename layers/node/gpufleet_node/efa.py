@@ -99,20 +99,28 @@ def totals(ports: List[PortCounters]) -> Dict[str, int]:
     return out
 
 
+Key = Tuple[str, str, str]  # (device, port, counter)
+
+
 class EfaDeltas:
-    """Node totals turned into per-window deltas for CloudWatch (`detail: full`): the first reading is
-    the baseline; a total that goes down (driver reloaded) restarts it."""
+    """Per-window deltas for CloudWatch (`detail: full`), summed over the node's devices and ports.
+    Each (device, port, counter) keeps its own last value: a node-wide total would hide one device's
+    reset behind another's traffic (device A back to 0 while device B moves 5 KB reads as a small or
+    no change). The first reading of a key is its baseline; a key that goes down was reset (driver
+    reloaded, device re-probed) within the window, so its new value is what it counted since: the
+    bytes before the reset in that window are lost, as with Prometheus' rate() over a counter reset."""
 
     def __init__(self, root: str = SYSFS_INFINIBAND) -> None:
         self.root = root
-        self._last: Dict[str, int] = {}
+        self._last: Dict[Key, int] = {}
 
     def delta(self) -> Dict[str, int]:
-        now = totals(read_counters(self.root))
-        out = {}
-        for name, value in now.items():
-            last = self._last.get(name)
-            if last is not None and value >= last:
-                out[name] = value - last
+        now = {(p.device, p.port, name): value for p in read_counters(self.root) for name, value in p.values.items()}
+        out: Dict[str, int] = {}
+        for key, value in now.items():
+            last = self._last.get(key)
+            if last is not None:
+                name = key[2]
+                out[name] = out.get(name, 0) + (value - last if value >= last else value)
         self._last = now
         return out

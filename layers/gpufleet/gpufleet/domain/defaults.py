@@ -115,19 +115,32 @@ CEILING_MAX_SIZE_FACTOR = 2
 # An in-band hold's group series is checked once every this many minutes (the acting ticks always are):
 # a flood that holds a group in the band is found within this time, at a tenth of the check's cost.
 SERIES_AUDIT_EVERY_MIN = 10
-# The OOM guard screens host memory (each group's HostMemoryUsedPercent Maximum) on every 5th minute and
-# on every run while it holds a host at risk. Each read covers the whole 15-minute trend window, so no
-# point is lost, only up to 4 minutes of notice; it saves 4 of 5 reads per group ($0.03 per node-month
-# at 10 nodes a group, which keeps the telemetry bench within $2.00: bench/README.md).
+# The OOM guard screens host memory (each group's HostMemoryUsedPercent Maximum) on its first run in a
+# container, then on each run HOST_SCREEN_EVERY_MIN minutes or more after that container's last screen
+# (less HOST_SCREEN_SLACK_S: runs of a rate schedule are seconds early or late), and on every run while
+# it holds a host at risk. Not on a fixed minute grid: EventBridge Scheduler starts a rate schedule when
+# it is created, so rate(5 minutes) may run at :02, :07, ... and never on a multiple of 5. Each read
+# covers the whole 15-minute trend window, so no point is lost, only up to 4 minutes of notice; at
+# rate(1 minute) it saves 4 of 5 reads per group ($0.03 per node-month at 10 nodes a group, which keeps
+# the telemetry bench within $2.00: bench/README.md).
 HOST_SCREEN_EVERY_MIN = 5
+HOST_SCREEN_SLACK_S = 30
+# A node's own host memory is read this far back (the same metrics billed: GetMetricData is priced per
+# metric, not per point): a host held at risk whose series went silent in the trend window is told with
+# its last reading ("no reading since 99 %": gone, thrashing or its publisher OOM-killed), not as "back to
+# normal" (guard/core.py forecast_host).
+HOST_SILENT_LOOKBACK_MIN = 60
 
 # ---- SageMaker HyperPod (Slurm orchestrator) instance groups: aws/hyperpod.py, docs/hyperpod.md ----
 # The contract with the Slurm backlog publisher on the cluster's controller node (ami/slurm_pending_gpus.py
 # --hyperpod CLUSTER:GROUP): each minute it puts HYPERPOD_IDLE_METRIC = 1 into HYPERPOD_IDLE_NAMESPACE
 # with dimensions {ClusterName, InstanceGroupName, InstanceId} for every node Slurm reports IDLE (no
-# allocation, no DRAIN/DOWN/COMPLETING/... flag), and nothing for any other node. The scaler removes a node
-# only if HYPERPOD_IDLE_MINUTES whole minutes before the current one all say idle, one missing minute
-# forgiven (cron jitter, ingestion delay: HYPERPOD_IDLE_MISSING_OK).
+# allocation, no DRAIN/DOWN/COMPLETING/... flag), and 0 for each other node of a mapped group it can name
+# (its instance id from HyperPod's resource file, else from ListClusterNodes/DescribeClusterNode with the
+# controller node's role: the dimensions stay the instance id either way). The scaler removes a node
+# only if HYPERPOD_IDLE_MINUTES whole minutes before the current one all say idle, the newest of them
+# present, one older missing minute forgiven (cron jitter, ingestion delay: HYPERPOD_IDLE_MISSING_OK), and
+# no datum (the current minute's too) says anything but 1 (aws.hyperpod.idle_nodes).
 HYPERPOD_IDLE_NAMESPACE = "Slurm"  # the backlog publisher's namespace (its PendingGPUs lives there too)
 HYPERPOD_IDLE_METRIC = "IdleNode"
 HYPERPOD_IDLE_MINUTES = 5

@@ -79,6 +79,9 @@ class Forecast(Frozen):
     top_process_mib: float | None = None
     points_used: int = 0
     reason: str
+    # A host whose own series stopped at or above the warning level (no reading in the trend window): its
+    # last reading. Told as silence, never as "back to normal" (thrashing, OOM-killed publisher, gone).
+    silent_at_percent: float | None = None
 
 
 def resistant_slope(points: Sequence[tuple[float, float]]) -> tuple[float, bool]:
@@ -168,8 +171,17 @@ def forecast_gpu(series: MemorySeries, now: datetime, s: OomSettings) -> Forecas
 
 def forecast_host(ref: GpuRef, points: Sequence[tuple[datetime, float]], now: datetime, s: OomSettings) -> Forecast:
     """A host's memory, forecast like a GPU's (same thresholds, trend and jumps) from its used percent;
-    the reason in percent, since the publisher sends the host in percent only."""
+    the reason in percent, since the publisher sends the host in percent only. `points` oldest first and
+    may reach back before the trend window: a host with no reading in the window whose last one was at
+    or above the warning level went silent at risk (OK, not judged, with `silent_at_percent`)."""
     f = forecast_gpu(MemorySeries(gpu=ref, points=tuple(points), total_mib=100.0), now, s)
+    if f.used_percent is None and points and points[-1][1] >= s.warning_percent:
+        at, last = points[-1]
+        reason = (
+            f"host memory: no reading since {last:.1f}% at {at:%H:%M} UTC (node gone, thrashing or its "
+            "publisher killed?): not judged"
+        )
+        return f.model_copy(update={"reason": reason, "silent_at_percent": last})
     if f.used_percent is None:  # a node's own host series is sent only above 70 %, until below 60 %
         return f.model_copy(update={"reason": "host memory: no recent reading of its own (below 60 % or gone)"})
     if f.minutes_to_full is not None and f.slope_mib_per_min is not None:

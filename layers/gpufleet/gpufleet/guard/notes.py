@@ -111,17 +111,12 @@ def risk_notes(tell: GuardTeller, before: GuardState, forecasts: Sequence[Foreca
             gpu = GpuRef.parse_key(tell.group, key)
             gone = "the host" if gpu.is_host else "the GPU"
             why = now_ok.reason if now_ok is not None else f"{gone} no longer reports memory (instance gone)"
-            out.append(
-                tell(
-                    gpu,
-                    NotificationKind.OOM,
-                    Severity.INFO,
-                    f"{_what(gpu)} back to normal: {key}",
-                    {},
-                    why,
-                    resolved=True,
-                )
-            )
+            title, facts = f"{_what(gpu)} back to normal: {key}", {}
+            if now_ok is not None and now_ok.silent_at_percent is not None:  # silence at risk: not normal
+                silent = f"{now_ok.silent_at_percent:.0f} %"
+                title = f"host memory: no reading since {silent} (node gone, thrashing or its publisher killed?): {key}"
+                facts = {"instance": gpu.instance_id, "last host memory": f"{now_ok.silent_at_percent:.1f}% used"}
+            out.append(tell(gpu, NotificationKind.OOM, Severity.INFO, title, facts, why, resolved=True))
     return out
 
 

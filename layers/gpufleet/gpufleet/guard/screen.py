@@ -103,6 +103,7 @@ def _had_events(key: str, points: Points, since: datetime) -> bool:
 @dataclass
 class GpuScreen:
     metrics: GpuMetricsReader
+    host_screening: hosts.HostScreening = field(default_factory=hosts.HostScreening)  # the container's
 
     def assess(
         self,
@@ -123,8 +124,11 @@ class GpuScreen:
         outside = outside or Outside()
         queries = [q for obs in groups for q in _summary_queries(obs.ref.key, tuple(group_dimensions(obs.ref).items()))]
         queries += _outside_queries(outside, known_instances)  # in the same batch: no extra call
-        queries += hosts.screen_queries(groups, list(outside.groups), now)  # host memory, every 5th minute
+        due = self.host_screening.due(now)  # host memory: every HOST_SCREEN_EVERY_MIN minutes or more
+        queries += hosts.screen_queries(groups, list(outside.groups), due)
         points = self.metrics.fetch_points(queries, start, now) if queries else {}
+        if due:
+            self.host_screening.screened(now)
         host = hosts.host_forecasts(self.metrics, groups, outside.groups, points, known, (start, now), policy)
         flagged = [
             obs

@@ -37,6 +37,7 @@ from gpufleet.guard.core import (
     instance_of,
     next_guard_state,
 )
+from gpufleet.guard.hosts import HostScreening
 from gpufleet.guard.notes import GuardTeller, health_notes, risk_notes
 from gpufleet.guard.screen import GpuScreen, Outside, gpu_keys, is_unmanaged, list_publishers, unmanaged_group
 from gpufleet.guard.witness import corroborate
@@ -104,6 +105,7 @@ class OomGuard:
     metrics: GpuMetricsReader
     _gpu_inventory: tuple[datetime, list[tuple[str, int]]] | None = field(default=None, init=False)
     _no_gpu_data: set[str] = field(default_factory=set, init=False)
+    host_screening: HostScreening = field(default_factory=HostScreening, init=False)  # this container's
 
     def handle(self, event: Any, now: datetime) -> dict[str, Any]:
         """Any accepted event (schedule tick or memory alarm) runs one evaluation of the whole fleet."""
@@ -116,7 +118,9 @@ class OomGuard:
         keys = [obs.ref.key for obs in managed] + ([UNMANAGED_DOC] if policy.guard.unmanaged_nodes else [])
         memory = self.ctx.docs.load_docs(keys, GUARD_SK, GuardState)
         outside = self._outside(memory.get(UNMANAGED_DOC), managed)
-        forecasts, findings = GpuScreen(self.metrics).assess(managed, gpu_keys(memory.values()), now, policy, outside)
+        forecasts, findings = GpuScreen(self.metrics, self.host_screening).assess(
+            managed, gpu_keys(memory.values()), now, policy, outside
+        )
         notes: list[Notification] = []
         replaced: list[Replacement] = []
         for obs in managed:
@@ -136,7 +140,7 @@ class OomGuard:
                 self.ctx.logger.exception("guard failed for the nodes outside managed groups")
         managed_forecasts = [f for f in forecasts if not is_unmanaged(f.gpu.group)]
         pressured = self._pressure(managed_forecasts, managed, now, event_id, policy)
-        self._report(forecasts, findings, replaced)
+        _report(self.ctx, forecasts, findings, replaced)
         return {
             "event_id": event_id,
             "gpus": sum(not f.gpu.is_host for f in forecasts),  # GPUs read in detail (the rest screened)
@@ -281,18 +285,20 @@ class OomGuard:
             self.scaler.request(refs[group_key], Direction.OUT, Trigger(kind=TriggerKind.OOM_GUARD), why, now, event_id)
         return pressured
 
-    def _report(self, forecasts: list[Forecast], findings: list[HealthFinding], replaced: list[Replacement]) -> None:
-        for f in forecasts:
-            if f.risk is not Risk.OK:
-                self.ctx.logger.warning(
-                    f"{f.gpu.key}: {f.risk} {f.reason}", extra={"forecast": f.model_dump(mode="json")}
-                )
-        for h in findings:
-            self.ctx.logger.error(h.reason, extra={"finding": h.model_dump(mode="json")})
-        emf = self.ctx.emf
-        at_risk = [f.gpu.is_host for f in forecasts if f.risk is not Risk.OK]
-        emf.add_metric(name="GpusEvaluated", unit=MetricUnit.Count, value=sum(not f.gpu.is_host for f in forecasts))
-        emf.add_metric(name="GpusAtMemoryRisk", unit=MetricUnit.Count, value=at_risk.count(False))
-        emf.add_metric(name="HostsAtMemoryRisk", unit=MetricUnit.Count, value=at_risk.count(True))
-        emf.add_metric(name="GpuHealthFindings", unit=MetricUnit.Count, value=len(findings))
-        emf.add_metric(name="InstancesReplaced", unit=MetricUnit.Count, value=sum(r.act for r in replaced))
+
+def _report(
+    ctx: ControlContext, forecasts: list[Forecast], findings: list[HealthFinding], replaced: list[Replacement]
+) -> None:
+    """Log each risk and finding, and count them in the guard's EMF metrics."""
+    for f in forecasts:
+        if f.risk is not Risk.OK:
+            ctx.logger.warning(f"{f.gpu.key}: {f.risk} {f.reason}", extra={"forecast": f.model_dump(mode="json")})
+    for h in findings:
+        ctx.logger.error(h.reason, extra={"finding": h.model_dump(mode="json")})
+    emf = ctx.emf
+    at_risk = [f.gpu.is_host for f in forecasts if f.risk is not Risk.OK]
+    emf.add_metric(name="GpusEvaluated", unit=MetricUnit.Count, value=sum(not f.gpu.is_host for f in forecasts))
+    emf.add_metric(name="GpusAtMemoryRisk", unit=MetricUnit.Count, value=at_risk.count(False))
+    emf.add_metric(name="HostsAtMemoryRisk", unit=MetricUnit.Count, value=at_risk.count(True))
+    emf.add_metric(name="GpuHealthFindings", unit=MetricUnit.Count, value=len(findings))
+    emf.add_metric(name="InstancesReplaced", unit=MetricUnit.Count, value=sum(r.act for r in replaced))
