@@ -29,7 +29,7 @@ groups:
     name: gpu-workers
     min: 0
     max: 4
-    demand: {metric: {namespace: Slurm, metric_name: PendingGPUs}, gpus_per_node: 8}
+    demand: {metric: {namespace: Slurm, metric_name: PendingGPUs}}  # 8 GPUs per node: its type ml.p5.48xlarge says
 """
 
 

@@ -140,7 +140,7 @@ def demand_reader(
     in GPUFLEET_KUBE_ENDPOINTS) for its managed node groups and self-managed ASGs, queues, backlog metrics.
     Clients are made here; nothing is read until a group's policy names a source."""
     from gpufleet.aws.asg_shape import asg_node_shape
-    from gpufleet.aws.eks_nodes import instances_by_node_name, node_shape
+    from gpufleet.aws.eks_nodes import fewest_gpus, instances_by_node_name, node_shape
     from gpufleet.aws.kubernetes import PodReader, TickBudget
     from gpufleet.aws.readiness import node_readiness
     from gpufleet.domain.models import GroupKind
@@ -170,6 +170,7 @@ def demand_reader(
         cloudwatch=clients.cloudwatch,
         cluster_pods=cluster_pods,
         node_shape=shape,
+        type_gpus=lambda types: fewest_gpus(ec2, types),
         instances_of=lambda names: instances_by_node_name(ec2, names),
         logger=logger,
         readiness=lambda ids, now, young: node_readiness(ec2, GpuMetricsReader(clients.cloudwatch), ids, now, young),

@@ -28,3 +28,15 @@ def test_a_named_hyperpod_rule_needs_its_cluster() -> None:
 def test_validate_policy_tells_a_hyperpod_rule_that_cannot_work(rule: dict[str, object], said: list[str]) -> None:
     problems = [p for p in policy_problems(FleetPolicy.model_validate({"groups": [rule]})) if "hyperpod" in p.lower()]
     assert len(problems) == len(said) and all(s in p for s, p in zip(said, problems, strict=True))
+
+
+def test_a_hyperpod_backlog_needs_no_gpus_per_node() -> None:
+    """Its instance group has one instance type (ml.p5.48xlarge): the scaler asks EC2 for its GPUs, so
+    validate-policy does not ask for demand.gpus_per_node as it does for a plain ASG."""
+    metric = {"metric": {"namespace": "Slurm", "metric_name": "PendingGPUs"}}
+    hyperpod = {"kind": "hyperpod", "cluster": "ml", "name": "gpu-a", "max": 4, "demand": metric}
+    plain = {"kind": "asg", "name": "slurm-gpu", "demand": metric}
+    problems = policy_problems(FleetPolicy.model_validate({"groups": [hyperpod, plain]}))
+    assert [p for p in problems if "gpus_per_node" in p] == [
+        "groups[1] (slurm-gpu): demand.metric needs demand.gpus_per_node (GPUs per instance of the ASG)"
+    ]

@@ -82,6 +82,19 @@ def instance_types(ec2: Any, names: Iterable[str]) -> dict[str, InstanceType]:
     return {n: _TYPES[n] for n in names if n in _TYPES}
 
 
+def fewest_gpus(ec2: Any, names: Sequence[str]) -> float | None:
+    """The fewest GPUs any of these instance types has: a group's GPUs per node when every type it
+    launches is known to EC2 and has GPUs; None otherwise (unknown, GPU-less, or EC2 unreadable)."""
+    try:
+        described = instance_types(ec2, names)
+    except AWS_FAILURES:
+        return None
+    if not names or any(n not in described for n in names):
+        return None
+    fewest = min(described[n].gpus for n in names)
+    return float(fewest) if fewest > 0 else None
+
+
 def subnet_zones(ec2: Any, subnets: Sequence[str]) -> tuple[str, ...]:
     """The availability zones of a node group's subnets (DescribeSubnets, kept per container); () when
     EC2 cannot say (a pod that selects a zone is then told, not guessed)."""

@@ -134,7 +134,11 @@ def _demand_problems(policy: FleetPolicy) -> list[str]:
                 f"{label}: demand.kubernetes.cluster is for self-managed ASGs: a managed node group's pods are "
                 "read from its own cluster (drop it)"
             )
-        if demand.kubernetes is None and demand.gpus_per_node is None and kind is not GroupKind.EKS_NODEGROUP:
+        if (
+            demand.kubernetes is None
+            and demand.gpus_per_node is None
+            and kind not in (GroupKind.EKS_NODEGROUP, GroupKind.HYPERPOD)
+        ):
             source = "sqs" if demand.sqs is not None else "metric"
             problems.append(f"{label}: demand.{source} needs demand.gpus_per_node (GPUs per instance of the ASG)")
         if demand.metric is not None and node_writable(demand.metric.namespace):

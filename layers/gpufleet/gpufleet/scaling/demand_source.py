@@ -105,6 +105,9 @@ class DemandReader(_Warnings):
     # instance ids, now, within -> launch time and whether GPUs were reported within (None: not probed)
     readiness: Callable[[Sequence[str], datetime, timedelta], Mapping[str, NodeReadiness]] | None = None
     tick_started: Callable[[], None] | None = None  # starts the time every cluster of one tick shares
+    # instance types -> the fewest GPUs any of them has (None: not all known or GPU-less): a HyperPod
+    # instance group's or an ASG's GPUs per node when the policy does not say it
+    type_gpus: Callable[[Sequence[str]], float | None] | None = None
     _gpu_ready: set[str] = field(default_factory=set, init=False)  # nodes that have reported GPUs
 
     def attach(self, pairs: Sequence[Pair], now: datetime, fallbacks: frozenset[str] = frozenset()) -> list[Pair]:
@@ -279,7 +282,7 @@ class DemandReader(_Warnings):
         out: dict[str, GroupObservation] = {}
         sized: list[Sized] = []
         for m in members:
-            gpn = _gpus_per_node(self.node_shape, m[0], m[2])
+            gpn = _gpus_per_node(self.node_shape, m[0], m[2], self.type_gpus or _no_type_gpus)
             if gpn is None:
                 out[m[0].ref.key] = self._unreadable(m[0], source, why)
             else:
@@ -360,8 +363,19 @@ def _shared(
     return out
 
 
-def _gpus_per_node(node_shape: Callable[[str, str], NodeShape], obs: GroupObservation, d: DemandSource) -> float | None:
-    """The policy's gpus_per_node, else an EKS node group's instance types' (its node shape)."""
+def _no_type_gpus(types: Sequence[str]) -> float | None:
+    return None
+
+
+def _gpus_per_node(
+    node_shape: Callable[[str, str], NodeShape],
+    obs: GroupObservation,
+    d: DemandSource,
+    type_gpus: Callable[[Sequence[str]], float | None],
+) -> float | None:
+    """The policy's gpus_per_node, else an EKS node group's instance types' (its node shape), else the
+    fewest GPUs of the types the group says it launches (a HyperPod instance group's one type; an ASG's
+    overrides and instances)."""
     if d.gpus_per_node is not None:
         return d.gpus_per_node
     if obs.ref.kind is GroupKind.EKS_NODEGROUP and obs.ref.cluster:
@@ -369,7 +383,7 @@ def _gpus_per_node(node_shape: Callable[[str, str], NodeShape], obs: GroupObserv
             return node_shape(obs.ref.cluster, obs.ref.name).gpus
         except ShapeUnknown:
             return None
-    return None
+    return type_gpus(obs.instance_types) if obs.instance_types else None
 
 
 def _sharer(m: Member, gpn: float, unit: float, starting: _Starting, run: _Tick, room: bool) -> Sharer:
