@@ -37,6 +37,7 @@ BAD = [
     ('{"detail_memory_on_percent": -1%s}' % ("0" * 400), ["detail_memory_on_percent", "between 1 and 100"]),
     ('{"proc_root": "/proc\\udc00"}', ["proc_root", "UTF-8", "'/proc\\udc00'"]),
     ('{"identity_cache": "/var/lib/\\ud800x.json"}', ["identity_cache", "UTF-8", "\\ud800"]),
+    ('{"host_filesystems": ["/", "/var/lib/c\\udc00ontainerd"]}', ["host_filesystems", "UTF-8", "\\udc00"]),
     ('{"endpoint_url": "https://logs\\udfff.example"}', ["endpoint_url", "UTF-8", "\\udfff"]),
     ('{"imds_url": "http://169.254.169.254/\\udbff"}', ["imds_url", "UTF-8", "\\udbff"]),
 ]

@@ -169,7 +169,10 @@ _CHECKS: Dict[str, Callable[[Any], Optional[str]]] = {
 
 
 def _utf8(value: Any) -> Optional[str]:
-    """JSON's \\ud800 escapes give lone surrogates, which no path, URL or log line can hold."""
+    """JSON's \\ud800 escapes give lone surrogates, which no path, URL or log line can hold (nor a list
+    of paths: host_filesystems)."""
+    if isinstance(value, list):
+        return next((w for w in map(_utf8, value) if w is not None), None)
     if isinstance(value, str):
         try:
             value.encode("utf-8")
