@@ -30,12 +30,14 @@ Idle nodes (HyperPod only): `sinfo -N -h -o '%N|%T'` lists each node with its st
 (sinfo(1), "NODE STATE CODES"). A node is idle only when its state is exactly `idle`: a suffix (`*` not
 responding, `~` powered off, `#` powering up, `%` powering down, `!` pending power down, `$` maintenance,
 `@` pending reboot, `^` reboot issued, `-` planned by backfill) or a flag (`idle+drain`) means it is not
-removable now. Each node of a mapped group is one datum IdleNode with dimensions {ClusterName,
-InstanceGroupName, InstanceId}: 1 when idle, 0 when not (the controller sees a job start within the
-minute). Slurm names HyperPod nodes by their hostname `ip-A-B-C-D`; the node's instance id and instance
-group come from the HyperPod resource configuration file (/opt/ml/config/resource_config.json:
-InstanceGroups[].Name, .Instances[].CustomerIpAddress / .InstanceName / .InstanceId), which HyperPod writes
-on every node and its lifecycle scripts read (aws-samples/awsome-distributed-training,
+removable now. Each idle node of a mapped group is one datum IdleNode = 1 with dimensions {ClusterName,
+InstanceGroupName, InstanceId}, and the others get nothing: CloudWatch bills a series by the hours it
+receives data, so only idle node-hours are paid, and the controller reads a job start as the newest minute
+without a 1 (it removes a node only when that minute holds one). Slurm names HyperPod nodes by their
+hostname `ip-A-B-C-D`; the node's instance id and instance group come from the HyperPod resource
+configuration file (/opt/ml/config/resource_config.json: InstanceGroups[].Name,
+.Instances[].CustomerIpAddress / .InstanceName / .InstanceId), which HyperPod writes on every node and
+its lifecycle scripts read (aws-samples/awsome-distributed-training,
 1.architectures/5.sagemaker-hyperpod/LifecycleScripts/base-config/lifecycle_script.py, which reads only
 Name, InstanceName and CustomerIpAddress); a node the file does not name with an id is named through the
 SageMaker API (NodeIds: ListClusterNodes, DescribeClusterNode), with the controller node's role.
@@ -449,8 +451,8 @@ def hyperpod_data(
     now: datetime,
     sagemaker: Callable[[], Any],
 ) -> List[Dict[str, Any]]:
-    """The backlog per group, then each node of a mapped group: IdleNode 1 when Slurm calls it idle, 0
-    when not (a job holds it, it drains, ...). None when sinfo fails or no node can be named: saying a
+    """The backlog per group, then each node of a mapped group that Slurm calls idle: IdleNode 1 (nothing
+    for one a job holds, that drains, ...). None when sinfo fails or no node can be named: saying a
     node is idle when it is not could remove it, so an unknown is never idle."""
     specs = [GroupSpec.parse(text) for text in args.hyperpod]
     totals, unmapped = pending_by_group(lines, specs, args.partition)
@@ -474,8 +476,9 @@ def hyperpod_data(
         print("warning: idle nodes unknown, none published: %s" % exc, file=sys.stderr)
         found = []
     for cluster, group, instance_id, idle in found:
-        dims = {"ClusterName": cluster, "InstanceGroupName": group, "InstanceId": instance_id}
-        data.append(datum(dims, IDLE_METRIC, 1 if idle else 0, now))
+        if idle:  # nothing for a node that is not: its series costs only the hours it is idle
+            dims = {"ClusterName": cluster, "InstanceGroupName": group, "InstanceId": instance_id}
+            data.append(datum(dims, IDLE_METRIC, 1, now))
     return data
 
 

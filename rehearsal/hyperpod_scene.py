@@ -289,8 +289,10 @@ class HyperPodScene(TrustScenes):
         parsing and data (squeue and sinfo answered by [emulated Slurm]), stamped on the scene's clock."""
         args = self.backlog._parser().parse_args(
             ["--hyperpod", f"{GROUP.cluster}:{GROUP.name}={PARTITION}", "--resource-config", str(self.config)]
+            + ["--node-cache", str(self.out / "hyperpod-node-cache.json")]
         )
-        data = self.backlog.hyperpod_data(args, self.slurm.pending(), self.slurm.sinfo, T0 + timedelta(minutes=minute))
+        at = T0 + timedelta(minutes=minute)  # the file names every node's id: the SageMaker API is not asked
+        data = self.backlog.hyperpod_data(args, self.slurm.pending(), self.slurm.sinfo, at, lambda: self.sm)
         self.clients.cloudwatch.put_metric_data(Namespace=args.namespace, MetricData=data)
         said = [
             f"{d['MetricName']}"

@@ -113,7 +113,6 @@ def test_controller_installs_a_minutely_timer_whose_command_publishes(tmp_path: 
         "Slurm/PendingGPUs ClusterName=ml-cluster InstanceGroupName=gpu-a: 16",
         "Slurm/PendingGPUs ClusterName=ml-cluster InstanceGroupName=gpu-b: 0",
         "Slurm/IdleNode ClusterName=ml-cluster InstanceGroupName=gpu-a InstanceId=i-0a1: 1",
-        "Slurm/IdleNode ClusterName=ml-cluster InstanceGroupName=gpu-a InstanceId=i-0a2: 0",
     ]
 
 

@@ -197,7 +197,7 @@ def test_hyperpod_publishes_backlog_per_group_and_idle_nodes(tmp_path) -> None:
         ("PendingGPUs", (("ClusterName", "ml-cluster"), ("InstanceGroupName", "gpu-a"))): 36.0,
         ("PendingGPUs", (("ClusterName", "ml-cluster"), ("InstanceGroupName", "gpu-b"))): 4.0,
         ("IdleNode", (("ClusterName", "ml-cluster"), ("InstanceGroupName", "gpu-a"), ("InstanceId", "i-0a1"))): 1.0,
-        ("IdleNode", (("ClusterName", "ml-cluster"), ("InstanceGroupName", "gpu-b"), ("InstanceId", "i-0b1"))): 0.0,
+        # ip-10-1-40-7 (i-0b1) is allocated: nothing for it (its series costs only idle hours)
     }
 
 
@@ -308,11 +308,11 @@ def test_nodes_the_file_names_without_an_id_are_named_by_the_api(tmp_path, hostn
     (PrivateDnsHostname) or DescribeClusterNode (PrivatePrimaryIp), asked once per node id (cached)."""
     sm = FakeSageMaker(API_NODES, hostnames=hostnames)
     cache = str(tmp_path / "ids.json")
-    assert _publish(tmp_path, sm, extra=["--node-cache", cache]) == {"i-0a1": 1.0, "i-0a2": 0.0, "i-0a9": 1.0}
+    assert _publish(tmp_path, sm, extra=["--node-cache", cache]) == {"i-0a1": 1.0, "i-0a9": 1.0}  # i-0a2: allocated
     describes = [c for c, _ in sm.calls if c == "DescribeClusterNode"]
     assert len(describes) == (0 if hostnames else len(API_NODES))
     sm.calls.clear()
-    assert _publish(tmp_path, sm, extra=["--node-cache", cache]) == {"i-0a1": 1.0, "i-0a2": 0.0, "i-0a9": 1.0}
+    assert _publish(tmp_path, sm, extra=["--node-cache", cache]) == {"i-0a1": 1.0, "i-0a9": 1.0}  # i-0a2: allocated
     assert [c for c, _ in sm.calls] == ["ListClusterNodes", "ListClusterNodes"]  # two pages, no describe
 
 
@@ -320,7 +320,7 @@ def test_a_file_with_ids_asks_no_api_and_an_api_failure_publishes_no_node(tmp_pa
     sm = FakeSageMaker(API_NODES)
     with_ids = {"ClusterConfig": RESOURCE_CONFIG["ClusterConfig"], "InstanceGroups": RESOURCE_CONFIG["InstanceGroups"]}
     sinfo_known = _publish(tmp_path, sm, config=with_ids, extra=["--no-api"])
-    assert sinfo_known == {"i-0a1": 1.0, "i-0a2": 0.0} and sm.calls == []
+    assert sinfo_known == {"i-0a1": 1.0} and sm.calls == []
     assert _publish(tmp_path, NO_API) == {}  # fail closed: no node can be named, none is said idle
     assert "node ids from the SageMaker API unknown" in capsys.readouterr().err
-    assert _publish(tmp_path, NO_API, config=with_ids) == {"i-0a1": 1.0, "i-0a2": 0.0}  # the file's still go
+    assert _publish(tmp_path, NO_API, config=with_ids) == {"i-0a1": 1.0}  # the file's still go

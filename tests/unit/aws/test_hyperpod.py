@@ -164,7 +164,7 @@ def test_each_node_state_reads_as_capacity_or_not_and_victim_or_not(
     status: str, minutes: list[float | None], want: tuple[str, bool, bool, bool]
 ) -> None:
     fleet, _ = _fleet([_node("i-0aaaaaaaaaaaaaaaa", status)], {"i-0aaaaaaaaaaaaaaaa": minutes})
-    [obs] = fleet.observe([REF])
+    [obs] = fleet.marked(fleet.observe([REF]), NOW)
     [inst] = obs.instances
     assert (inst.lifecycle_state, inst.healthy, inst.runs_gpu_work) == want[:3]
     idle_gpus = inst.model_copy(update={"gpu_utilization": 0.0, "gpu_memory_percent": 0.0})
@@ -186,7 +186,7 @@ def test_observation_reads_every_page_and_keeps_only_the_exact_group() -> None:
 def test_the_idle_read_is_one_call_over_whole_minutes_and_only_for_running_nodes() -> None:
     nodes = [_node("i-0aaaaaaaaaaaaaaaa", "Running"), _node("i-0bbbbbbbbbbbbbbbb", "Pending")]
     fleet, _ = _fleet(nodes, {})
-    fleet.observe([REF])
+    fleet.marked(fleet.observe([REF]), NOW)
     [request] = fleet.cloudwatch.requests
     assert len(request["MetricDataQueries"]) == 1
     stat = request["MetricDataQueries"][0]["MetricStat"]
@@ -198,7 +198,7 @@ def test_the_idle_read_is_one_call_over_whole_minutes_and_only_for_running_nodes
 
 def test_an_unreadable_idle_report_closes_the_group_for_scale_in() -> None:
     fleet, _ = _fleet([_node("i-0aaaaaaaaaaaaaaaa", "Running")], {"i-0aaaaaaaaaaaaaaaa": IDLE}, error="Throttling")
-    [obs] = fleet.observe([REF])
+    [obs] = fleet.marked(fleet.observe([REF]), NOW)
     assert obs.scale_in_closed is not None and "Throttling" in obs.scale_in_closed
     assert all(i.runs_gpu_work for i in obs.instances)
 
@@ -237,14 +237,14 @@ def test_a_job_started_in_the_latest_minute_keeps_the_node() -> None:
     """The probe's case: Slurm said idle at -5..-2 and a job took the node during -1 (the publisher put
     nothing for it): the old rule forgave the newest gap and called it idle."""
     fleet, _ = _fleet([_node("i-0aaaaaaaaaaaaaaaa", "Running")], {"i-0aaaaaaaaaaaaaaaa": [1.0, 1.0, 1.0, 1.0, None]})
-    [obs] = fleet.observe([REF])
+    [obs] = fleet.marked(fleet.observe([REF]), NOW)
     assert [i.runs_gpu_work for i in obs.instances] == [True]
 
 
 def test_the_delete_reads_slurms_word_again_and_keeps_a_node_that_got_a_job() -> None:
     ids = ["i-0aaaaaaaaaaaaaaaa", "i-0bbbbbbbbbbbbbbbb"]
     fleet, sm = _fleet([_node(i, "Running") for i in ids], dict.fromkeys(ids, IDLE))
-    obs = fleet.observe([REF])[0]
+    obs = fleet.marked(fleet.observe([REF]), NOW)[0]
     fleet.cloudwatch.current = {ids[1]: 0.0}  # the publisher, after the observation: a job holds it now
     text = fleet.apply(_decision(Action.SCALE_IN, 1, tuple(ids)), obs)
     assert [kw["NodeIds"] for c, kw in sm.calls if c == "BatchDeleteClusterNodes"] == [[ids[0]]]
@@ -270,7 +270,7 @@ def _decision(action: Action, desired: int, victims: tuple[str, ...] = ()) -> De
 
 def test_scale_out_sends_the_groups_whole_spec_with_the_new_count_and_only_that_group() -> None:
     fleet, sm = _fleet([], {})
-    obs = fleet.observe([REF])[0]
+    obs = fleet.marked(fleet.observe([REF]), NOW)[0]
     assert fleet.apply(_decision(Action.SCALE_OUT, 5), obs) == f"UpdateCluster {REF.key} InstanceCount = 5"
     [(_, sent)] = [c for c in sm.calls if c[0] == "UpdateCluster"]
     [spec] = sent["InstanceGroups"]
@@ -281,7 +281,7 @@ def test_scale_out_sends_the_groups_whole_spec_with_the_new_count_and_only_that_
 
 def test_a_count_already_reached_is_not_asked_again() -> None:
     fleet, sm = _fleet([], {})
-    obs = fleet.observe([REF])[0]
+    obs = fleet.marked(fleet.observe([REF]), NOW)[0]
     assert "already 3" in fleet.apply(_decision(Action.SET_DESIRED, 3), obs)
     assert not [c for c in sm.calls if c[0] == "UpdateCluster"]
 
@@ -290,7 +290,7 @@ def test_scale_in_deletes_only_victims_still_idle_in_calls_of_99() -> None:
     ids = [f"i-0{i:016x}" for i in range(120)]
     busy = ids[5]
     fleet, sm = _fleet([_node(i, "Running") for i in ids], {i: IDLE for i in ids if i != busy})
-    obs = fleet.observe([REF])[0]
+    obs = fleet.marked(fleet.observe([REF]), NOW)[0]
     text = fleet.apply(_decision(Action.SCALE_IN, 0, tuple(ids)), obs)
     deletes = [kw["NodeIds"] for c, kw in sm.calls if c == "BatchDeleteClusterNodes"]
     assert [len(d) for d in deletes] == [99, 20]
@@ -302,7 +302,7 @@ def test_a_node_already_gone_is_done_and_a_refused_one_raises_for_a_retry() -> N
     ids = ["i-0aaaaaaaaaaaaaaaa", "i-0bbbbbbbbbbbbbbbb", "i-0cccccccccccccccc"]
     refuse = {ids[0]: "NodeIdNotFound", ids[1]: "NodeIdInUse"}
     fleet, _ = _fleet([_node(i, "Running") for i in ids], dict.fromkeys(ids, IDLE), refuse=refuse)
-    obs = fleet.observe([REF])[0]
+    obs = fleet.marked(fleet.observe([REF]), NOW)[0]
     with pytest.raises(DeleteRefused, match=r"refused i-0bbbbbbbbbbbbbbbb \(NodeIdInUse"):
         fleet.apply(_decision(Action.SCALE_IN, 1, tuple(ids)), obs)
     fleet.sagemaker.refuse = {ids[0]: "NodeIdNotFound", ids[2]: "NodeIdNotFound"}
@@ -311,7 +311,7 @@ def test_a_node_already_gone_is_done_and_a_refused_one_raises_for_a_retry() -> N
 
 def test_a_closed_group_deletes_nothing_even_on_a_retry() -> None:
     fleet, sm = _fleet([_node("i-0aaaaaaaaaaaaaaaa", "Running")], {}, error="AccessDenied")
-    obs = fleet.observe([REF])[0]
+    obs = fleet.marked(fleet.observe([REF]), NOW)[0]
     text = fleet.apply(_decision(Action.SCALE_IN, 2, ("i-0aaaaaaaaaaaaaaaa",)), obs)
     assert not [c for c in sm.calls if c[0] == "BatchDeleteClusterNodes"] and "kept i-0aaaaaaaaaaaaaaaa" in text
 
@@ -319,7 +319,7 @@ def test_a_closed_group_deletes_nothing_even_on_a_retry() -> None:
 def test_the_core_holds_a_closed_group_and_says_why() -> None:
     """The observation's own `scale_in_closed` takes the same path as a demand source's (fail closed)."""
     fleet, _ = _fleet([_node("i-0aaaaaaaaaaaaaaaa", "Running")], {}, error="Throttling")
-    obs = fleet.observe([REF])[0].model_copy(update={"instance_metrics_loaded": True})
+    obs = fleet.marked(fleet.observe([REF]), NOW)[0].model_copy(update={"instance_metrics_loaded": True})
     trigger = Trigger(kind=TriggerKind.REQUEST)
     settings = GroupSettings(min=0, max=4)
     d = decide_request(obs, settings, GroupState(), NOW, event_id="e", direction=Direction.IN, trigger=trigger, why="x")
@@ -361,3 +361,13 @@ def test_every_spec_member_describecluster_holds_is_sent_back() -> None:
     assert sent["InstanceCount"] == 7 and set(sent) == spec_members
     with_patch = update_spec({**GROUP, "AutoPatchConfig": {"Mode": "x"}, "DesiredImageReleaseVersion": "1.2.3"}, 3)
     assert with_patch["AutoPatchConfig"] == {"Mode": "x"} and with_patch["ImageReleaseVersion"] == "1.2.3"
+
+
+def test_observing_reads_no_idle_report_until_a_scale_in_is_weighed() -> None:
+    """A steady tick, the OOM guard and spot_watch observe HyperPod groups too: they read no metric per
+    node. Slurm's word is read by `marked`, which with_instance_metrics calls when victims are chosen."""
+    fleet, _ = _fleet([_node("i-0aaaaaaaaaaaaaaaa", "Running")], {"i-0aaaaaaaaaaaaaaaa": IDLE})
+    [obs] = fleet.observe([REF])
+    assert fleet.cloudwatch.requests == [] and obs.instance_metrics_loaded is False
+    [marked] = fleet.marked([obs], NOW)
+    assert len(fleet.cloudwatch.requests) == 1 and marked.instances[0].runs_gpu_work is False

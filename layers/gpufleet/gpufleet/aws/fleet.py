@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from botocore.exceptions import ClientError
@@ -258,6 +259,13 @@ class FleetReader:
     def asg_of_instance(self, instance_id: str) -> str | None:
         found = self.autoscaling.describe_auto_scaling_instances(InstanceIds=[instance_id])["AutoScalingInstances"]
         return found[0]["AutoScalingGroupName"] if found else None
+
+    def work_marks(self, observations: list[GroupObservation], now: datetime) -> list[GroupObservation]:
+        """The groups with what their adapter says of which nodes run work, read when a scale-in is weighed
+        (HyperPod: Slurm's idle report); the other kinds' observations already carry it."""
+        if self.hyperpod is None or not any(o.ref.kind is GroupKind.HYPERPOD for o in observations):
+            return observations
+        return self.hyperpod.marked(observations, now)
 
     def observe_one(self, ref: GroupRef) -> GroupObservation | None:
         if ref.kind is GroupKind.HYPERPOD:

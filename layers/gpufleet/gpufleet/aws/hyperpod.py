@@ -167,13 +167,15 @@ class HyperPodFleet:
     # ---- reading ----
 
     def observe(self, refs: Iterable[GroupRef]) -> list[GroupObservation]:
-        """The named groups that exist, with their nodes and which of those Slurm does not call idle. A
-        cluster that is gone, or orchestrated by EKS (not this adapter's), is skipped."""
+        """The named groups that exist, with their nodes. A cluster that is gone, or orchestrated by EKS
+        (not this adapter's), is skipped. Which nodes Slurm calls idle is not read here: `marked` reads it
+        when a scale-in is weighed (with the nodes' GPU metrics), so a steady tick, the OOM guard and
+        spot_watch pay no read per node."""
         by_cluster: dict[str, list[str]] = {}
         for ref in refs:
             if ref.kind is GroupKind.HYPERPOD and ref.cluster:
                 by_cluster.setdefault(ref.cluster, []).append(ref.name)
-        found: list[tuple[GroupRef, dict[str, Any], dict[str, str], list[dict[str, Any]]]] = []
+        found: list[GroupObservation] = []
         for cluster_name, names in sorted(by_cluster.items()):
             cluster = self._cluster(cluster_name)
             if cluster is None or "Eks" in (cluster.get("Orchestrator") or {}):
@@ -183,10 +185,17 @@ class HyperPodFleet:
             for name in sorted(set(names)):
                 if name in groups:
                     ref = GroupRef(kind=GroupKind.HYPERPOD, cluster=cluster_name, name=name)
-                    found.append((ref, groups[name], tags, self._nodes(cluster_name, name)))
-        running = [(ref, n["InstanceId"]) for ref, _, _, nodes in found for n in nodes if _running(n)]
-        idle, closed = self._idle(running)
-        return [_observation(ref, group, tags, nodes, idle, closed) for ref, group, tags, nodes in found]
+                    found.append(_observation(ref, groups[name], tags, self._nodes(cluster_name, name)))
+        return found
+
+    def marked(self, observations: Sequence[GroupObservation], now: datetime) -> list[GroupObservation]:
+        """The same groups, each InService node that Slurm has not called idle through the window marked as
+        running work (never a victim); with the report unreadable, every one is and the group is closed
+        for scale-in (the core says why). One GetMetricData read for all the groups' InService nodes."""
+        ours = [o for o in observations if o.ref.kind is GroupKind.HYPERPOD]
+        serving = [(o.ref, i.instance_id) for o in ours for i in o.instances if i.in_service]
+        idle, closed = self._idle(serving, now) if serving else (set(), None)
+        return [_with_marks(o, idle, closed) if o.ref.kind is GroupKind.HYPERPOD else o for o in observations]
 
     def _cluster(self, name: str) -> dict[str, Any] | None:
         try:
@@ -226,14 +235,16 @@ class HyperPodFleet:
             if not token:
                 return nodes
 
-    def _idle(self, running: Sequence[tuple[GroupRef, str]]) -> tuple[set[str], str | None]:
+    def _idle(
+        self, running: Sequence[tuple[GroupRef, str]], now: datetime | None = None
+    ) -> tuple[set[str], str | None]:
         """The Running nodes Slurm has called idle through the window (idle_nodes says the rule), or why
         that cannot be told (then none is). One GetMetricData query per node (Minimum, 60 s): each datum
         is one minute, keyed by its timestamp; the read runs to the end of the current minute so a datum
         the publisher put in it (a 0: a job started) is seen too."""
         if not running:
             return set(), None
-        end = minute_of(self.now())
+        end = minute_of(now or self.now())
         start = end - timedelta(minutes=defaults.HYPERPOD_IDLE_MINUTES)
         minutes: dict[str, dict[datetime, float]] = {iid: {} for _, iid in running}
         try:
@@ -357,16 +368,12 @@ def _running(node: dict[str, Any]) -> bool:
 
 
 def _observation(
-    ref: GroupRef,
-    group: dict[str, Any],
-    tags: dict[str, str],
-    nodes: list[dict[str, Any]],
-    idle: set[str],
-    closed: str | None,
+    ref: GroupRef, group: dict[str, Any], tags: dict[str, str], nodes: list[dict[str, Any]]
 ) -> GroupObservation:
-    """A node Slurm has not called idle runs work (never a victim); with the report unreadable, every
-    node does and the group is closed for scale-in (the core says why)."""
-    instances = tuple(node_observation(n, closed is not None or n["InstanceId"] not in idle) for n in nodes)
+    """The group as DescribeCluster and ListClusterNodes say; no node is marked running work until `marked`
+    reads Slurm's word (no victim is chosen before that: the core waits for the nodes' GPU metrics, and
+    with_instance_metrics marks them; the delete reads it again)."""
+    instances = tuple(node_observation(n, False) for n in nodes)
     instance_type = ec2_type(group.get("InstanceType"))
     floor = int(group.get("MinCount") or 0)
     return GroupObservation(
@@ -377,5 +384,13 @@ def _observation(
         instances=instances,
         tags=tags,
         instance_types=(instance_type,) if instance_type else (),
-        scale_in_closed=closed,
     )
+
+
+def _with_marks(obs: GroupObservation, idle: set[str], closed: str | None) -> GroupObservation:
+    """A node Slurm has not called idle runs work (never a victim); with the report unreadable, every
+    node does and the group is closed for scale-in."""
+    instances = tuple(
+        i.model_copy(update={"runs_gpu_work": closed is not None or i.instance_id not in idle}) for i in obs.instances
+    )
+    return obs.model_copy(update={"instances": instances, "scale_in_closed": closed})

@@ -228,7 +228,7 @@ class SpotWatch:
         dry = self.ctx.dry(policy)
         decision = fallback_change(plan, fb, fb_settings, fb_state, now, event_id=event_id, global_dry_run=dry)
         if decision is not None and decision.needs_instance_metrics:
-            fb = with_instance_metrics(self.scaler.metrics, [fb], now, policy)[0]
+            fb = with_instance_metrics(self.scaler.metrics, [fb], now, policy, self.ctx.fleet)[0]
             decision = fallback_change(plan, fb, fb_settings, fb_state, now, event_id=event_id, global_dry_run=dry)
         if decision is None:
             return plan, None, owed

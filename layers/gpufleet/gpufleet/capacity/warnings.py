@@ -161,7 +161,7 @@ class CapacityWarnings:
         obs = self.scaler.with_demand(obs, settings, now, policy)  # never a node running work
         decision = decide(obs)
         if decision.needs_instance_metrics:
-            obs = with_instance_metrics(self.scaler.metrics, [obs], now, policy)[0]
+            obs = with_instance_metrics(self.scaler.metrics, [obs], now, policy, self.ctx.fleet)[0]
             decision = decide(obs)
         if not decision.changes_capacity:
             return None

@@ -55,7 +55,7 @@ class TerminationPolicy:
             owner = owning_group(obs)
             group = owner.key
             settings = policy.settings_for(owner, obs.asg_tags) or policy.defaults
-            [obs] = with_instance_metrics(self.metrics, [obs], now, policy)
+            [obs] = with_instance_metrics(self.metrics, [obs], now, policy, self.ctx.fleet)
         except AWS_FAILURES as exc:
             self.ctx.logger.warning("termination request unanswerable", extra={"error": str(exc)})
             return _none(request, f"could not read the group or its GPU metrics ({type(exc).__name__})"), ref.key, False

@@ -17,6 +17,7 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 from gpufleet.aws.alarms import AlarmReader
+from gpufleet.aws.fleet import FleetReader
 from gpufleet.aws.metrics import GpuMetricsReader
 from gpufleet.domain.errors import ActionFailed
 from gpufleet.domain.models import (
@@ -177,7 +178,7 @@ class Scaler:
         if resumed is not None:
             return resumed, []
         if alarm.state is AlarmState.ALARM and target.direction is Direction.IN:
-            obs = with_instance_metrics(self.metrics, [obs], now, policy)[0]
+            obs = with_instance_metrics(self.metrics, [obs], now, policy, self.ctx.fleet)[0]
             obs = self.with_demand(obs, settings, now, policy)  # no scale-in while work waits or runs
         dry = self.ctx.dry(policy)
         decision = decide_alarm(obs, settings, state, now, alarm=alarm, direction=target.direction, global_dry_run=dry)
@@ -243,7 +244,7 @@ class Scaler:
         doubted = checked_series(self, pairs, first, read, isolated, tick.event_id, now, policy)
         want = [i for i, d in enumerate(first) if d.needs_instance_metrics]
         if want:
-            enriched = _metrics_or_none(self.metrics, [pairs[i][0] for i in want], now, policy, self.ctx.logger)
+            enriched = _metrics_or_none(self.metrics, [pairs[i][0] for i in want], now, policy, self.ctx)
             for i, obs in zip(want, enriched, strict=True):
                 if obs is None:  # without the metrics no victim can be told idle: this group holds
                     first[i] = _held_without_metrics(first[i])
@@ -423,8 +424,15 @@ def _no_action(
 
 
 def with_instance_metrics(
-    metrics: GpuMetricsReader, observations: list[GroupObservation], now: datetime, policy: FleetPolicy
+    metrics: GpuMetricsReader,
+    observations: list[GroupObservation],
+    now: datetime,
+    policy: FleetPolicy,
+    fleet: FleetReader,
 ) -> list[GroupObservation]:
+    """The groups with their instances' GPU metrics and what their adapter says of which nodes run work
+    (HyperPod: Slurm's idle report, read only now, when a scale-in is weighed): victims are chosen from
+    nothing less."""
     ids = [i.instance_id for obs in observations for i in obs.instances]
     gpu = metrics.instance_gpu(ids, now, policy.metric_lookback_s) if ids else {}
 
@@ -432,10 +440,11 @@ def with_instance_metrics(
         util, mem = gpu.get(inst.instance_id, (None, None))
         return inst.model_copy(update={"gpu_utilization": util, "gpu_memory_percent": mem})
 
-    return [
+    enriched = [
         obs.model_copy(update={"instances": tuple(enrich(i) for i in obs.instances), "instance_metrics_loaded": True})
         for obs in observations
     ]
+    return fleet.work_marks(enriched, now)
 
 
 def firing_alarms(
@@ -509,13 +518,17 @@ def _isolated(
 
 
 def _metrics_or_none(
-    metrics: GpuMetricsReader, observations: list[GroupObservation], now: datetime, policy: FleetPolicy, logger: Logger
+    metrics: GpuMetricsReader,
+    observations: list[GroupObservation],
+    now: datetime,
+    policy: FleetPolicy,
+    ctx: ControlContext,
 ) -> list[GroupObservation | None]:
     """The groups with their instances' GPU metrics, or None each when those cannot be read."""
     try:
-        return list(with_instance_metrics(metrics, observations, now, policy))
+        return list(with_instance_metrics(metrics, observations, now, policy, ctx.fleet))
     except Exception:
-        logger.exception("instance metrics unreadable; scale-in waits", extra={"groups": len(observations)})
+        ctx.logger.exception("instance metrics unreadable; scale-in waits", extra={"groups": len(observations)})
         return [None] * len(observations)
 
 
