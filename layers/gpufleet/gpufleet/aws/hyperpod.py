@@ -264,25 +264,7 @@ class HyperPodFleet:
         into: dict[str, dict[datetime, float]],
     ) -> None:
         ids = {f"n{i}": iid for i, (_, iid) in enumerate(batch)}
-        queries = [
-            {
-                "Id": qid,
-                "MetricStat": {
-                    "Metric": {
-                        "Namespace": self.namespace,
-                        "MetricName": defaults.HYPERPOD_IDLE_METRIC,
-                        "Dimensions": [
-                            {"Name": k, "Value": v}
-                            for k, v in {**ref.metric_dimensions, schema.DIM_INSTANCE_ID: iid}.items()
-                        ],
-                    },
-                    "Period": 60,
-                    "Stat": "Minimum",
-                },
-                "ReturnData": True,
-            }
-            for qid, (ref, iid) in zip(ids, batch, strict=True)
-        ]
+        queries = _idle_queries(ids, batch, self.namespace)
         token: str | None = None
         while True:
             args: dict[str, Any] = {"MetricDataQueries": queries, "StartTime": start, "EndTime": end}
@@ -357,6 +339,29 @@ class HyperPodFleet:
         if refused:
             raise DeleteRefused(f"{text}; refused {', '.join(refused)}")
         return text
+
+
+def _idle_queries(ids: dict[str, str], batch: Sequence[tuple[GroupRef, str]], namespace: str) -> list[dict[str, Any]]:
+    """One query per node: the Minimum of its IdleNode series per minute."""
+    return [
+        {
+            "Id": qid,
+            "MetricStat": {
+                "Metric": {
+                    "Namespace": namespace,
+                    "MetricName": defaults.HYPERPOD_IDLE_METRIC,
+                    "Dimensions": [
+                        {"Name": k, "Value": v}
+                        for k, v in {**ref.metric_dimensions, schema.DIM_INSTANCE_ID: iid}.items()
+                    ],
+                },
+                "Period": 60,
+                "Stat": "Minimum",
+            },
+            "ReturnData": True,
+        }
+        for qid, (ref, iid) in zip(ids, batch, strict=True)
+    ]
 
 
 class _Incomplete(RuntimeError):
