@@ -287,9 +287,10 @@ class HyperPodScene(TrustScenes):
     def publish_backlog(self, minute: int) -> list[str]:
         """The controller node's minute: ami/slurm_pending_gpus.py --hyperpod ml-cluster:gpu=gpu, its own
         parsing and data (squeue and sinfo answered by [emulated Slurm]), stamped on the scene's clock."""
+        target = f"{GROUP.cluster}:{GROUP.name}={PARTITION}"
+        cache = str(self.out / "hyperpod-node-cache.json")
         args = self.backlog._parser().parse_args(
-            ["--hyperpod", f"{GROUP.cluster}:{GROUP.name}={PARTITION}", "--resource-config", str(self.config)]
-            + ["--node-cache", str(self.out / "hyperpod-node-cache.json")]
+            ["--hyperpod", target, "--resource-config", str(self.config), "--node-cache", cache]
         )
         at = T0 + timedelta(minutes=minute)  # the file names every node's id: the SageMaker API is not asked
         data = self.backlog.hyperpod_data(args, self.slurm.pending(), self.slurm.sinfo, at, lambda: self.sm)
