@@ -112,3 +112,15 @@ def test_what_a_self_managed_asgs_tags_say_unused_is_told_once() -> None:
         ("ASG tags not used for its node shape", "node template of asg:u")
     ]
     assert "no taint" in told.lines[0][1]["cause"]
+
+
+def test_an_asgs_gpus_per_node_are_never_guessed_from_the_instances_it_runs() -> None:
+    """Second probe: GPUs per node taken from running instances worked at 1 node and hung at 0 (a launch
+    template only), and kept an old type's count after the template moved on. An ASG's queue or metric
+    needs demand.gpus_per_node, as validate-policy says; a HyperPod group's comes from its one type."""
+    queue = GroupSettings(demand=DemandSource(sqs=QueueDemand(queue_url="https://sqs/q")))
+    one = described("lt", (), 1, "i-1") | {"MixedInstancesPolicy": {}}
+    demand = reader(ClusterPods(cluster="ml"), Told())[0]
+    demand.type_gpus = lambda types: 4.0  # EC2 would say g5.12xlarge has 4: not asked for an ASG
+    [(seen, _)] = demand.attach([(_asg_observation(one), queue)], NOW)
+    assert seen.demand is not None and "set demand.gpus_per_node" in str(seen.demand.unreadable)

@@ -56,7 +56,7 @@ Pair = tuple[GroupObservation, GroupSettings]
 READY_WITHIN = timedelta(hours=3)
 Member = tuple[GroupObservation, GroupSettings, DemandSource]
 Sized = tuple[Member, float]  # a group of a backlog source, with its GPUs per node
-_NO_GPN = "GPUs per node unknown: set demand.gpus_per_node (its instance types say none)"
+_NO_GPN = "GPUs per node unknown: set demand.gpus_per_node (an ASG's is never guessed from the instances it runs)"
 
 
 @dataclass
@@ -373,9 +373,9 @@ def _gpus_per_node(
     d: DemandSource,
     type_gpus: Callable[[Sequence[str]], float | None],
 ) -> float | None:
-    """The policy's gpus_per_node, else an EKS node group's instance types' (its node shape), else the
-    fewest GPUs of the types the group says it launches (a HyperPod instance group's one type; an ASG's
-    overrides and instances)."""
+    """The policy's gpus_per_node, else an EKS node group's instance types' (its node shape), else a
+    HyperPod instance group's one type's. Not an ASG's: the types it runs now (or lists in overrides) need
+    not be what it launches next (a launch template moved on, attribute-based types), so it says it."""
     if d.gpus_per_node is not None:
         return d.gpus_per_node
     if obs.ref.kind is GroupKind.EKS_NODEGROUP and obs.ref.cluster:
@@ -383,7 +383,9 @@ def _gpus_per_node(
             return node_shape(obs.ref.cluster, obs.ref.name).gpus
         except ShapeUnknown:
             return None
-    return type_gpus(obs.instance_types) if obs.instance_types else None
+    if obs.ref.kind is GroupKind.HYPERPOD and obs.instance_types:
+        return type_gpus(obs.instance_types)
+    return None
 
 
 def _sharer(m: Member, gpn: float, unit: float, starting: _Starting, run: _Tick, room: bool) -> Sharer:
