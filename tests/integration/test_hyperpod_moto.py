@@ -98,3 +98,51 @@ def test_backlog_scales_out_then_only_the_node_slurm_calls_idle_is_removed(hyper
     assert scaled_in["action"] == "scale-in" and scaled_in["outcome"] == "applied", scaled_in
     assert scaled_in["victims"] == [idle] and "BatchDeleteClusterNodes" in scaled_in["detail"]
     assert _nodes(sm) == [busy] and _group(sm)["TargetCount"] == 1
+
+
+def test_max_lowered_below_the_count_removes_no_busy_node_and_reads_no_report(
+    hyperpod: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lower max (a window's max alike) is no lower InstanceCount: HyperPod would choose which nodes go.
+    Both nodes run jobs and their GPUs read busy: the decision holds and says why, UpdateCluster is not
+    called again, and Slurm's report is not read (no node's GPUs read idle: none could be a victim)."""
+    from gpufleet.aws.hyperpod import HyperPodFleet
+
+    sm, cw = boto3.client("sagemaker"), hyperpod.clients.cloudwatch
+    _put(cw, defaults.HYPERPOD_PENDING_METRIC, DIMS, 16, T0 - timedelta(minutes=1))
+    assert _tick(hyperpod, T0, 1)["action"] == "scale-out"
+    nodes = _nodes(sm)
+    reads: list[int] = []
+    real = HyperPodFleet._idle
+    monkeypatch.setattr(
+        HyperPodFleet, "_idle", lambda self, running, now=None: (reads.append(1), real(self, running, now))[1]
+    )
+    t1 = T0 + timedelta(minutes=30)
+    _put(cw, defaults.HYPERPOD_PENDING_METRIC, DIMS, 0, t1 - timedelta(minutes=1))
+    for node in nodes:
+        hyperpod.put_instance_gpu(node, 95.0, 80.0, t1 - timedelta(minutes=2))
+    hyperpod.policy_path.write_text(POLICY.replace("max: 4", "max: 1"))
+    held = _tick(hyperpod, t1, 2)
+    assert held["action"] == "hold" and "above max 1" in held["reason"] and "no instance is idle" in held["reason"]
+    assert _nodes(sm) == nodes and _group(sm)["TargetCount"] == 2 and reads == []
+
+
+def test_a_node_the_latest_landed_report_calls_busy_is_kept(hyperpod: Fleet) -> None:
+    """The publisher sends nothing for a node a job holds: the current minute's report (its PendingGPUs
+    datum, sent in the same call) landed with IdleNode for one node only, so the other is busy now,
+    however idle its older minutes and its GPUs (a job still staging) read."""
+    sm, cw = boto3.client("sagemaker"), hyperpod.clients.cloudwatch
+    _put(cw, defaults.HYPERPOD_PENDING_METRIC, DIMS, 16, T0 - timedelta(minutes=1))
+    assert _tick(hyperpod, T0, 1)["action"] == "scale-out"
+    idle, busy = _nodes(sm)
+    t1 = T0 + timedelta(minutes=30)
+    current = t1.replace(second=0)
+    _put(cw, defaults.HYPERPOD_PENDING_METRIC, DIMS, 0, current)
+    for node, newest in ((idle, 0), (busy, 1)):
+        for minute in range(newest, defaults.HYPERPOD_IDLE_MINUTES + 1):
+            dims = {**DIMS, schema.DIM_INSTANCE_ID: node}
+            _put(cw, defaults.HYPERPOD_IDLE_METRIC, dims, 1, current - timedelta(minutes=minute))
+        hyperpod.put_instance_gpu(node, 0.0, 0.0, t1 - timedelta(minutes=2))
+    out = _tick(hyperpod, t1, 2)
+    assert out["action"] == "scale-in" and out["victims"] == [idle], out
+    assert _nodes(sm) == [busy]

@@ -13,6 +13,7 @@ from gpufleet.aws.hyperpod import (
     DETAILS_SHAPE,
     SPEC_RENAMED,
     SPEC_SHAPE,
+    CountNotLowered,
     DeleteRefused,
     HyperPodFleet,
     idle_nodes,
@@ -92,22 +93,33 @@ class FakeSageMaker:
         return {"Successful": ok, "Failed": failed}
 
 
+# The minutes (offsets from NOW's minute) in which the group's report (its PendingGPUs datum) landed: by
+# default every whole minute of the window, not yet the current one.
+LANDED = tuple(range(-defaults.HYPERPOD_IDLE_MINUTES - 1, 0))
+
+
 class FakeCloudWatch:
     """Per instance: the IdleNode minutes Slurm's publisher put, oldest first, the last one the newest whole
-    minute before NOW (None: no datum that minute); `current`: a datum in the current, partial minute. It
-    answers as GetMetricData does: only the minutes in [StartTime, EndTime), newest first, each with its
-    timestamp."""
+    minute before NOW (None: no datum that minute); `current`: a datum in the current, partial minute;
+    `reports`: the minutes the group's PendingGPUs landed (its SampleCount is 1 there). It answers as
+    GetMetricData does: only the minutes in [StartTime, EndTime), newest first, each with its timestamp."""
 
     def __init__(
         self,
         minutes: dict[str, list[float | None]],
         error: str | None = None,
         current: dict[str, float] | None = None,
+        reports: tuple[int, ...] = LANDED,
     ):
         self.minutes = minutes
         self.current = current or {}
         self.error = error
+        self.reports = reports
         self.requests: list[dict[str, Any]] = []
+
+    def report(self) -> dict[datetime, float]:
+        end = NOW.replace(second=0)
+        return {end + timedelta(minutes=k): 1.0 for k in self.reports}
 
     def series(self, iid: str) -> dict[datetime, float]:
         end = NOW.replace(second=0)
@@ -124,7 +136,11 @@ class FakeCloudWatch:
         results = []
         for q in kw["MetricDataQueries"]:
             dims = {d["Name"]: d["Value"] for d in q["MetricStat"]["Metric"]["Dimensions"]}
-            found = self.series(dims["InstanceId"])
+            if q["MetricStat"]["Metric"]["MetricName"] == defaults.HYPERPOD_PENDING_METRIC:
+                assert q["MetricStat"]["Stat"] == "SampleCount" and "InstanceId" not in dims
+                found = self.report()
+            else:
+                found = self.series(dims["InstanceId"])
             stamps = sorted((t for t in found if kw["StartTime"] <= t < kw["EndTime"]), reverse=True)
             values = [found[t] for t in stamps]
             results.append({"Id": q["Id"], "Values": values, "Timestamps": stamps, "StatusCode": "Complete"})
@@ -135,7 +151,7 @@ def _fleet(
     nodes: list[dict[str, Any]], minutes: dict[str, list[float | None]], **kw: Any
 ) -> tuple[HyperPodFleet, FakeSageMaker]:
     sm = FakeSageMaker(nodes, **{k: v for k, v in kw.items() if k in ("refuse", "orchestrator")})
-    cw = FakeCloudWatch(minutes, kw.get("error"), kw.get("current"))
+    cw = FakeCloudWatch(minutes, kw.get("error"), kw.get("current"), kw.get("reports", LANDED))
     return HyperPodFleet(sm, cw, now=lambda: NOW), sm
 
 
@@ -188,8 +204,10 @@ def test_the_idle_read_is_one_call_over_whole_minutes_and_only_for_running_nodes
     fleet, _ = _fleet(nodes, {})
     fleet.marked(fleet.observe([REF]), NOW)
     [request] = fleet.cloudwatch.requests
-    assert len(request["MetricDataQueries"]) == 1
-    stat = request["MetricDataQueries"][0]["MetricStat"]
+    assert len(request["MetricDataQueries"]) == 2  # the group's report marker, then the one Running node
+    report, stat = (q["MetricStat"] for q in request["MetricDataQueries"])
+    assert (report["Metric"]["MetricName"], report["Stat"], report["Period"]) == ("PendingGPUs", "SampleCount", 60)
+    assert {d["Name"] for d in report["Metric"]["Dimensions"]} == {"ClusterName", "InstanceGroupName"}
     assert stat["Metric"]["Namespace"] == "Slurm" and stat["Metric"]["MetricName"] == "IdleNode"
     assert {d["Name"] for d in stat["Metric"]["Dimensions"]} == {"ClusterName", "InstanceGroupName", "InstanceId"}
     end = NOW.replace(second=0)  # the window: 5 whole minutes, and the current one read to its end
@@ -213,24 +231,40 @@ def _at(*offsets: int, value: float = 1.0) -> dict[datetime, float]:
     return {end + timedelta(minutes=k): value for k in offsets}
 
 
-# A node's IdleNode minutes (offsets from the current minute: -1 the newest whole one) -> idle?
+WHOLE = (-6, -5, -4, -3, -2, -1)  # the group's report landed each whole minute, not yet in the current one
+WITH_CURRENT = (*WHOLE, 0)  # ... and in the current one too
+
+# A node's IdleNode minutes (offsets from the current minute: -1 the newest whole one), the minutes the
+# group's report landed -> idle?
 WINDOWS = [
-    (_at(-5, -4, -3, -2, -1), True),
-    (_at(-4, -3, -2, -1), True),  # the oldest missing: forgiven
-    (_at(-5, -4, -2, -1), True),  # an older gap: forgiven
-    (_at(-5, -4, -3, -2), False),  # the newest missing: a job took the node in the latest minute
-    (_at(-3, -2, -1), False),  # two missing
-    (_at(-5, -4, -3, -2, -1, 0), True),  # the current minute said idle too
-    ({**_at(-5, -4, -3, -2, -1), **_at(0, value=0.0)}, False),  # the current minute said busy
-    ({**_at(-5, -4, -3, -2, -1), **_at(-3, value=2.0)}, False),  # a datum that is not 1
-    (_at(-5, -4, -3, -2, -1, value=float("nan")), False),
-    ({}, False),
+    (_at(-5, -4, -3, -2, -1), WHOLE, True),
+    (_at(-4, -3, -2, -1), WHOLE, True),  # the oldest missing: forgiven
+    (_at(-5, -4, -2, -1), WHOLE, True),  # an older gap: forgiven
+    (_at(-5, -4, -3, -2), WHOLE, False),  # the newest landed report left it out: a job took the node
+    (_at(-3, -2, -1), WHOLE, False),  # two missing
+    (_at(-5, -4, -3, -2, -1, 0), WHOLE, True),  # the current minute said idle too (its report not in yet)
+    ({**_at(-5, -4, -3, -2, -1), **_at(0, value=0.0)}, WHOLE, False),  # the current minute said busy
+    ({**_at(-5, -4, -3, -2, -1), **_at(-3, value=2.0)}, WHOLE, False),  # a datum that is not 1
+    (_at(-5, -4, -3, -2, -1, value=float("nan")), WHOLE, False),
+    ({}, WHOLE, False),
+    # The probe's regression: the current minute's report landed without the node (Slurm: allocated), its
+    # older minutes said idle - busy, whatever those say.
+    (_at(-5, -4, -3, -2, -1), WITH_CURRENT, False),
+    (_at(-4, -3, -2, -1, 0), WITH_CURRENT, True),  # the window ends at the current minute's report
+    (_at(-3, -2, -1, 0), WITH_CURRENT, True),  # one older missing, counted back from there
+    (_at(-3, -1, 0), WITH_CURRENT, False),  # two older missing
+    (_at(-5, -4, -3, -2, -1), (-6, -5, -4, -3), False),  # no report in the current or previous minute: stale
+    (_at(-5, -4, -3, -2, -1), (), False),  # the publisher never reported
+    (_at(-5, -4, -3, -2, -1), (1,), False),  # a minute after the current one (a skewed clock) is not a report
 ]
 
 
-@pytest.mark.parametrize(("series", "idle"), WINDOWS)
-def test_idle_needs_the_newest_minute_and_every_datum_saying_one(series: dict[datetime, float], idle: bool) -> None:
-    assert (idle_nodes({"n": series}, NOW.replace(second=0)) == {"n"}) is idle
+@pytest.mark.parametrize(("series", "landed", "idle"), WINDOWS)
+def test_idle_needs_the_newest_landed_report_and_every_datum_saying_one(
+    series: dict[datetime, float], landed: tuple[int, ...], idle: bool
+) -> None:
+    reports = set(_at(*landed))
+    assert (idle_nodes({"n": series}, reports, NOW.replace(second=0)) == {"n"}) is idle
 
 
 def test_a_job_started_in_the_latest_minute_keeps_the_node() -> None:
@@ -371,3 +405,97 @@ def test_observing_reads_no_idle_report_until_a_scale_in_is_weighed() -> None:
     assert fleet.cloudwatch.requests == [] and obs.instance_metrics_loaded is False
     [marked] = fleet.marked([obs], NOW)
     assert len(fleet.cloudwatch.requests) == 1 and marked.instances[0].runs_gpu_work is False
+
+
+def test_a_node_the_current_minutes_landed_report_left_out_is_busy() -> None:
+    """The probe's regression: the publisher sends nothing for a node a job holds. The current minute's
+    report landed (the group's PendingGPUs in it) with IdleNode for one node only: the other one is busy
+    now, however idle its older minutes read; the delete's re-read keeps it by the same rule."""
+    ids = ["i-0aaaaaaaaaaaaaaaa", "i-0bbbbbbbbbbbbbbbb"]
+    fleet, sm = _fleet([_node(i, "Running") for i in ids], dict.fromkeys(ids, IDLE), current={ids[0]: 1.0})
+    fleet.cloudwatch.reports = (*LANDED, 0)
+    [obs] = fleet.marked(fleet.observe([REF]), NOW)
+    assert [i.runs_gpu_work for i in obs.instances] == [False, True] and obs.scale_in_closed is None
+    unmarked = fleet.observe([REF])[0]  # a resumed intent on an observation not marked: the re-read decides
+    text = fleet.apply(_decision(Action.SCALE_IN, 1, tuple(ids)), unmarked)
+    assert [kw["NodeIds"] for c, kw in sm.calls if c == "BatchDeleteClusterNodes"] == [[ids[0]]]
+    assert f"kept {ids[1]}" in text
+
+
+def test_a_stale_report_keeps_every_node_and_says_why() -> None:
+    """No report of the group landed in the current or the previous minute (the controller's timer
+    stopped): older minutes that said idle are not Slurm's word now."""
+    fleet, sm = _fleet([_node("i-0aaaaaaaaaaaaaaaa", "Running")], {"i-0aaaaaaaaaaaaaaaa": IDLE}, reports=(-6, -5, -4))
+    [obs] = fleet.marked(fleet.observe([REF]), NOW)
+    assert obs.instances[0].runs_gpu_work is True
+    assert obs.scale_in_closed is not None and "stale" in obs.scale_in_closed and "08:11" in obs.scale_in_closed
+    fleet.apply(_decision(Action.SCALE_IN, 2, ("i-0aaaaaaaaaaaaaaaa",)), fleet.observe([REF])[0])
+    assert not [c for c in sm.calls if c[0] == "BatchDeleteClusterNodes"]
+
+
+def test_only_candidates_are_read_and_every_other_node_runs_work() -> None:
+    ids = ["i-0aaaaaaaaaaaaaaaa", "i-0bbbbbbbbbbbbbbbb", "i-0cccccccccccccccc"]
+    fleet, _ = _fleet([_node(i, "Running") for i in ids], dict.fromkeys(ids, IDLE))
+    [obs] = fleet.marked(fleet.observe([REF]), NOW, {REF.key: {ids[1]}})
+    [request] = fleet.cloudwatch.requests
+    asked = [
+        {d["Name"]: d["Value"] for d in q["MetricStat"]["Metric"]["Dimensions"]}.get("InstanceId")
+        for q in request["MetricDataQueries"]
+    ]
+    assert asked == [None, ids[1]]  # the group's report marker and the one candidate
+    assert [i.runs_gpu_work for i in obs.instances] == [True, False, True]
+    [none] = fleet.marked(fleet.observe([REF]), NOW, {REF.key: set()})
+    assert len(fleet.cloudwatch.requests) == 1 and all(i.runs_gpu_work for i in none.instances)
+
+
+def test_the_observation_says_the_group_shrinks_by_victims_only() -> None:
+    fleet, _ = _fleet([_node("i-0aaaaaaaaaaaaaaaa", "Running")], {})
+    assert fleet.observe([REF])[0].shrinks_by_victims_only is True
+
+
+def test_a_count_below_target_count_is_never_sent() -> None:
+    """Defense in depth under the core: a lower InstanceCount lets HyperPod choose which nodes go. A
+    scale-out the group has reached or passed (a resumed intent) is done; a lower SET_DESIRED is refused."""
+    fleet, sm = _fleet([_node(f"i-{k}", "Running") for k in range(3)], {})  # TargetCount 3
+    [obs] = fleet.observe([REF])
+    assert fleet.apply(_decision(Action.SCALE_OUT, 2), obs) == f"UpdateCluster {REF.key}: InstanceCount already 3"
+    assert "already 3" in fleet.apply(_decision(Action.SCALE_OUT, 3), obs)
+    with pytest.raises(CountNotLowered, match=r"InstanceCount 3 -> 2 refused"):
+        fleet.apply(_decision(Action.SET_DESIRED, 2), obs)
+    assert not [c for c in sm.calls if c[0] == "UpdateCluster"]
+    assert fleet.apply(_decision(Action.SET_DESIRED, 4), obs) == f"UpdateCluster {REF.key} InstanceCount = 4"
+
+
+class FakeGpuMetrics:
+    """The nodes' GPU figures (utilization, memory %) as the instance metrics reader answers them."""
+
+    def __init__(self, figures: dict[str, tuple[float | None, float | None]]):
+        self.figures = figures
+
+    def instance_gpu(self, ids: Any, now: datetime, lookback_s: int) -> dict[str, tuple[float | None, float | None]]:
+        return {i: self.figures.get(i, (None, None)) for i in ids}
+
+
+def test_a_busy_cluster_reads_no_idle_report_and_an_idle_gpu_only_its_own() -> None:
+    """Cost, measured: a tick that weighs a scale-in on a group whose nodes' GPUs all read busy (or
+    unknown) makes no GetMetricData query for Slurm's report; one node whose GPUs read idle by the group's
+    own thresholds costs two (the group's report marker and that node). The others run work."""
+    from gpufleet.aws.fleet import FleetReader
+    from gpufleet.domain.policy import FleetPolicy
+    from gpufleet.scaling.service import with_instance_metrics
+
+    ids = ["i-0aaaaaaaaaaaaaaaa", "i-0bbbbbbbbbbbbbbbb", "i-0cccccccccccccccc"]
+    fleet, _ = _fleet([_node(i, "Running") for i in ids], dict.fromkeys(ids, IDLE))
+    reader = FleetReader(autoscaling=None, eks=None, hyperpod=fleet)  # type: ignore[arg-type]
+    policy = FleetPolicy.model_validate(
+        {"groups": [{"kind": "hyperpod", "cluster": "slurm-a", "name": "gpu-workers", "max": 4,
+                     "idle": {"gpu_utilization": 20, "memory_percent": 10}}]}
+    )  # fmt: skip
+    busy = FakeGpuMetrics({ids[0]: (95.0, 80.0), ids[1]: (60.0, 5.0)})  # ids[2]: no figures
+    [obs] = with_instance_metrics(busy, fleet.observe([REF]), NOW, policy, reader)  # type: ignore[arg-type]
+    assert fleet.cloudwatch.requests == [] and all(i.runs_gpu_work for i in obs.instances)
+    one = FakeGpuMetrics({ids[0]: (95.0, 80.0), ids[1]: (15.0, 5.0)})  # idle by the group's 20 %, not 5 %
+    [obs] = with_instance_metrics(one, fleet.observe([REF]), NOW, policy, reader)  # type: ignore[arg-type]
+    [request] = fleet.cloudwatch.requests
+    assert len(request["MetricDataQueries"]) == 2
+    assert [i.runs_gpu_work for i in obs.instances] == [True, False, True]

@@ -4,7 +4,7 @@ observations, and apply decisions to them."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -260,12 +260,18 @@ class FleetReader:
         found = self.autoscaling.describe_auto_scaling_instances(InstanceIds=[instance_id])["AutoScalingInstances"]
         return found[0]["AutoScalingGroupName"] if found else None
 
-    def work_marks(self, observations: list[GroupObservation], now: datetime) -> list[GroupObservation]:
+    def work_marks(
+        self,
+        observations: list[GroupObservation],
+        now: datetime,
+        candidates: Mapping[str, Collection[str]] | None = None,
+    ) -> list[GroupObservation]:
         """The groups with what their adapter says of which nodes run work, read when a scale-in is weighed
-        (HyperPod: Slurm's idle report); the other kinds' observations already carry it."""
+        (HyperPod: Slurm's idle report, read only for `candidates`, per group key the nodes whose GPUs read
+        idle; the others are marked running work); the other kinds' observations already carry it."""
         if self.hyperpod is None or not any(o.ref.kind is GroupKind.HYPERPOD for o in observations):
             return observations
-        return self.hyperpod.marked(observations, now)
+        return self.hyperpod.marked(observations, now, candidates)
 
     def observe_one(self, ref: GroupRef) -> GroupObservation | None:
         if ref.kind is GroupKind.HYPERPOD:

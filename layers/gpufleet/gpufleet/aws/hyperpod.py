@@ -5,9 +5,11 @@ and does not do.
 
 Which nodes run a Slurm job is Slurm's to say, not the node's: the backlog publisher on the cluster's
 controller node puts `IdleNode` = 1 each minute for every node Slurm reports IDLE (defaults.HYPERPOD_IDLE_*),
-into a namespace only the scheduler's role may write. A node is a candidate for removal only if every
-recent minute said idle, the newest whole minute included (idle_nodes); anything else, or an unreadable
-answer, keeps it (fail closed). API facts relied
+into a namespace only the scheduler's role may write, in the same PutMetricData call as the group's
+`PendingGPUs` (the marker that a run's report landed). A node is a candidate for removal only if the
+newest landed report (this minute's or the last) called it idle and every recent minute did (idle_nodes);
+anything else, a stale report or an unreadable answer, keeps it (fail closed). Its count is never lowered
+(set_count): only idle nodes go, by id. API facts relied
 on (SageMaker API reference, botocore's sagemaker model):
 - ClusterInstanceStatus (ListClusterNodes' InstanceStatus.Status): Running | Failure | Pending |
   ShuttingDown | SystemUpdating | DeepHealthCheckInProgress | NotFound | DetachInProgress | AttachInProgress;
@@ -23,7 +25,7 @@ on (SageMaker API reference, botocore's sagemaker model):
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -82,6 +84,11 @@ class LazyClient:
         return getattr(self._client, name)
 
 
+class CountNotLowered(ValueError):
+    """A count below the group's TargetCount was asked of UpdateCluster: refused, nothing changes (the
+    decision fails and is told)."""
+
+
 class DeleteRefused(RuntimeError):
     """BatchDeleteClusterNodes refused some nodes: the intent is kept and the next invocation retries
     the ones still there (scaling.execution.remaining)."""
@@ -130,21 +137,36 @@ def minute_of(at: datetime) -> datetime:
     return at.astimezone(UTC).replace(second=0, microsecond=0)
 
 
-def idle_nodes(minutes: Mapping[str, Mapping[datetime, float]], end: datetime) -> set[str]:
-    """Nodes Slurm called idle through the window: `end` is the current minute (whole, UTC); the window
-    is the HYPERPOD_IDLE_MINUTES whole minutes before it. A node is idle only if
+def report_minute(reports: Collection[datetime], end: datetime) -> datetime | None:
+    """The newest minute, up to and including the current one (`end`), in which the group's report
+    landed (its PendingGPUs datum: the publisher sends it in the same PutMetricData call as that run's
+    IdleNode data); None when neither the current nor the previous whole minute holds one: the report
+    is stale, and no node is idle by it."""
+    recent = [m for m in reports if end - timedelta(minutes=1) <= m <= end]
+    return max(recent, default=None)
+
+
+def idle_nodes(
+    minutes: Mapping[str, Mapping[datetime, float]], reports: Collection[datetime], end: datetime
+) -> set[str]:
+    """Nodes Slurm called idle through the window. `end` is the current minute (whole, UTC); `reports`
+    the minutes in which the group's report landed; the window is the HYPERPOD_IDLE_MINUTES minutes
+    ending at the newest of them (report_minute). A node is idle only if
+    - its IdleNode is 1 in that newest landed minute: the publisher sends nothing for a node a job holds,
+      so a report that landed without the node is Slurm saying busy (or not idle), never forgiven;
     - every datum read says 1 (a 0 or a NaN - anywhere, the current partial minute too - keeps it);
-    - the newest whole minute (end - 1 min) holds a 1: the publisher puts nothing (or 0) for a node a
-      job holds, so a gap there is the job that just started, never forgiven;
-    - at most HYPERPOD_IDLE_MISSING_OK older minutes are missing (cron jitter, a late ingestion).
-    Anything else, or a node with no series, is not idle (fail closed)."""
-    newest = end - timedelta(minutes=1)
-    window = [end - timedelta(minutes=k) for k in range(1, defaults.HYPERPOD_IDLE_MINUTES + 1)]
+    - at most HYPERPOD_IDLE_MISSING_OK older minutes of the window are missing (cron jitter, a late
+      ingestion).
+    No landed report in the current or the previous minute, or a node with no series: not idle."""
+    newest = report_minute(reports, end)
+    if newest is None:
+        return set()
+    older = [newest - timedelta(minutes=k) for k in range(1, defaults.HYPERPOD_IDLE_MINUTES)]
     idle = set()
     for iid, series in minutes.items():
         if any(v != 1.0 for v in series.values()) or series.get(newest) != 1.0:
             continue
-        if sum(1 for m in window if m not in series) <= defaults.HYPERPOD_IDLE_MISSING_OK:
+        if sum(1 for m in older if m not in series) <= defaults.HYPERPOD_IDLE_MISSING_OK:
             idle.add(iid)
     return idle
 
@@ -188,14 +210,28 @@ class HyperPodFleet:
                     found.append(_observation(ref, groups[name], tags, self._nodes(cluster_name, name)))
         return found
 
-    def marked(self, observations: Sequence[GroupObservation], now: datetime) -> list[GroupObservation]:
+    def marked(
+        self,
+        observations: Sequence[GroupObservation],
+        now: datetime,
+        candidates: Mapping[str, Collection[str]] | None = None,
+    ) -> list[GroupObservation]:
         """The same groups, each InService node that Slurm has not called idle through the window marked as
-        running work (never a victim); with the report unreadable, every one is and the group is closed
-        for scale-in (the core says why). One GetMetricData read for all the groups' InService nodes."""
+        running work (never a victim); with the report unreadable or stale, every one is and the group is
+        closed for scale-in (the core says why). `candidates` (per group key): the only nodes that could be
+        victims (their GPUs read idle); only they are read, every other node is marked running work, and
+        with none no read is made. None: every InService node is read. One GetMetricData read in all."""
         ours = [o for o in observations if o.ref.kind is GroupKind.HYPERPOD]
-        serving = [(o.ref, i.instance_id) for o in ours for i in o.instances if i.in_service]
-        idle, closed = self._idle(serving, now) if serving else (set(), None)
-        return [_with_marks(o, idle, closed) if o.ref.kind is GroupKind.HYPERPOD else o for o in observations]
+        asked = [
+            (o.ref, i.instance_id)
+            for o in ours
+            for i in o.instances
+            if i.in_service and (candidates is None or i.instance_id in candidates.get(o.ref.key, ()))
+        ]
+        idle, closed = self._idle(asked, now) if asked else (set(), {})
+        return [
+            _with_marks(o, idle, closed.get(o.ref.key)) if o.ref.kind is GroupKind.HYPERPOD else o for o in observations
+        ]
 
     def _cluster(self, name: str) -> dict[str, Any] | None:
         try:
@@ -237,53 +273,33 @@ class HyperPodFleet:
 
     def _idle(
         self, running: Sequence[tuple[GroupRef, str]], now: datetime | None = None
-    ) -> tuple[set[str], str | None]:
-        """The Running nodes Slurm has called idle through the window (idle_nodes says the rule), or why
-        that cannot be told (then none is). One GetMetricData query per node (Minimum, 60 s): each datum
-        is one minute, keyed by its timestamp; the read runs to the end of the current minute so a datum
-        the publisher put in it (a 0: a job started) is seen too."""
+    ) -> tuple[set[str], dict[str, str]]:
+        """The Running nodes Slurm has called idle through the window (idle_nodes says the rule), and per
+        group key why that cannot be told (then none of its nodes is): the read failed, or no report of
+        the group landed in the current or the previous minute (stale)."""
         if not running:
-            return set(), None
+            return set(), {}
         end = minute_of(now or self.now())
-        start = end - timedelta(minutes=defaults.HYPERPOD_IDLE_MINUTES)
-        minutes: dict[str, dict[datetime, float]] = {iid: {} for _, iid in running}
+        keys = {ref.key for ref, _ in running}
         try:
-            for batch in _chunks(list(running), defaults.GET_METRIC_DATA_MAX_QUERIES):
-                self._read_batch(batch, start, end + timedelta(minutes=1), minutes)
+            minutes, reports = read_report(self.cloudwatch, self.namespace, running, end)
         except AWS_FAILURES as exc:
-            return set(), f"GetMetricData failed ({error_code(exc)}): which nodes Slurm calls idle is unknown"
+            why = f"GetMetricData failed ({error_code(exc)}): which nodes Slurm calls idle is unknown"
+            return set(), dict.fromkeys(keys, why)
         except _Incomplete as exc:
-            return set(), str(exc)
-        return idle_nodes(minutes, end), None
-
-    def _read_batch(
-        self,
-        batch: Sequence[tuple[GroupRef, str]],
-        start: datetime,
-        end: datetime,
-        into: dict[str, dict[datetime, float]],
-    ) -> None:
-        ids = {f"n{i}": iid for i, (_, iid) in enumerate(batch)}
-        queries = _idle_queries(ids, batch, self.namespace)
-        token: str | None = None
-        while True:
-            args: dict[str, Any] = {"MetricDataQueries": queries, "StartTime": start, "EndTime": end}
-            if token:
-                args["NextToken"] = token
-            page = self.cloudwatch.get_metric_data(**args)
-            for res in page.get("MetricDataResults", []):
-                if res.get("StatusCode", "Complete") not in ("Complete", "PartialData"):
-                    raise _Incomplete(f"GetMetricData answered {res.get('StatusCode')} for the Slurm idle report")
-                values, stamps = res.get("Values", []), res.get("Timestamps", [])
-                if len(values) != len(stamps):
-                    raise _Incomplete("GetMetricData answered values without their minutes for the Slurm idle report")
-                series = into[ids[res["Id"]]]
-                for at, value in zip(stamps, values, strict=True):  # two data in one minute: a not-1 sticks
-                    if series.get(minute_of(at), 1.0) == 1.0:
-                        series[minute_of(at)] = float(value)
-            token = page.get("NextToken")
-            if not token:
-                return
+            return set(), dict.fromkeys(keys, str(exc))
+        idle: set[str] = set()
+        closed: dict[str, str] = {}
+        for key in sorted(keys):
+            if report_minute(reports[key], end) is None:
+                closed[key] = (
+                    f"Slurm's idle report is stale: none landed at {end - timedelta(minutes=1):%H:%M} or "
+                    f"{end:%H:%M} UTC (is the controller node's publisher running?)"
+                )
+                continue
+            nodes = {iid: minutes[iid] for ref, iid in running if ref.key == key}
+            idle |= idle_nodes(nodes, reports[key], end)
+        return idle, closed
 
     # ---- changing ----
 
@@ -292,19 +308,29 @@ class HyperPodFleet:
         a count already reached is not asked again, a node already gone is done."""
         ref = obs.ref
         if decision.action in (Action.SCALE_OUT, Action.SET_DESIRED):
-            return self.set_count(ref, decision.desired)
+            return self.set_count(ref, decision.desired, lower_ok=decision.action is Action.SCALE_OUT)
         if decision.action is Action.SCALE_IN:
             return self.delete_nodes(decision, obs)
         return "nothing to apply"
 
-    def set_count(self, ref: GroupRef, count: int) -> str:
+    def set_count(self, ref: GroupRef, count: int, lower_ok: bool = False) -> str:
+        """UpdateCluster with the group's spec and `count`, never below its TargetCount: a lower count
+        lets HyperPod choose which nodes go, busy ones included (the core removes idle nodes by id
+        instead). A scale-out the group has already reached or passed (`lower_ok`: a resumed intent whose
+        target another change has since raised) is done; any other lower count is refused."""
         cluster = self._cluster(ref.cluster or "")
         groups = {g["InstanceGroupName"]: g for g in (cluster or {}).get("InstanceGroups", [])}
         group = groups.get(ref.name)
         if group is None:
             raise LookupError(f"{ref.key}: the cluster or its instance group is gone")
-        if group.get("TargetCount") == count:
-            return f"UpdateCluster {ref.key}: InstanceCount already {count}"
+        target = int(group.get("TargetCount", group.get("CurrentCount", 0)) or 0)
+        if count == target or (lower_ok and count < target):
+            return f"UpdateCluster {ref.key}: InstanceCount already {target}"
+        if count < target:
+            raise CountNotLowered(
+                f"{ref.key}: InstanceCount {target} -> {count} refused: a lower count lets HyperPod choose which "
+                "nodes go; only idle nodes are removed, by id"
+            )
         self.sagemaker.update_cluster(ClusterName=ref.cluster, InstanceGroups=[update_spec(group, count)])
         return f"UpdateCluster {ref.key} InstanceCount = {count}"
 
@@ -341,27 +367,76 @@ class HyperPodFleet:
         return text
 
 
-def _idle_queries(ids: dict[str, str], batch: Sequence[tuple[GroupRef, str]], namespace: str) -> list[dict[str, Any]]:
-    """One query per node: the Minimum of its IdleNode series per minute."""
-    return [
-        {
-            "Id": qid,
-            "MetricStat": {
-                "Metric": {
-                    "Namespace": namespace,
-                    "MetricName": defaults.HYPERPOD_IDLE_METRIC,
-                    "Dimensions": [
-                        {"Name": k, "Value": v}
-                        for k, v in {**ref.metric_dimensions, schema.DIM_INSTANCE_ID: iid}.items()
-                    ],
-                },
-                "Period": 60,
-                "Stat": "Minimum",
+def read_report(
+    cloudwatch: Any, namespace: str, running: Sequence[tuple[GroupRef, str]], end: datetime
+) -> tuple[dict[str, dict[datetime, float]], dict[str, set[datetime]]]:
+    """Slurm's report in one GetMetricData read (calls of at most 500 queries), 60 s periods, each datum
+    keyed by its minute, from the window's minutes before the current one (`end`) to the current one's
+    end (a datum the publisher put in it counts too): per node the Minimum of its IdleNode, per group the
+    minutes its report landed (the SampleCount of its PendingGPUs: one query per group)."""
+    start, stop = end - timedelta(minutes=defaults.HYPERPOD_IDLE_MINUTES), end + timedelta(minutes=1)
+    groups = {ref.key: ref for ref, _ in running}
+    minutes: dict[str, dict[datetime, float]] = {iid: {} for _, iid in running}
+    reports: dict[str, set[datetime]] = {key: set() for key in groups}
+    targets: dict[str, tuple[str, str]] = {}
+    queries: list[dict[str, Any]] = []
+    for i, ref in enumerate(groups.values()):
+        targets[f"g{i}"] = ("group", ref.key)
+        dims = ref.metric_dimensions
+        queries.append(_query(f"g{i}", namespace, defaults.HYPERPOD_PENDING_METRIC, dims, "SampleCount"))
+    for i, (ref, iid) in enumerate(running):
+        targets[f"n{i}"] = ("node", iid)
+        dims = {**ref.metric_dimensions, schema.DIM_INSTANCE_ID: iid}
+        queries.append(_query(f"n{i}", namespace, defaults.HYPERPOD_IDLE_METRIC, dims, "Minimum"))
+    for batch in _chunks(queries, defaults.GET_METRIC_DATA_MAX_QUERIES):
+        for qid, at, value in _results(cloudwatch, batch, start, stop):
+            kind, name = targets[qid]
+            if kind == "group":
+                if value > 0:
+                    reports[name].add(minute_of(at))
+            elif minutes[name].get(minute_of(at), 1.0) == 1.0:  # two data in one minute: a not-1 sticks
+                minutes[name][minute_of(at)] = float(value)
+    return minutes, reports
+
+
+def _results(
+    cloudwatch: Any, queries: Sequence[dict[str, Any]], start: datetime, end: datetime
+) -> Iterator[tuple[str, datetime, float]]:
+    """(query id, timestamp, value) of every datum GetMetricData answers, all pages; a result that is not
+    complete, or values without their timestamps, raises _Incomplete (nothing is idle then)."""
+    token: str | None = None
+    while True:
+        args: dict[str, Any] = {"MetricDataQueries": list(queries), "StartTime": start, "EndTime": end}
+        if token:
+            args["NextToken"] = token
+        page = cloudwatch.get_metric_data(**args)
+        for res in page.get("MetricDataResults", []):
+            if res.get("StatusCode", "Complete") not in ("Complete", "PartialData"):
+                raise _Incomplete(f"GetMetricData answered {res.get('StatusCode')} for the Slurm idle report")
+            values, stamps = res.get("Values", []), res.get("Timestamps", [])
+            if len(values) != len(stamps):
+                raise _Incomplete("GetMetricData answered values without their minutes for the Slurm idle report")
+            for at, value in zip(stamps, values, strict=True):
+                yield res["Id"], at, float(value)
+        token = page.get("NextToken")
+        if not token:
+            return
+
+
+def _query(qid: str, namespace: str, metric: str, dims: Mapping[str, str], stat: str) -> dict[str, Any]:
+    return {
+        "Id": qid,
+        "MetricStat": {
+            "Metric": {
+                "Namespace": namespace,
+                "MetricName": metric,
+                "Dimensions": [{"Name": k, "Value": v} for k, v in dims.items()],
             },
-            "ReturnData": True,
-        }
-        for qid, (ref, iid) in zip(ids, batch, strict=True)
-    ]
+            "Period": 60,
+            "Stat": stat,
+        },
+        "ReturnData": True,
+    }
 
 
 class _Incomplete(RuntimeError):
@@ -377,7 +452,8 @@ def _observation(
 ) -> GroupObservation:
     """The group as DescribeCluster and ListClusterNodes say; no node is marked running work until `marked`
     reads Slurm's word (no victim is chosen before that: the core waits for the nodes' GPU metrics, and
-    with_instance_metrics marks them; the delete reads it again)."""
+    with_instance_metrics marks them; the delete reads it again). It shrinks by victims only: a lower
+    InstanceCount would let HyperPod choose which nodes go."""
     instances = tuple(node_observation(n, False) for n in nodes)
     instance_type = ec2_type(group.get("InstanceType"))
     floor = int(group.get("MinCount") or 0)
@@ -389,6 +465,7 @@ def _observation(
         instances=instances,
         tags=tags,
         instance_types=(instance_type,) if instance_type else (),
+        shrinks_by_victims_only=True,
     )
 
 

@@ -274,6 +274,10 @@ class GroupObservation(Frozen):
     # The adapter cannot say which nodes run work (a HyperPod group whose Slurm idle report cannot be
     # read): no node of the group may be removed, whatever its source says. None: scale-in may go ahead.
     scale_in_closed: str | None = None
+    # A group whose count cannot be lowered without the provider choosing the nodes (HyperPod: a lower
+    # InstanceCount lets HyperPod pick, busy ones included): it shrinks only by removing idle victims by
+    # id, so the core never lowers its count with a bare SET_DESIRED.
+    shrinks_by_victims_only: bool = False
 
     @property
     def in_service(self) -> int:

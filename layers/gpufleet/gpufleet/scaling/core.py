@@ -381,11 +381,16 @@ class _Ctx(_Group):
         return self.cooling(Direction.IN, trigger, why) or self.scale_in_by(room, trigger, why)
 
     def bounds_fix(self) -> Decision | None:
-        """Desired outside [min, max] or below an open window's desired: put it back inside."""
+        """Desired outside [min, max] or below an open window's desired: put it back inside. A group
+        that shrinks by victims only (HyperPod) is brought down by removing idle nodes, at most down to
+        max: a lower count would let its provider choose which nodes go; with none idle it holds."""
         fix = out_of_bounds(self.bounds, self.obs.desired)
         if fix is None:
             return None
         target, trigger, reason = fix
+        if target < self.obs.desired and self.obs.shrinks_by_victims_only:
+            why = f"desired {self.obs.desired} is above max {target} ({trigger.name})"
+            return self.scale_in_by(self.obs.desired - target, trigger, why)
         return self.decision(Action.SET_DESIRED, trigger, reason, target)
 
 
@@ -576,7 +581,7 @@ def decide_replacement(
     staying = [
         i for i in obs.instances if i.instance_id != instance_id and not i.lifecycle_state.startswith("Terminat")
     ]
-    if len(staying) < obs.desired:  # gone and not replaced yet: just lower desired
+    if len(staying) < obs.desired and not obs.shrinks_by_victims_only:  # gone, not replaced: just lower desired
         reason = f"{why}: {instance_id} is gone, its replacement is in; desired {obs.desired} -> {obs.desired - 1}"
         return ctx.decision(Action.SET_DESIRED, trigger, reason, obs.desired - 1, **owed)
     decision = ctx.scale_in_by(1, trigger, f"{why} (Auto Scaling replaced it too)")

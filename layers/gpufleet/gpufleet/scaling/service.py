@@ -41,7 +41,7 @@ from gpufleet.events import EventKind
 from gpufleet.events.alarms import alarm_range_s, as_cloudwatch_says, described_condition, from_described_alarm
 from gpufleet.events.model import AlarmEvent, AlarmSource, ScheduleTick
 from gpufleet.notify.model import Notification
-from gpufleet.scaling.core import decide_alarm, decide_reconcile, decide_request
+from gpufleet.scaling.core import decide_alarm, decide_reconcile, decide_request, skip_reason
 from gpufleet.scaling.demand_source import DemandReader
 from gpufleet.scaling.execution import ControlContext
 from gpufleet.scaling.metric_trust import (
@@ -431,8 +431,8 @@ def with_instance_metrics(
     fleet: FleetReader,
 ) -> list[GroupObservation]:
     """The groups with their instances' GPU metrics and what their adapter says of which nodes run work
-    (HyperPod: Slurm's idle report, read only now, when a scale-in is weighed): victims are chosen from
-    nothing less."""
+    (HyperPod: Slurm's idle report, read only now, when a scale-in is weighed, and only for the nodes
+    whose GPUs read idle: no other can be a victim): victims are chosen from nothing less."""
     ids = [i.instance_id for obs in observations for i in obs.instances]
     gpu = metrics.instance_gpu(ids, now, policy.metric_lookback_s) if ids else {}
 
@@ -444,7 +444,18 @@ def with_instance_metrics(
         obs.model_copy(update={"instances": tuple(enrich(i) for i in obs.instances), "instance_metrics_loaded": True})
         for obs in observations
     ]
-    return fleet.work_marks(enriched, now)
+    return fleet.work_marks(enriched, now, idle_candidates(enriched, policy))
+
+
+def idle_candidates(observations: list[GroupObservation], policy: FleetPolicy) -> dict[str, set[str]]:
+    """Per group key, the nodes that could be victims now: GPUs idle by the group's own idle thresholds
+    (the settings the core chooses victims by), in service, not protected, not known to run work. The
+    adapter's word on which nodes run work is read for these only; any other node is never a victim."""
+    out: dict[str, set[str]] = {}
+    for obs in observations:
+        idle = (policy.settings_for(obs.ref, obs.tags) or policy.defaults).idle
+        out[obs.ref.key] = {i.instance_id for i in obs.instances if skip_reason(i, idle) is None}
+    return out
 
 
 def firing_alarms(
