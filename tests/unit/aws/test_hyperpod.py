@@ -221,6 +221,23 @@ def test_an_unreadable_idle_report_closes_the_group_for_scale_in() -> None:
     assert all(i.runs_gpu_work for i in obs.instances)
 
 
+def test_a_result_getmetricdata_did_not_complete_closes_the_group_too() -> None:
+    """A strict read: an InternalError result is no "no data" (which would read as busy here, but as
+    nothing waiting elsewhere): the group is closed and says why."""
+    fleet, _ = _fleet([_node("i-0aaaaaaaaaaaaaaaa", "Running")], {"i-0aaaaaaaaaaaaaaaa": IDLE})
+    answer = fleet.cloudwatch.get_metric_data
+
+    def failing(**kw: Any) -> dict[str, Any]:
+        page = answer(**kw)
+        page["MetricDataResults"][-1]["StatusCode"] = "InternalError"
+        return page
+
+    fleet.cloudwatch.get_metric_data = failing  # type: ignore[method-assign]
+    [obs] = fleet.marked(fleet.observe([REF]), NOW)
+    assert obs.scale_in_closed is not None and "InternalError" in obs.scale_in_closed
+    assert all(i.runs_gpu_work for i in obs.instances)
+
+
 def test_an_eks_orchestrated_cluster_is_not_this_adapters() -> None:
     fleet, _ = _fleet([_node("i-0aaaaaaaaaaaaaaaa", "Running")], {}, orchestrator={"Eks": {"ClusterArn": "x"}})
     assert fleet.observe([REF]) == []

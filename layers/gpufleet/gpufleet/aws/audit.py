@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from gpufleet.aws.clients import error_message, refused_for_good
-from gpufleet.aws.fleet import chunks
+from gpufleet.aws.clients import chunks, error_message, refused_for_good
 from gpufleet.aws.state import group_pk, until_processed
 from gpufleet.domain import defaults
 from gpufleet.domain.keys import joined

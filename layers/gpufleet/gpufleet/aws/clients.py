@@ -4,8 +4,9 @@ honoured by boto3 itself), so the same code talks to AWS, moto server or `gpufle
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 from boto3.session import Session as Session  # the one session type the runtime builds clients from
@@ -29,6 +30,16 @@ QUICK_CONFIG = Config(retries={"mode": "standard", "max_attempts": 2}, connect_t
 # What an AWS call raises when AWS (or the way to it) fails; modules outside aws/ catch these instead of
 # importing botocore.
 AWS_FAILURES: tuple[type[Exception], ...] = (BotoCoreError, ClientError)
+
+
+T = TypeVar("T")
+
+
+def chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    """`items` in slices of at most `size`: what one API call takes (DescribeAutoScalingGroups names,
+    GetMetricData queries, BatchWriteItem items)."""
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
 
 
 def error_code(exc: Exception) -> str:

@@ -4,14 +4,15 @@ observations, and apply decisions to them."""
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
 from gpufleet.aws.asg_shape import weighted_why
+from gpufleet.aws.clients import chunks
 from gpufleet.aws.hyperpod import HyperPodFleet
 from gpufleet.domain import defaults
 from gpufleet.domain.models import (
@@ -29,16 +30,10 @@ if TYPE_CHECKING:
     from mypy_boto3_autoscaling import AutoScalingClient
     from mypy_boto3_eks import EKSClient
 
-T = TypeVar("T")
 # Names the APIs accept (their documented patterns): anything else is a group that cannot exist.
 EKS_CLUSTER_NAME = re.compile(r"[0-9A-Za-z][A-Za-z0-9\-_]{0,99}")
 EKS_NODEGROUP_NAME = re.compile(r"[0-9A-Za-z][A-Za-z0-9\-_]{0,62}")
 ASG_NAME = re.compile("[\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff\r\n\t]{1,255}")
-
-
-def chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
 
 
 def _instances(asg: dict[str, Any]) -> tuple[InstanceObservation, ...]:

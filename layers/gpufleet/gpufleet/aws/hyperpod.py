@@ -25,7 +25,7 @@ on (SageMaker API reference, botocore's sagemaker model):
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -33,7 +33,8 @@ from typing import Any
 import botocore.session
 from botocore.exceptions import ClientError
 
-from gpufleet.aws.clients import AWS_FAILURES, error_code
+from gpufleet.aws.clients import AWS_FAILURES, chunks, error_code
+from gpufleet.aws.metrics import GpuMetricsReader, MetricsIncomplete, SeriesQuery
 from gpufleet.domain import defaults
 from gpufleet.domain.models import Action, Decision, GroupKind, GroupObservation, GroupRef, InstanceObservation
 from gpufleet_node import schema
@@ -171,11 +172,6 @@ def idle_nodes(
     return idle
 
 
-def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
-
-
 @dataclass
 class HyperPodFleet:
     """Reads and changes HyperPod instance groups named by policy rules (no tag discovery: each group
@@ -286,8 +282,8 @@ class HyperPodFleet:
         except AWS_FAILURES as exc:
             why = f"GetMetricData failed ({error_code(exc)}): which nodes Slurm calls idle is unknown"
             return set(), dict.fromkeys(keys, why)
-        except _Incomplete as exc:
-            return set(), dict.fromkeys(keys, str(exc))
+        except MetricsIncomplete as exc:
+            return set(), dict.fromkeys(keys, f"{exc}: which nodes Slurm calls idle is unknown")
         idle: set[str] = set()
         closed: dict[str, str] = {}
         for key in sorted(keys):
@@ -351,7 +347,7 @@ class HyperPodFleet:
             victims, kept = [], list(decision.victims)
         done: list[str] = []
         refused: list[str] = []
-        for batch in _chunks(victims, defaults.HYPERPOD_DELETE_MAX_NODES):
+        for batch in chunks(victims, defaults.HYPERPOD_DELETE_MAX_NODES):
             answer = self.sagemaker.batch_delete_cluster_nodes(ClusterName=obs.ref.cluster, NodeIds=list(batch))
             done.extend(answer.get("Successful", []))
             for failed in answer.get("Failed", []):
@@ -367,80 +363,47 @@ class HyperPodFleet:
         return text
 
 
+# Slurm's report, as the controller node's publisher puts it (ami/slurm_pending_gpus.py --hyperpod).
+IDLE_NODE = schema.Metric(defaults.HYPERPOD_IDLE_METRIC, "Count", "1 each minute Slurm calls the node idle")
+REPORT_LANDED = schema.Metric(
+    defaults.HYPERPOD_PENDING_METRIC, "Count", "the group's backlog, sent with its run's IdleNode data"
+)
+
+
 def read_report(
     cloudwatch: Any, namespace: str, running: Sequence[tuple[GroupRef, str]], end: datetime
 ) -> tuple[dict[str, dict[datetime, float]], dict[str, set[datetime]]]:
-    """Slurm's report in one GetMetricData read (calls of at most 500 queries), 60 s periods, each datum
-    keyed by its minute, from the window's minutes before the current one (`end`) to the current one's
-    end (a datum the publisher put in it counts too): per node the Minimum of its IdleNode, per group the
-    minutes its report landed (the SampleCount of its PendingGPUs: one query per group)."""
+    """Slurm's report in one strict GetMetricData read (GpuMetricsReader: calls of at most 500 queries,
+    60 s periods), each datum keyed by its minute, from the window's minutes before the current one
+    (`end`) to the current one's end (a datum the publisher put in it counts too): per node the Minimum of
+    its IdleNode, per group the minutes its report landed (the SampleCount of its PendingGPUs: one query
+    per group). A result GetMetricData did not complete raises MetricsIncomplete (nothing is idle then)."""
     start, stop = end - timedelta(minutes=defaults.HYPERPOD_IDLE_MINUTES), end + timedelta(minutes=1)
     groups = {ref.key: ref for ref, _ in running}
-    minutes: dict[str, dict[datetime, float]] = {iid: {} for _, iid in running}
-    reports: dict[str, set[datetime]] = {key: set() for key in groups}
-    targets: dict[str, tuple[str, str]] = {}
-    queries: list[dict[str, Any]] = []
-    for i, ref in enumerate(groups.values()):
-        targets[f"g{i}"] = ("group", ref.key)
-        dims = ref.metric_dimensions
-        queries.append(_query(f"g{i}", namespace, defaults.HYPERPOD_PENDING_METRIC, dims, "SampleCount"))
-    for i, (ref, iid) in enumerate(running):
-        targets[f"n{i}"] = ("node", iid)
-        dims = {**ref.metric_dimensions, schema.DIM_INSTANCE_ID: iid}
-        queries.append(_query(f"n{i}", namespace, defaults.HYPERPOD_IDLE_METRIC, dims, "Minimum"))
-    for batch in _chunks(queries, defaults.GET_METRIC_DATA_MAX_QUERIES):
-        for qid, at, value in _results(cloudwatch, batch, start, stop):
-            kind, name = targets[qid]
-            if kind == "group":
-                if value > 0:
-                    reports[name].add(minute_of(at))
-            elif minutes[name].get(minute_of(at), 1.0) == 1.0:  # two data in one minute: a not-1 sticks
-                minutes[name][minute_of(at)] = float(value)
+    queries = [
+        SeriesQuery(f"g:{key}", REPORT_LANDED, tuple(ref.metric_dimensions.items()), "SampleCount", namespace)
+        for key, ref in groups.items()
+    ]
+    queries += [
+        SeriesQuery(
+            f"n:{iid}",
+            IDLE_NODE,
+            tuple({**ref.metric_dimensions, schema.DIM_INSTANCE_ID: iid}.items()),
+            "Minimum",
+            namespace,
+        )
+        for ref, iid in running
+    ]
+    points = GpuMetricsReader(cloudwatch).fetch_points(queries, start, stop, strict=True)
+    reports = {key: {minute_of(at) for at, value in points[f"g:{key}"] if value > 0} for key in groups}
+    minutes: dict[str, dict[datetime, float]] = {}
+    for _, iid in running:
+        series: dict[datetime, float] = {}
+        for at, value in points[f"n:{iid}"]:
+            if series.get(minute_of(at), 1.0) == 1.0:  # two data in one minute: a not-1 sticks
+                series[minute_of(at)] = value
+        minutes[iid] = series
     return minutes, reports
-
-
-def _results(
-    cloudwatch: Any, queries: Sequence[dict[str, Any]], start: datetime, end: datetime
-) -> Iterator[tuple[str, datetime, float]]:
-    """(query id, timestamp, value) of every datum GetMetricData answers, all pages; a result that is not
-    complete, or values without their timestamps, raises _Incomplete (nothing is idle then)."""
-    token: str | None = None
-    while True:
-        args: dict[str, Any] = {"MetricDataQueries": list(queries), "StartTime": start, "EndTime": end}
-        if token:
-            args["NextToken"] = token
-        page = cloudwatch.get_metric_data(**args)
-        for res in page.get("MetricDataResults", []):
-            if res.get("StatusCode", "Complete") not in ("Complete", "PartialData"):
-                raise _Incomplete(f"GetMetricData answered {res.get('StatusCode')} for the Slurm idle report")
-            values, stamps = res.get("Values", []), res.get("Timestamps", [])
-            if len(values) != len(stamps):
-                raise _Incomplete("GetMetricData answered values without their minutes for the Slurm idle report")
-            for at, value in zip(stamps, values, strict=True):
-                yield res["Id"], at, float(value)
-        token = page.get("NextToken")
-        if not token:
-            return
-
-
-def _query(qid: str, namespace: str, metric: str, dims: Mapping[str, str], stat: str) -> dict[str, Any]:
-    return {
-        "Id": qid,
-        "MetricStat": {
-            "Metric": {
-                "Namespace": namespace,
-                "MetricName": metric,
-                "Dimensions": [{"Name": k, "Value": v} for k, v in dims.items()],
-            },
-            "Period": 60,
-            "Stat": stat,
-        },
-        "ReturnData": True,
-    }
-
-
-class _Incomplete(RuntimeError):
-    pass
 
 
 def _running(node: dict[str, Any]) -> bool:

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from statistics import fmean
 from typing import TYPE_CHECKING, Any
 
-from gpufleet.aws.fleet import chunks
+from gpufleet.aws.clients import chunks
 from gpufleet.domain import defaults
 from gpufleet.domain.models import GroupObservation, GroupRef, InstanceObservation, SeriesStats
 from gpufleet.scaling.metric_trust import Member, Verdict, check_group, combine, from_members
@@ -53,6 +53,18 @@ def ec2_gpus(ec2: Any) -> GpusPerType:
     return gpus
 
 
+class MetricsIncomplete(RuntimeError):
+    """GetMetricData answered a result it did not complete (a strict read)."""
+
+
+def _complete(result: Mapping[str, Any]) -> None:
+    status = result.get("StatusCode", "Complete")
+    if status not in ("Complete", "PartialData"):  # PartialData: more pages follow (NextToken)
+        raise MetricsIncomplete(f"GetMetricData answered {status} for {result.get('Id')}")
+    if len(result.get("Values", [])) != len(result.get("Timestamps", [])):
+        raise MetricsIncomplete(f"GetMetricData answered values without their timestamps for {result.get('Id')}")
+
+
 @dataclass
 class GpuMetricsReader:
     cloudwatch: CloudWatchClient
@@ -66,9 +78,12 @@ class GpuMetricsReader:
         return {k: [v for _, v in points] for k, points in self.fetch_points(queries, start, end).items()}
 
     def fetch_points(
-        self, queries: list[SeriesQuery], start: datetime, end: datetime
+        self, queries: list[SeriesQuery], start: datetime, end: datetime, strict: bool = False
     ) -> dict[str, list[tuple[datetime, float]]]:
-        """(timestamp, value) pairs, newest first, per query key; a series without data maps to []."""
+        """(timestamp, value) pairs, newest first, per query key; a series without data maps to [].
+        `strict`: a result GetMetricData did not complete (InternalError, Forbidden) or values without
+        their timestamps raise MetricsIncomplete instead of reading as no data (a read that must fail
+        closed: which HyperPod nodes Slurm calls idle)."""
         result: dict[str, list[tuple[datetime, float]]] = {q.key: [] for q in queries}
         for batch in chunks(queries, defaults.GET_METRIC_DATA_MAX_QUERIES):
             ids = {f"q{i}": q.key for i, q in enumerate(batch)}
@@ -100,6 +115,8 @@ class GpuMetricsReader:
                     args["NextToken"] = token
                 page = self.cloudwatch.get_metric_data(**args)
                 for res in page.get("MetricDataResults", []):
+                    if strict:
+                        _complete(res)
                     pairs = zip(res.get("Timestamps", []), res.get("Values", []), strict=False)
                     result[ids[res["Id"]]].extend((t, float(v)) for t, v in pairs)
                 token = page.get("NextToken")

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpufleet.aws.fleet import chunks
+from gpufleet.aws.clients import chunks
 from gpufleet.notify.model import Notification
 
 if TYPE_CHECKING:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from gpufleet.aws.fleet import chunks
+from gpufleet.aws.clients import chunks
 from gpufleet.domain import defaults
 from gpufleet.domain.keys import joined
 from gpufleet.domain.models import Decision, ForeignChange, GroupState
