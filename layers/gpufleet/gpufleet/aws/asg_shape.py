@@ -63,7 +63,7 @@ CLUSTER_TAG_VALUES = ("owned", "shared")
 EKSCTL_CLUSTER_TAG = "alpha.eksctl.io/cluster-name"
 EKSCTL_NODEGROUP_TAG = "alpha.eksctl.io/nodegroup-name"
 EKSCTL_NODE_LABELS = (EKSCTL_CLUSTER_TAG, EKSCTL_NODEGROUP_TAG)  # tags on the ASG, labels on its nodes
-WEIGHTED = "weighted capacity"  # how `weighted_why` starts: the demand reader knows the group by it
+WEIGHTED = "weighted capacity"  # how `weighted_why`'s reason starts
 TAINT_EFFECTS = ("NoSchedule", "NoExecute", "PreferNoSchedule")
 
 

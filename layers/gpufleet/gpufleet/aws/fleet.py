@@ -109,7 +109,9 @@ def _asg_observation(asg: dict[str, Any]) -> GroupObservation:
         capacity_type=tagged if tagged is not CapacityType.UNKNOWN else _mixed_instances_market(asg),
         instance_types=_instance_types(asg),
         launch_template=_launch_template(asg),
-        scale_in_closed=weighted_why(asg),  # desired counts weight units: no instance count is safe to lower
+        # desired counts weight units: no instance count is safe to lower, no demand can size it
+        scale_in_closed=weighted_why(asg),
+        demand_refused=weighted_why(asg),
     )
 
 

@@ -272,8 +272,12 @@ class GroupObservation(Frozen):
     launch_template: tuple[str, str] | None = None  # (id or name, version) of a plain launch-template group
     demand: Demand | None = None  # what waits for this group, where it has a demand source
     # The adapter cannot say which nodes run work (a HyperPod group whose Slurm idle report cannot be
-    # read): no node of the group may be removed, whatever its source says. None: scale-in may go ahead.
+    # read, an ASG whose desired counts weight units): no node of the group may be removed, whatever its
+    # source says. None: scale-in may go ahead.
     scale_in_closed: str | None = None
+    # Why no demand source may size the group (an ASG whose desired counts weight units, not instances):
+    # its demand is not read, and the reason is told. None: demand sizes it as usual.
+    demand_refused: str | None = None
     # A group whose count cannot be lowered without the provider choosing the nodes (HyperPod: a lower
     # InstanceCount lets HyperPod pick, busy ones included): it shrinks only by removing idle victims by
     # id, so the core never lowers its count with a bare SET_DESIRED.

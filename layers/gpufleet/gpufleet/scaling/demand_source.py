@@ -30,7 +30,7 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 
-from gpufleet.aws.asg_shape import WEIGHTED, cluster_of
+from gpufleet.aws.asg_shape import cluster_of
 from gpufleet.aws.backlog import BacklogUnreadable, latest_values, queue_counts
 from gpufleet.aws.clients import AWS_FAILURES, error_code
 from gpufleet.aws.eks_nodes import ShapeUnknown
@@ -84,7 +84,7 @@ class _Warnings:
 
     def _weighted(self, obs: GroupObservation) -> GroupObservation:
         """A group whose desired counts weight units: its demand is not read (told once, fails closed)."""
-        return self._unreadable(obs, f"group {obs.ref.key}", str(_weighted_why(obs)))
+        return self._unreadable(obs, f"group {obs.ref.key}", str(obs.demand_refused))
 
     def _tell_shape(self, key: str) -> Callable[[str], None]:
         """Where a self-managed ASG's shape tells what its tags say that is not used: once per group."""
@@ -113,7 +113,7 @@ class DemandReader(_Warnings):
     def attach(self, pairs: Sequence[Pair], now: datetime, fallbacks: frozenset[str] = frozenset()) -> list[Pair]:
         """`fallbacks`: keys of groups that are another group's spot fallback (served after it)."""
         sourced: list[Member] = [(obs, s, s.demand) for obs, s in pairs if s.demand is not None]
-        weighted = {o.ref.key: self._weighted(o) for o, _, _ in sourced if _weighted_why(o)}
+        weighted = {o.ref.key: self._weighted(o) for o, _, _ in sourced if o.demand_refused}
         sourced = [m for m in sourced if m[0].ref.key not in weighted]
         if not sourced:
             return [(weighted.get(obs.ref.key, obs), s) for obs, s in pairs]
@@ -498,13 +498,6 @@ def joined_cluster(obs: GroupObservation, d: DemandSource) -> tuple[str | None, 
         named = d.kubernetes.cluster if d.kubernetes else None
         return (named, "") if named else cluster_of(obs.asg_tags)
     return None, f"a {obs.ref.kind.value} group joins no EKS cluster: demand.kubernetes cannot read its pods"
-
-
-def _weighted_why(obs: GroupObservation) -> str | None:
-    """Why an ASG's desired is not a count of instances (`gpufleet.aws.asg_shape.weighted_why`, which the
-    fleet reader puts on the observation), or None."""
-    closed = obs.scale_in_closed
-    return closed if obs.ref.kind is GroupKind.ASG and closed and closed.startswith(WEIGHTED) else None
 
 
 def _keys(unit: list[Member]) -> list[str]:
