@@ -156,3 +156,14 @@ HYPERPOD_NO_MAX = 100_000
 # an infinite quantity ('1e400'), is no node's and fails its group's shape in one line.
 NODE_GPUS_MAX = 1024.0  # nvidia.com/gpu, shares included (as demand.gpus_per_node)
 NODE_RESOURCE_MAX = float(2**60)  # any other resource: 1 EiB of memory or storage, 2**60 cores or pods
+
+# ---- consolidation by attrition (docs/consolidation.md) ----
+# A node gpufleet cordoned carries this annotation (when and why). Only a node with it is ever uncordoned by
+# gpufleet: a node someone else cordoned is left alone.
+DRAIN_ANNOTATION = "gpufleet.io/drained"
+# Slurm: the reason gpufleet gives `scontrol update state=drain`; only a node drained with it is resumed.
+SLURM_DRAIN_REASON_PREFIX = "gpufleet:"
+# At most this share of a group's serving nodes drains at once (policy `drain_max_share`, percent).
+DEFAULT_DRAIN_MAX_SHARE_PCT = 50
+# The state table item the controller-side Slurm publisher reads the drains gpufleet asks for from.
+SLURM_MARKS_KEY_PREFIX = "slurm-marks#"

@@ -179,6 +179,24 @@ class Trigger(Frozen):
 # ---- observations (read from AWS by adapters, passed into the pure cores) ----
 
 
+class NodeMark(StrEnum):
+    """Whether a node is closed to new work: not at all, by gpufleet (draining by attrition), or by someone
+    else (cordoned or Slurm-drained by an operator or another tool: gpufleet never reopens it)."""
+
+    NONE = "none"
+    GPUFLEET = "gpufleet"
+    OTHER = "other"
+
+
+class MarkChannel(StrEnum):
+    """How a group's nodes are closed to new work: Kubernetes cordon (EKS node groups, self-managed
+    node groups with a Kubernetes source) or Slurm drain (HyperPod, applied by the controller-side
+    publisher)."""
+
+    KUBERNETES = "kubernetes"
+    SLURM = "slurm"
+
+
 class InstanceObservation(Frozen):
     instance_id: str
     lifecycle_state: str = "InService"
@@ -188,6 +206,10 @@ class InstanceObservation(Frozen):
     gpu_utilization: float | None = None  # busiest GPU on the instance, percent
     gpu_memory_percent: float | None = None  # fullest GPU on the instance, percent
     runs_gpu_work: bool = False  # a pod that asks for GPUs is bound to it (EKS): never a victim
+    gpus_held: float | None = None  # GPUs the work bound to it asks for, when the source says (consolidation)
+    mark: NodeMark = NodeMark.NONE  # closed to new work, and by whom
+    empties_by: datetime | None = None  # when its work is expected to end, when the source says (Slurm limits)
+    node_name: str | None = None  # its Kubernetes node or Slurm node name, when the source says
 
     @property
     def in_service(self) -> bool:
@@ -282,6 +304,8 @@ class GroupObservation(Frozen):
     # InstanceCount lets HyperPod pick, busy ones included): it shrinks only by removing idle victims by
     # id, so the core never lowers its count with a bare SET_DESIRED.
     shrinks_by_victims_only: bool = False
+    # How its nodes are closed to new work (consolidation by attrition); None: they cannot be.
+    marks: MarkChannel | None = None
 
     @property
     def in_service(self) -> int:
@@ -347,10 +371,21 @@ class Decision(Frozen):
     skipped: dict[SkipReason, int] = Field(default_factory=dict)  # scale-in candidates passed over
 
     owed_to: str | None = None  # a spot group this change covers (the fallback ledger counts it)
+    drain: tuple[str, ...] = ()  # nodes to close to new work (consolidation by attrition)
+    undrain: tuple[str, ...] = ()  # nodes gpufleet closed, to open again (waiting work fits them, or surplus gone)
 
     @property
     def changes_capacity(self) -> bool:
         return self.action is not Action.HOLD and (self.desired != self.current or bool(self.victims))
+
+    @property
+    def changes_marks(self) -> bool:
+        return bool(self.drain or self.undrain)
+
+    @property
+    def acts(self) -> bool:
+        """Something to carry out under the lease: a capacity change, node marks, or both."""
+        return self.changes_capacity or self.changes_marks
 
     @property
     def raises_capacity(self) -> bool:

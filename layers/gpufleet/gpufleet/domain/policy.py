@@ -91,6 +91,15 @@ class IdleThreshold(Frozen):
     memory_percent: float = Field(default=defaults.DEFAULT_IDLE_GPU_MEMORY_PERCENT, ge=0, le=100)
 
 
+class Consolidation(StrEnum):
+    """How a group holding more nodes than its work needs gets back to size. `off`: only nodes that go
+    idle on their own are removed. `attrition`: the emptiest surplus nodes are closed to new work
+    (cordoned, Slurm-drained) so they empty as their work ends, then removed; nothing is evicted."""
+
+    OFF = "off"
+    ATTRITION = "attrition"
+
+
 CRON_FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day of month", 1, 31), ("month", 1, 12), ("weekday", 0, 7))
 
 
@@ -228,6 +237,8 @@ class GroupSettings(Frozen):
     demand: DemandSource | None = None  # waiting work drives scale-out, scale from and to zero
     # A new node that reports no GPUs this long after launch is an incident and no longer capacity.
     gpu_ready_timeout_s: int = Field(default=defaults.DEFAULT_GPU_READY_TIMEOUT_S, ge=60, le=6 * 3600)
+    consolidate: Consolidation = Consolidation.OFF  # needs a demand source that says what each node holds
+    drain_max_share: float = Field(default=defaults.DEFAULT_DRAIN_MAX_SHARE_PCT, gt=0, le=100)  # percent
 
     @model_validator(mode="after")
     def _bounds(self) -> Self:

@@ -1,0 +1,27 @@
+"""Closing nodes to new work and opening them again (consolidation by attrition), one adapter per
+`MarkChannel`. Glue: which nodes to close is decided in `scaling.consolidate`.
+
+Every marker is idempotent (closing a node gpufleet already closed, or opening one it never closed, is
+done) and never opens a node someone else closed: a Kubernetes node is uncordoned only while it carries
+gpufleet's annotation, a Slurm node resumed only while its drain reason is gpufleet's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from gpufleet.domain.models import GroupObservation
+
+
+class NodeMarker(Protocol):
+    """One way of closing a group's nodes to new work."""
+
+    def close(self, obs: GroupObservation, instance_ids: Sequence[str], reason: str) -> str:
+        """Close the nodes to new work (already closed by gpufleet: done). Returns a short account;
+        raises on failure (the decision's intent stays and the next invocation finishes it)."""
+        ...
+
+    def reopen(self, obs: GroupObservation, instance_ids: Sequence[str]) -> str:
+        """Open nodes gpufleet closed (not closed, or closed by someone else: left as they are)."""
+        ...
