@@ -17,11 +17,14 @@ from gpufleet.aws.clients import AwsClients, Session, client, region_of
 from gpufleet.aws.documents import DocStore
 from gpufleet.aws.fleet import FleetActuator, FleetReader
 from gpufleet.aws.hyperpod import HyperPodFleet, LazyClient
+from gpufleet.aws.marks import LazyMarker, NodeMarker
 from gpufleet.aws.metrics import GpuMetricsReader, ec2_gpus
 from gpufleet.aws.policy_store import PolicyStore
 from gpufleet.aws.queue import NotificationQueue, enqueue_or_log
+from gpufleet.aws.slurm_marks import SlurmMarker
 from gpufleet.aws.state import StateStore
 from gpufleet.domain import defaults
+from gpufleet.domain.models import MarkChannel
 from gpufleet.events.kubernetes import ClusterPods
 from gpufleet.events.origin import Origin
 from gpufleet.policy_loading import LastGoodPolicy, policy_loader
@@ -59,6 +62,14 @@ def idempotency_for(
     return config, wrap
 
 
+def _kube_marker(settings: Settings, clients: AwsClients, region: str) -> NodeMarker:
+    """Cordons through each cluster's API, reached as the pod reader reaches it."""
+    from gpufleet.aws.kube_marks import KubernetesMarker
+    from gpufleet.aws.kubernetes import ClusterAccess
+
+    return KubernetesMarker(ClusterAccess(clients.eks, Session(region_name=region), settings.kube_endpoints))
+
+
 def _settings(env: Mapping[str, str] | None) -> Settings:
     return Settings.from_env(os.environ if env is None else env)
 
@@ -89,8 +100,13 @@ def _control_context(
         else None
     )
     # HyperPod instance groups named by rules: the SageMaker client is made only when one is read.
-    hyperpod = HyperPodFleet(LazyClient(lambda: client("sagemaker", Session(region_name=region))), clients.cloudwatch)
-    actuator = FleetActuator(clients.autoscaling, clients.eks, hyperpod)
+    slurm = SlurmMarker(clients.dynamodb, table)  # consolidation by attrition: drains the controller applies
+    hyperpod = HyperPodFleet(
+        LazyClient(lambda: client("sagemaker", Session(region_name=region))), clients.cloudwatch, marker=slurm
+    )
+    cordon = LazyMarker(lambda: _kube_marker(settings, clients, region))
+    markers: dict[MarkChannel, NodeMarker] = {MarkChannel.KUBERNETES: cordon, MarkChannel.SLURM: slurm}
+    actuator = FleetActuator(clients.autoscaling, clients.eks, hyperpod, markers)
     wait = defaults.BATCH_WAIT_MAX_S if keeps_policy else defaults.TERMINATION_BATCH_WAIT_MAX_S
     return ControlContext(
         fleet=FleetReader(clients.autoscaling, clients.eks, hyperpod, logger=logger),
@@ -152,10 +168,10 @@ def demand_reader(
     readers: dict[frozenset[tuple[str, float]], PodReader] = {}  # one per GPU resource table (its STS client kept)
     budget = TickBudget()
 
-    def cluster_pods(cluster: str, resources: Mapping[str, float]) -> ClusterPods:
+    def cluster_pods(cluster: str, resources: Mapping[str, float], nodes: bool = False) -> ClusterPods:
         key = frozenset(resources.items())
         reader = readers.setdefault(key, PodReader(clients.eks, own, overrides, resources))
-        return reader.read(cluster, budget.for_cluster(cluster))
+        return reader.read(cluster, budget.for_cluster(cluster), nodes=nodes)
 
     def shape(
         cluster: str, name: str, overrides: Mapping[str, str] | None = None, kind: Any = None, tell: Any = None

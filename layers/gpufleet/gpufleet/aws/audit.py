@@ -37,7 +37,7 @@ class Parked:
 
 
 def _item(d: Decision, audit_ttl_days: int) -> dict[str, Any]:
-    ttl = HOLD_TTL if not d.changes_capacity else timedelta(days=audit_ttl_days)
+    ttl = HOLD_TTL if not d.acts else timedelta(days=audit_ttl_days)
     return {
         "pk": {"S": group_pk(d.group)},
         "sk": {"S": decision_sk(d)},

@@ -14,6 +14,7 @@ from botocore.exceptions import ClientError
 from gpufleet.aws.asg_shape import weighted_why
 from gpufleet.aws.clients import chunks
 from gpufleet.aws.hyperpod import HyperPodFleet
+from gpufleet.aws.marks import NodeMarker
 from gpufleet.domain import defaults
 from gpufleet.domain.models import (
     Action,
@@ -23,6 +24,7 @@ from gpufleet.domain.models import (
     GroupObservation,
     GroupRef,
     InstanceObservation,
+    MarkChannel,
 )
 from gpufleet.domain.policy import Discovery
 
@@ -207,9 +209,12 @@ class FleetReader:
             self._every_nodegroup()
         )
 
-    def observe(self, discovery: Discovery, explicit: Iterable[GroupRef] = ()) -> list[GroupObservation]:
+    def observe(
+        self, discovery: Discovery, explicit: Iterable[GroupRef] = (), attrition: Collection[str] = ()
+    ) -> list[GroupObservation]:
         """Discovered (tagged) groups plus explicitly named ones; a missing explicit one is skipped, and so is
-        a named ASG that backs an EKS managed node group (told once: it is sized through its node group)."""
+        a named ASG that backs an EKS managed node group (told once: it is sized through its node group).
+        `attrition`: keys of the named groups that consolidate by attrition (HyperPod reads their marks)."""
         explicit = list(explicit)
         asgs: dict[str, dict[str, Any]] = {}
         if discovery.enabled and discovery.asg:
@@ -233,7 +238,7 @@ class FleetReader:
                 if found is not None:
                     nodegroups[(g.cluster, g.name)] = found
         hyperpod = [g for g in explicit if g.kind is GroupKind.HYPERPOD]
-        instance_groups = self.hyperpod.observe(hyperpod) if self.hyperpod is not None and hyperpod else []
+        instance_groups = self.hyperpod.observe(hyperpod, attrition) if self.hyperpod is not None and hyperpod else []
         return (
             [_asg_observation(a) for a in asgs.values()]
             + self._nodegroup_observations(nodegroups.values())
@@ -319,9 +324,28 @@ class FleetActuator:
     autoscaling: AutoScalingClient
     eks: EKSClient
     hyperpod: HyperPodFleet | None = None
+    markers: Mapping[MarkChannel, NodeMarker] = field(default_factory=dict)  # consolidation by attrition
 
     def apply(self, decision: Decision, obs: GroupObservation, token: str) -> str:
-        """Returns a short account of what was done; raises on failure."""
+        """Returns a short account of what was done; raises on failure. Nodes are reopened before any
+        launch (waiting work takes them first) and closed after the capacity change."""
+        done = []
+        if decision.undrain:
+            done.append(self._marker(obs).reopen(obs, decision.undrain))
+        if decision.changes_capacity:
+            done.append(self._capacity(decision, obs, token))
+        if decision.drain:
+            reason = f"surplus node drained by attrition at {decision.at:%Y-%m-%dT%H:%MZ}; removed once idle"
+            done.append(self._marker(obs).close(obs, decision.drain, reason))
+        return "; ".join(done) or "nothing to apply"
+
+    def _marker(self, obs: GroupObservation) -> NodeMarker:
+        marker = self.markers.get(obs.marks) if obs.marks is not None else None
+        if marker is None:
+            raise RuntimeError(f"{obs.ref.key}: no way to mark its nodes ({obs.marks or 'no mark channel'})")
+        return marker
+
+    def _capacity(self, decision: Decision, obs: GroupObservation, token: str) -> str:
         ref = obs.ref
         if ref.kind is GroupKind.HYPERPOD:
             if self.hyperpod is None:

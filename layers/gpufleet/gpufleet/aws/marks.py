@@ -8,7 +8,7 @@ gpufleet's annotation, a Slurm node resumed only while its drain reason is gpufl
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from gpufleet.domain.models import GroupObservation
@@ -25,3 +25,23 @@ class NodeMarker(Protocol):
     def reopen(self, obs: GroupObservation, instance_ids: Sequence[str]) -> str:
         """Open nodes gpufleet closed (not closed, or closed by someone else: left as they are)."""
         ...
+
+
+class LazyMarker:
+    """A marker made on first use: a function that never cordons pays no import of the Kubernetes client
+    at cold start."""
+
+    def __init__(self, make: Callable[[], NodeMarker]) -> None:
+        self._make = make
+        self._marker: NodeMarker | None = None
+
+    def _get(self) -> NodeMarker:
+        if self._marker is None:
+            self._marker = self._make()
+        return self._marker
+
+    def close(self, obs: GroupObservation, instance_ids: Sequence[str], reason: str) -> str:
+        return self._get().close(obs, instance_ids, reason)
+
+    def reopen(self, obs: GroupObservation, instance_ids: Sequence[str]) -> str:
+        return self._get().reopen(obs, instance_ids)

@@ -198,16 +198,19 @@ class StateStore:
     def commit(self, owner: str, done: Decision) -> bool:
         """The change is done (or given up): its cooldown mark, the fallback ledger, the outbox entry,
         a new version, and the lease and intent cleared, in one write. False if the lease was lost."""
-        names: dict[str, str] = {"#mark": "last_scale_out_at" if done.raises_capacity else "last_scale_in_at"}
+        names: dict[str, str] = {}
         values: dict[str, Any] = {
             ":zero": {"N": "0"},
             ":one": {"N": "1"},
             ":o": {"S": owner},
-            ":at": {"S": done.at.isoformat()},
             ":entry": {"L": [{"S": done.model_dump_json()}]},
             ":none": {"L": []},
         }
-        sets = ["version = if_not_exists(version, :zero) + :one", "#mark = :at", "seen_desired = :seen"]
+        sets = ["version = if_not_exists(version, :zero) + :one", "seen_desired = :seen"]
+        if done.changes_capacity or not done.changes_marks:  # node marks alone start no cooldown
+            names["#mark"] = "last_scale_out_at" if done.raises_capacity else "last_scale_in_at"
+            values[":at"] = {"S": done.at.isoformat()}
+            sets.append("#mark = :at")
         values[":seen"] = {"N": str(done.desired)}  # gpufleet's own change is never mistaken for someone else's
         if done.raises_capacity:  # the nodes on their way, for the next ticks' demand (core: on_the_way)
             sets.append("last_scale_out_added = :added")
@@ -223,8 +226,8 @@ class StateStore:
             Key=self._key(done.group),
             UpdateExpression="SET " + ", ".join(sets) + " REMOVE lease_owner, lease_until, intent, intent_attempts",
             ConditionExpression="lease_owner = :o",
-            ExpressionAttributeNames=names,
             ExpressionAttributeValues=values,
+            **({"ExpressionAttributeNames": names} if names else {}),
         )
 
     def note_desired(self, group_key: str, before: int | None, after: GroupState) -> bool:

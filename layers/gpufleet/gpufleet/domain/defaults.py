@@ -161,9 +161,15 @@ NODE_RESOURCE_MAX = float(2**60)  # any other resource: 1 EiB of memory or stora
 # A node gpufleet cordoned carries this annotation (when and why). Only a node with it is ever uncordoned by
 # gpufleet: a node someone else cordoned is left alone.
 DRAIN_ANNOTATION = "gpufleet.io/drained"
+# The Kubernetes group the scaler's EKS access entry puts it in (template.yaml ScalerEksAccess*), bound by
+# deploy/kubernetes/gpufleet-node-marks.yaml to a ClusterRole of the same name: nodes get, list, patch only.
+NODE_MARKS_GROUP = "gpufleet-node-marks"
 # Slurm: the reason gpufleet gives `scontrol update state=drain`; only a node drained with it is resumed.
 SLURM_DRAIN_REASON_PREFIX = "gpufleet:"
 # At most this share of a group's serving nodes drains at once (policy `drain_max_share`, percent).
 DEFAULT_DRAIN_MAX_SHARE_PCT = 50
 # The state table item the controller-side Slurm publisher reads the drains gpufleet asks for from.
 SLURM_MARKS_KEY_PREFIX = "slurm-marks#"
+# A node gpufleet asked Slurm to drain is idle by Slurm's report only this long after the ask: the controller
+# applies drains once a minute, and a report from before it shows the node plainly idle (open to new jobs).
+SLURM_DRAIN_SETTLE_S = 180

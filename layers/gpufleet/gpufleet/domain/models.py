@@ -210,6 +210,8 @@ class InstanceObservation(Frozen):
     mark: NodeMark = NodeMark.NONE  # closed to new work, and by whom
     empties_by: datetime | None = None  # when its work is expected to end, when the source says (Slurm limits)
     node_name: str | None = None  # its Kubernetes node or Slurm node name, when the source says
+    work_since: datetime | None = None  # when its longest-running work started (pods' startTime), when known
+    marked_at: datetime | None = None  # when gpufleet asked for its mark (mark GPUFLEET), when the channel says
 
     @property
     def in_service(self) -> bool:
@@ -344,6 +346,7 @@ class SkipReason(StrEnum):
     NO_METRICS = "without GPU metrics"
     NOT_IN_SERVICE = "not InService"
     RUNS_GPU_WORK = "running a GPU pod or job"  # a pod bound to it, or (HyperPod) a Slurm job
+    NOT_DRAINED = "not drained yet"  # consolidation by attrition: closed to new work first, removed next tick
 
 
 class Bounds(Frozen):

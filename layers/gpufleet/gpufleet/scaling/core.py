@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import cached_property, wraps
 from typing import Concatenate, ParamSpec
@@ -32,12 +32,14 @@ from gpufleet.domain.models import (
     GroupObservation,
     GroupState,
     InstanceObservation,
+    NodeMark,
     SkipReason,
     Trigger,
     TriggerKind,
 )
-from gpufleet.domain.policy import GroupSettings, IdleThreshold, Owner, ScheduleWindow
+from gpufleet.domain.policy import Consolidation, GroupSettings, IdleThreshold, Owner, ScheduleWindow
 from gpufleet.events.model import AlarmEvent
+from gpufleet.scaling.consolidate import plan_marks
 from gpufleet.scaling.demand import describe_waiting, gpus_text, pack, waiting_sizes
 
 INTERRUPTED = "interrupted:"  # the group's ledger key prefix for replacements launched before an interruption
@@ -118,13 +120,19 @@ def skip_reason(inst: InstanceObservation, idle: IdleThreshold) -> SkipReason | 
     return SkipReason.BUSY
 
 
-def choose_scale_in_victims(instances: Iterable[InstanceObservation], count: int, idle: IdleThreshold) -> VictimChoice:
+def choose_scale_in_victims(
+    instances: Iterable[InstanceObservation], count: int, idle: IdleThreshold, closed_only: bool = False
+) -> VictimChoice:
     """Pick up to `count` instances whose GPUs are all idle, the idlest first. Never an instance with
-    busy GPUs, with scale-in protection, not InService, or without metrics."""
+    busy GPUs, with scale-in protection, not InService, or without metrics; with consolidation by
+    attrition (`closed_only`), never one gpufleet has not closed to new work first, so no work can land
+    on a node between the idle reading and its removal."""
     eligible: list[InstanceObservation] = []
     skipped: Counter[SkipReason] = Counter()
     for inst in instances:
         reason = skip_reason(inst, idle)
+        if reason is None and closed_only and inst.mark is not NodeMark.GPUFLEET:
+            reason = SkipReason.NOT_DRAINED
         if reason is None:
             eligible.append(inst)
         else:
@@ -189,7 +197,7 @@ class _Group:
     def owned(self, decision: Decision) -> Decision:
         """A change gpufleet may not make on this group becomes advice: held, saying what it would do."""
         settings, state, now = self.settings, self.state, self.now
-        if not decision.changes_capacity:
+        if not decision.acts:
             return decision
         if settings.owner is Owner.EXTERNAL:
             why = "owner: external - another autoscaler sizes this group"
@@ -197,13 +205,21 @@ class _Group:
             why = f"standing aside until {state.stand_aside_until:%H:%M} UTC: another actor keeps sizing this group"
         else:
             return decision
-        advice = f"advice only ({why}): would {decision.action} {decision.current} -> {decision.desired}"
+        parts = [f"{decision.action} {decision.current} -> {decision.desired}"] if decision.changes_capacity else []
+        parts += [
+            f"{verb} {len(ids)} node(s)"
+            for verb, ids in (("drain", decision.drain), ("reopen", decision.undrain))
+            if ids
+        ]
+        would = ", ".join(parts)
         return decision.model_copy(
             update={
                 "action": Action.HOLD,
                 "desired": decision.current,
                 "victims": (),
-                "reason": f"{advice}; {decision.reason}",
+                "drain": (),
+                "undrain": (),
+                "reason": f"advice only ({why}): would {would}; {decision.reason}",
             }
         )
 
@@ -259,6 +275,11 @@ class _Ctx(_Group):
         return max(self.bounds.min, self.bounds.floor or 0, self.held)
 
     @property
+    def closed_only(self) -> bool:
+        """Consolidation by attrition on a group whose nodes can be marked: a node goes only once closed."""
+        return self.settings.consolidate is Consolidation.ATTRITION and self.obs.marks is not None
+
+    @property
     def held(self) -> int:
         d = self.obs.demand
         return d.held_nodes if d is not None and d.known else 0
@@ -282,7 +303,7 @@ class _Ctx(_Group):
         if not self.obs.instance_metrics_loaded:
             reason = f"{why}: scale in up to {room}; choosing idle instances"
             return self.decision(Action.SCALE_IN, trigger, reason, needs_instance_metrics=True)
-        choice = choose_scale_in_victims(self.obs.instances, room, self.settings.idle)
+        choice = choose_scale_in_victims(self.obs.instances, room, self.settings.idle, self.closed_only)
         if not choice.victims:
             reason = f"{why}, but no instance is idle: {choice.note}"
             return self.decision(Action.HOLD, trigger, reason, skipped=choice.skipped)
@@ -374,7 +395,7 @@ class _Ctx(_Group):
             spare = f"{len(free)} node(s) without GPU work" if d.knows_nodes else f"{room} node(s) not held by work"
             reason = f"no {d.noun}s waiting ({d.source}){held}, {spare}: choosing idle instances"
             return self.decision(Action.SCALE_IN, trigger, reason, needs_instance_metrics=True)
-        choice = choose_scale_in_victims(self.obs.instances, room, self.settings.idle)
+        choice = choose_scale_in_victims(self.obs.instances, room, self.settings.idle, self.closed_only)
         if not choice.victims:
             return None
         why = f"no {d.noun}s waiting ({d.source}){held}: {len(choice.victims)} idle node(s) not needed"
@@ -597,10 +618,19 @@ def decide_reconcile(
     firing_alarms: Iterable[tuple[str, Direction]] = (),
     global_dry_run: bool = False,
 ) -> Decision:
-    """One group at a reconcile tick: bounds and windows, then work waiting for it (its demand source),
+    """One group at a reconcile tick: the nodes to close or reopen (consolidation by attrition, reopened
+    before anything is launched), then bounds and windows, then work waiting for it (its demand source),
     then alarms still firing, then (nothing waiting) idle nodes released, then the GPU utilization band. A
     scale-out signal wins over any scale-in signal in the same tick."""
     ctx = group.on(event_id, global_dry_run)
+    d = group.obs.demand
+    plan = plan_marks(group.obs, group.settings, ctx.low_water, ctx.on_the_way(d) if d is not None and d.known else 0)
+    if plan.empty:
+        return _reconcile(ctx, firing_alarms)
+    return plan.attached(_reconcile(replace(ctx, obs=plan.observed(group.obs)), firing_alarms))
+
+
+def _reconcile(ctx: _Ctx, firing_alarms: Iterable[tuple[str, Direction]]) -> Decision:
     fix = ctx.bounds_fix() or ctx.demand_out()
     if fix is not None:
         return fix

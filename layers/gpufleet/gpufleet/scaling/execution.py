@@ -32,7 +32,7 @@ from gpufleet.aws.queue import NotificationQueue, enqueue_or_log
 from gpufleet.aws.state import StateStore
 from gpufleet.domain import defaults
 from gpufleet.domain.models import Action, Decision, GroupKind, GroupObservation, GroupState, Outcome, SkipReason
-from gpufleet.domain.policy import FleetPolicy, GroupSettings
+from gpufleet.domain.policy import Consolidation, FleetPolicy, GroupSettings
 from gpufleet.events import EventKind, InboundEvent, parse_for
 from gpufleet.events.origin import Origin
 from gpufleet.notify.model import Notification
@@ -86,7 +86,7 @@ class Executor:
     def execute(self, decision: Decision, obs: GroupObservation, state: GroupState) -> Decision:
         """Apply one decision under the group's lease; `state` is the one the decision was made on, so
         the lease also checks that nobody changed the group since (its version)."""
-        if not decision.changes_capacity:
+        if not decision.acts:
             return decision.model_copy(update={"outcome": Outcome.NOT_NEEDED})
         refused = untagged_reason(obs)
         if refused is not None:
@@ -218,7 +218,11 @@ class ControlContext:
     def managed(self, policy: FleetPolicy) -> list[tuple[GroupObservation, GroupSettings]]:
         """Every managed group (discovered by tag or named by a rule) with its settings."""
         found = []
-        for obs in self.fleet.observe(policy.discovery, policy.explicit_groups()):
+        named = policy.explicit_groups()
+        attrition = [
+            r.key for r in named if (s := policy.settings_for(r, {})) and s.consolidate is Consolidation.ATTRITION
+        ]
+        for obs in self.fleet.observe(policy.discovery, named, attrition):
             settings = policy.settings_for(obs.ref, obs.tags)
             if settings is not None:
                 found.append((obs, settings))

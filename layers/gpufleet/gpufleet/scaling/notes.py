@@ -29,6 +29,10 @@ def decision_notes(
         facts = {"action": str(d.action), "capacity": f"{d.current} -> {d.desired}", "trigger": str(d.trigger)}
         if d.victims:
             facts["instances removed"] = ", ".join(d.victims)
+        if d.drain:
+            facts["nodes drained (no new work; removed once idle)"] = ", ".join(d.drain)
+        if d.undrain:
+            facts["nodes reopened"] = ", ".join(d.undrain)
         if d.bounds is not None:
             facts["bounds"] = f"min {d.bounds.min} / max {d.bounds.max}"
         if d.detail:
@@ -39,7 +43,7 @@ def decision_notes(
                 NotificationKind.SCALING,
                 severity or Severity.INFO,
                 d.group,
-                f"{d.group}: {_VERB.get(d.outcome, str(d.outcome))} {d.current} -> {d.desired}",
+                _title(d),
                 at=d.at,
                 source=source,
                 id_parts=(d.event_id, d.group, str(d.action), str(d.outcome)),
@@ -50,6 +54,16 @@ def decision_notes(
             )
         )
     return out
+
+
+def _title(d: Decision) -> str:
+    """'scaled 3 -> 4', or for node marks alone 'drained 2 node(s), reopened 1 (dry-run)'."""
+    if d.changes_capacity or not d.changes_marks:
+        return f"{d.group}: {_VERB.get(d.outcome, str(d.outcome))} {d.current} -> {d.desired}"
+    done = [f"{verb} {len(ids)} node(s)" for verb, ids in (("drain", d.drain), ("reopen", d.undrain)) if ids]
+    verb = {Outcome.APPLIED: "", Outcome.DRY_RUN: "would ", Outcome.FAILED: "failed to "}.get(d.outcome, "")
+    suffix = " (dry-run)" if d.outcome is Outcome.DRY_RUN else ""
+    return f"{d.group}: {verb}{' and '.join(done)}{suffix} by attrition"
 
 
 def alarm_resolved_notes(alarm: AlarmEvent, decisions: Sequence[Decision], region: str) -> list[Notification]:

@@ -1,0 +1,218 @@
+"""Consolidation by attrition: which nodes to close to new work so that they empty as their work ends, and
+which to open again. Pure: the group as observed, its settings and what it must keep in, a `MarkPlan` out.
+
+Why: kube-scheduler's default scoring (NodeResourcesFit, LeastAllocated) spreads pods over the least
+allocated nodes, so every node keeps one long pod and none ever empties. Cluster Autoscaler and Karpenter
+consolidate by evicting. gpufleet closes the emptiest surplus nodes instead (cordon, Slurm drain), lets
+their work finish, and removes each one once it is idle: nothing is evicted. Closing the surplus also
+steers a spreading scheduler: new work can only land on the nodes kept open, so it packs.
+
+Rules, in order:
+1. Open before launch. Waiting work is packed first-fit decreasing into the room the group already offers,
+   then into the nodes gpufleet closed (most room first), then into nodes booting; a closed node that
+   takes an item is opened, and its room is offered to the waiting work, so the core launches only for
+   what no closed node can take. Opening is free and immediate; a launch takes minutes and costs money.
+2. Close only when nothing waits and the source can say what every node runs. The nodes beyond what the
+   running work needs, packed (ceil(GPUs held / GPUs per node)), are surplus; never more than the nodes
+   above what the group must keep (min, a window's desired), never a node with scale-in protection, and at
+   most `drain_max_share` percent of the serving nodes closed at once. The emptiest by GPUs held go first,
+   then the soonest expected to empty, then by id.
+3. A node closed beyond that share (the group shrank, the share was lowered) is opened again, fullest
+   first. With `consolidate: off`, every node gpufleet closed is opened.
+4. A node someone else closed (NodeMark.OTHER) is neither counted nor touched.
+
+Nothing here removes a node: a closed node is removed by the scaler's ordinary rules once it is idle.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import Counter
+from collections.abc import Sequence
+from datetime import datetime
+
+from gpufleet.domain.models import Decision, Demand, Frozen, GroupObservation, InstanceObservation, NodeMark
+from gpufleet.domain.policy import Consolidation, GroupSettings
+from gpufleet.scaling.demand import gpus_text, waiting_sizes
+
+_EPSILON = 1e-9
+_FAR = datetime.max.replace(tzinfo=None)
+
+
+class MarkPlan(Frozen):
+    """Nodes to close and to open this tick, the room the opened ones offer waiting work, and why."""
+
+    drain: tuple[str, ...] = ()
+    undrain: tuple[str, ...] = ()
+    room: tuple[float, ...] = ()  # free GPUs on each node opened for waiting work
+    note: str = ""
+
+    @property
+    def empty(self) -> bool:
+        return not (self.drain or self.undrain or self.note)
+
+    def observed(self, obs: GroupObservation) -> GroupObservation:
+        """The group as the rest of the core decides on it: the nodes opened here count as open, and
+        their room is offered to the waiting work (so no node is launched for what they take)."""
+        if not self.undrain:
+            return obs
+        opened = set(self.undrain)
+        instances = tuple(
+            i.model_copy(update={"mark": NodeMark.NONE}) if i.instance_id in opened else i for i in obs.instances
+        )
+        demand = obs.demand
+        if demand is not None and self.room:
+            demand = demand.model_copy(update={"free_gpus": (*demand.free_gpus, *self.room)})
+        return obs.model_copy(update={"instances": instances, "demand": demand})
+
+    def attached(self, decision: Decision) -> Decision:
+        """The decision with the marks added: a node the decision removes is not closed first, and the
+        reason says what drains or reopens and why."""
+        going = set(decision.victims)
+        drain = tuple(i for i in self.drain if i not in going)
+        undrain = tuple(i for i in self.undrain if i not in going)
+        if not (drain or undrain or self.note):
+            return decision
+        reason = f"{decision.reason}; {self.note}" if self.note else decision.reason
+        return decision.model_copy(update={"drain": drain, "undrain": undrain, "reason": reason})
+
+
+def held(inst: InstanceObservation, per_node: float) -> float | None:
+    """GPUs a node's work holds: what the source says, else all of them if it runs work, else unknown."""
+    if inst.gpus_held is not None:
+        return max(0.0, min(inst.gpus_held, per_node))
+    return per_node if inst.runs_gpu_work else None
+
+
+def _free(inst: InstanceObservation, per_node: float) -> float:
+    """Room left on a node for new work; none when what it holds is unknown."""
+    h = held(inst, per_node)
+    return 0.0 if h is None else per_node - h
+
+
+def plan_marks(obs: GroupObservation, settings: GroupSettings, keep: int, booting: int = 0) -> MarkPlan:
+    """What to close and open on one group this tick (rules in the module docstring). `keep` is the size
+    below which nothing may be removed (the core's low water); `booting` the nodes already on their way."""
+    ours = [i for i in obs.instances if i.mark is NodeMark.GPUFLEET and not i.lifecycle_state.startswith("Terminat")]
+    if settings.consolidate is Consolidation.OFF:
+        if ours and obs.marks is not None:
+            ids = _ids(ours)
+            return MarkPlan(undrain=ids, note=f"consolidation is off: reopening {_listed(ids)}, which gpufleet drained")
+        return MarkPlan()
+    d = obs.demand
+    if obs.marks is None or d is None or not d.known:
+        why = "its nodes cannot be marked" if obs.marks is None else "what waits for it is unknown"
+        return MarkPlan(note=f"consolidate: attrition is on, but {why}: nothing drains")
+    per_node = d.gpus_per_node
+    serving = [i for i in obs.instances if i.in_service and i.mark is not NodeMark.OTHER]
+    closed = [i for i in serving if i.mark is NodeMark.GPUFLEET]
+    cap = math.floor(len(serving) * settings.drain_max_share / 100 + _EPSILON)
+    opened, room = _reopen_for(d, closed, per_node, booting)
+    if d.waiting:
+        still = [i for i in closed if i.instance_id not in opened]
+        extra = _over_cap(still, cap, per_node)
+        return _plan((), (*opened, *extra), room, d, per_node)
+    limit = min(cap, max(0, obs.desired - keep))
+    if len(closed) > limit:
+        return _plan((), _over_cap(closed, limit, per_node), (), d, per_node)
+    holding = [held(i, per_node) for i in serving]
+    if obs.scale_in_closed or d.closed_for_scale_in or any(h is None for h in holding):
+        return MarkPlan()
+    work = sum(h or 0.0 for h in holding)
+    need = math.ceil(work / per_node - _EPSILON)
+    more = min(limit, len(serving) - need) - len(closed)
+    if more <= 0:
+        return MarkPlan()
+    candidates = [i for i in serving if i.mark is NodeMark.NONE and not i.protected_from_scale_in]
+    chosen = _ids(heapq.nsmallest(more, candidates, key=lambda i: _drain_order(i, per_node)))
+    if not chosen:
+        return MarkPlan()
+    why = (
+        f"draining {_listed(chosen)} by attrition: {len(serving)} serving node(s) hold {gpus_text(work)} of work, "
+        f"which {need} node(s) hold packed; closed to new work and removed once idle, nothing evicted"
+    )
+    return MarkPlan(drain=chosen, note=why)
+
+
+def _reopen_for(
+    d: Demand, closed: Sequence[InstanceObservation], per_node: float, booting: int
+) -> tuple[tuple[str, ...], tuple[float, ...]]:
+    """First-fit decreasing of the waiting work into the offered room, then the closed nodes (most room
+    first), then booting nodes: the closed nodes that take an item, and their room."""
+    sizes = Counter({s: n for s, n in waiting_sizes(d.waiting, per_node).items() if s <= per_node + _EPSILON})
+    if not sizes or not closed:
+        return (), ()
+    rooms = [_Bin(r, None) for r in d.free_gpus if r > _EPSILON]
+    by_room = sorted(closed, key=lambda i: (-_free(i, per_node), i.instance_id))
+    rooms += [_Bin(_free(i, per_node), i.instance_id) for i in by_room]
+    rooms += [_Bin(per_node, None) for _ in range(min(booting, 10_000))]
+    for size in sorted(sizes, reverse=True):
+        count = sizes[size]
+        for b in rooms:
+            if count <= 0:
+                break
+            fit = min(count, int((b.room + _EPSILON) // max(size, 1e-3)))
+            if fit:
+                b.room -= fit * size
+                b.took = True
+                count -= fit
+    opened = [b for b in rooms if b.node is not None and b.took]
+    return tuple(str(b.node) for b in opened), tuple(b.start for b in opened)
+
+
+class _Bin:
+    __slots__ = ("node", "room", "start", "took")
+
+    def __init__(self, room: float, node: str | None) -> None:
+        self.room = self.start = max(0.0, room)
+        self.node = node
+        self.took = False
+
+
+def _drain_order(inst: InstanceObservation, per_node: float) -> tuple[float, datetime, float, str]:
+    """Emptiest by GPUs held, then the soonest expected to empty, then the newest work (work that has run
+    longer is likely to run longer), then by id. The nodes beyond what holds all the work packed
+    (ceil(GPUs held / GPUs per node)) drain: the replay tried counting only the work on open nodes (closing
+    more), and new work then waited for reopened nodes so often that the bursty trace cost 1.58x the
+    oracle instead of 1.42x."""
+    return (held(inst, per_node) or 0.0, _naive(inst.empties_by), -_since(inst.work_since), inst.instance_id)
+
+
+def _over_cap(closed: Sequence[InstanceObservation], cap: int, per_node: float) -> tuple[str, ...]:
+    """Closed nodes beyond `cap`, the fullest first (the ones least likely to empty soon)."""
+    if len(closed) <= cap:
+        return ()
+    fullest = sorted(closed, key=lambda i: (_free(i, per_node), i.instance_id))
+    return _ids(fullest[: len(closed) - cap])
+
+
+def _plan(
+    drain: tuple[str, ...], undrain: tuple[str, ...], room: tuple[float, ...], d: Demand, per_node: float
+) -> MarkPlan:
+    if not undrain:
+        return MarkPlan()
+    if room:
+        what = f"waiting {d.noun}s fit {len(room)} drained node(s) ({gpus_text(sum(room))} free)"
+        note = f"reopening {_listed(undrain)} before any launch: {what}"
+    else:
+        note = f"reopening {_listed(undrain)}: more nodes drain than the policy's share allows"
+    return MarkPlan(drain=drain, undrain=undrain, room=room, note=note)
+
+
+def _ids(instances: Sequence[InstanceObservation]) -> tuple[str, ...]:
+    return tuple(i.instance_id for i in instances)
+
+
+def _listed(ids: Sequence[str]) -> str:
+    shown = ", ".join(ids[:5])
+    return shown + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+
+
+def _naive(at: datetime | None) -> datetime:
+    return _FAR if at is None else at.replace(tzinfo=None)
+
+
+def _since(at: datetime | None) -> float:
+    """Newest work first among nodes that hold as much: work running longer is likely to run longer."""
+    return float("inf") if at is None else at.timestamp()
