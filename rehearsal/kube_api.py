@@ -17,6 +17,12 @@
   "garbage" (a body that is not JSON), "expire" (compact first: a continue token in this request is too
   old), "500", "429".
 
+- Nodes: `GET /api/v1/nodes` (a NodeList, paged by `limit`), `GET /api/v1/nodes/NAME`, and
+  `PATCH /api/v1/nodes/NAME` (JSON merge patch or strategic merge patch; a `metadata.resourceVersion` in it
+  is a precondition: 409 Conflict when the node changed, as the API server answers), each patch recorded in
+  `patches`. `may` holds the verbs on nodes the caller is granted (403 Forbidden for the others), and
+  `POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews` answers from it (201, status.allowed).
+
 Pods are added, bound, finished and removed through methods; `pod()` builds a document the way
 `kubectl run --dry-run=client -o json` would, with the status the scheduler would give it.
 """
@@ -150,6 +156,39 @@ def _selector(text: str) -> list[tuple[str, bool, str]]:
     return terms
 
 
+def node(name: str, *, gpus: int = 1, unschedulable: bool = False) -> dict[str, Any]:
+    """A node as `kubectl get node NAME -o json` shows it (the parts gpufleet reads)."""
+    doc: dict[str, Any] = {
+        "kind": "Node", "apiVersion": "v1",
+        "metadata": {"name": name, "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, f"node/{name}")),
+                     "labels": {"kubernetes.io/hostname": name}, "annotations": {}},
+        "spec": {"providerID": f"aws:///us-east-1a/i-{uuid.uuid5(uuid.NAMESPACE_URL, name).hex[:17]}"},
+        "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}, "capacity": {"nvidia.com/gpu": str(gpus)}},
+    }  # fmt: skip
+    if unschedulable:
+        doc["spec"]["unschedulable"] = True
+    return doc
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: objects merge key by key, null removes a key, anything else replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def _forbidden(verb: str, resource: str) -> dict[str, Any]:
+    message = (f'{resource} is forbidden: User "arn:aws:sts::123456789012:assumed-role/gpufleet-scaler/gpufleet" '
+               f'cannot {verb} resource "{resource}" in API group "" at the cluster scope')  # fmt: skip
+    return status(403, "Forbidden", message, details={"kind": resource})
+
+
 def _encode(payload: dict[str, Any]) -> str:
     return base64.b64encode(json.dumps(payload, separators=(",", ":")).encode()).decode()
 
@@ -162,6 +201,11 @@ class KubeApi:
     script: deque[str] = field(default_factory=deque)
     requests: list[dict[str, Any]] = field(default_factory=list)  # path and query of each GET (no headers)
     _pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    _nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    patches: list[dict[str, Any]] = field(default_factory=list)  # each node PATCH: name, content type, body, code
+    may: set[str] = field(default_factory=lambda: {"get", "list", "patch"})  # verbs on nodes the caller holds
+    # Called with (api, node name) after a PATCH arrives and before it is applied: another actor's move.
+    interfere: Callable[[KubeApi, str], None] | None = None
     _snapshots: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     _version: int = 1000
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -201,6 +245,97 @@ class KubeApi:
         """etcd compacted past every listing in progress: their next page is 410 Expired."""
         with self._lock:
             self._snapshots.clear()
+
+    # -- the cluster's nodes
+    def add_node(self, *docs: dict[str, Any]) -> None:
+        with self._lock:
+            for doc in docs:
+                self._version += 1
+                doc = copy.deepcopy(doc)
+                doc["metadata"]["resourceVersion"] = str(self._version)
+                self._nodes[doc["metadata"]["name"]] = doc
+
+    def node_doc(self, name: str) -> dict[str, Any]:
+        """The node as stored now (a copy)."""
+        with self._lock:
+            return copy.deepcopy(self._nodes[name])
+
+    def cordon(self, name: str, on: bool = True) -> None:
+        """Someone else (kubectl cordon) cordons or uncordons the node: no gpufleet annotation."""
+        with self._lock:
+            doc = self._nodes[name]
+            if on:
+                doc.setdefault("spec", {})["unschedulable"] = True
+            else:
+                doc.get("spec", {}).pop("unschedulable", None)
+            self._version += 1
+            doc["metadata"]["resourceVersion"] = str(self._version)
+
+    def list_nodes(self, query: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        if "list" not in self.may:
+            return 403, _forbidden("list", "nodes")
+        with self._lock:
+            chosen = [copy.deepcopy(self._nodes[k]) for k in sorted(self._nodes)]
+            rv = self._version
+        limit = int(query.get("limit") or 0)
+        start = int(json.loads(base64.b64decode(query["continue"]))["start"]) if query.get("continue") else 0
+        page = chosen[start : start + limit] if limit else chosen[start:]
+        metadata: dict[str, Any] = {"resourceVersion": str(rv)}
+        if limit and start + limit < len(chosen):
+            metadata["continue"] = _encode({"v": "meta.k8s.io/v1", "rv": rv, "start": start + limit})
+        return 200, {"kind": "NodeList", "apiVersion": "v1", "metadata": metadata, "items": page}
+
+    def get_node(self, name: str) -> tuple[int, dict[str, Any]]:
+        if "get" not in self.may:
+            return 403, _forbidden("get", "nodes")
+        with self._lock:
+            if name not in self._nodes:
+                return 404, status(
+                    404, "NotFound", f'nodes "{name}" not found', details={"name": name, "kind": "nodes"}
+                )
+            return 200, copy.deepcopy(self._nodes[name])
+
+    def patch_node(self, name: str, content_type: str, body: bytes) -> tuple[int, dict[str, Any]]:
+        """A JSON merge patch (or a strategic merge patch, the same for the maps a cordon touches); a
+        `metadata.resourceVersion` in it is a precondition (409 Conflict when the node moved on)."""
+        code, answer = self._patch(name, content_type, body)
+        self.patches.append({"name": name, "content_type": content_type, "body": json.loads(body or b"null"),
+                             "code": code})  # fmt: skip
+        return code, answer
+
+    def _patch(self, name: str, content_type: str, body: bytes) -> tuple[int, dict[str, Any]]:
+        if "patch" not in self.may:
+            return 403, _forbidden("patch", "nodes")
+        if content_type not in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
+            return 415, status(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
+                               "accepted media types include: application/merge-patch+json")  # fmt: skip
+        patch = json.loads(body)
+        if self.interfere is not None:
+            self.interfere(self, name)
+        with self._lock:
+            if name not in self._nodes:
+                return 404, status(
+                    404, "NotFound", f'nodes "{name}" not found', details={"name": name, "kind": "nodes"}
+                )
+            doc = self._nodes[name]
+            wanted = (patch.get("metadata") or {}).pop("resourceVersion", None)
+            if wanted is not None and wanted != doc["metadata"]["resourceVersion"]:
+                message = (f'Operation cannot be fulfilled on nodes "{name}": the object has been modified; please '
+                           "apply your changes to the latest version and try again")  # fmt: skip
+                return 409, status(409, "Conflict", message, details={"name": name, "kind": "nodes"})
+            merged = merge_patch(doc, patch)
+            self._version += 1
+            merged["metadata"]["resourceVersion"] = str(self._version)
+            self._nodes[name] = merged
+            return 200, copy.deepcopy(merged)
+
+    def access_review(self, body: bytes) -> tuple[int, dict[str, Any]]:
+        """A SelfSubjectAccessReview answered from `may` (for nodes; other resources: denied)."""
+        review = json.loads(body)
+        attributes = review.get("spec", {}).get("resourceAttributes", {})
+        allowed = attributes.get("resource") == "nodes" and attributes.get("verb") in self.may
+        reason = 'RBAC: allowed by ClusterRoleBinding "gpufleet-node-marks"' if allowed else ""
+        return 201, {**review, "status": {"allowed": allowed, "reason": reason}}
 
     # -- the API
     def list_pods(self, namespace: str | None, query: dict[str, str]) -> tuple[int, dict[str, Any]]:
@@ -289,6 +424,10 @@ def _handler(api: KubeApi) -> type[BaseHTTPRequestHandler]:
             if refused:
                 return self._reply(refused[0], json.dumps(refused[1]).encode())
             parts = url.path.strip("/").split("/")
+            if parts == ["api", "v1", "nodes"]:
+                return self._reply(*_json_answer(api.list_nodes(query)))
+            if parts[:3] == ["api", "v1", "nodes"] and len(parts) == 4:
+                return self._reply(*_json_answer(api.get_node(parts[3])))
             if parts == ["api", "v1", "pods"] or (len(parts) == 5 and parts[2] == "namespaces" and parts[4] == "pods"):
                 code, doc = api.list_pods(parts[3] if len(parts) == 5 else None, query)
                 if behaviour == "garbage":
@@ -297,7 +436,40 @@ def _handler(api: KubeApi) -> type[BaseHTTPRequestHandler]:
             missing = status(404, "NotFound", "the server could not find the requested resource")
             return self._reply(404, json.dumps(missing).encode())
 
+        def _body(self) -> bytes:
+            return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+        def do_PATCH(self) -> None:
+            url, body = urlsplit(self.path), self._body()
+            api.requests.append({"path": url.path, "query": {}, "method": "PATCH"})
+            refused = api.authenticate(self.headers.get("Authorization"))
+            if refused:
+                return self._reply(refused[0], json.dumps(refused[1]).encode())
+            parts = url.path.strip("/").split("/")
+            if parts[:3] == ["api", "v1", "nodes"] and len(parts) == 4:
+                content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+                return self._reply(*_json_answer(api.patch_node(parts[3], content_type, body)))
+            return self._reply(
+                404, json.dumps(status(404, "NotFound", "the server could not find the requested resource")).encode()
+            )
+
+        def do_POST(self) -> None:
+            url, body = urlsplit(self.path), self._body()
+            api.requests.append({"path": url.path, "query": {}, "method": "POST"})
+            refused = api.authenticate(self.headers.get("Authorization"))
+            if refused:
+                return self._reply(refused[0], json.dumps(refused[1]).encode())
+            if url.path.rstrip("/") == "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews":
+                return self._reply(*_json_answer(api.access_review(body)))
+            return self._reply(
+                404, json.dumps(status(404, "NotFound", "the server could not find the requested resource")).encode()
+            )
+
     return Handler
+
+
+def _json_answer(answer: tuple[int, dict[str, Any]]) -> tuple[int, bytes]:
+    return answer[0], json.dumps(answer[1]).encode()
 
 
 @contextmanager

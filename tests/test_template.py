@@ -132,8 +132,11 @@ def test_scaling_calls_are_limited_to_tagged_resources(template: dict[str, Any],
             assert "dynamodb:Scan" not in actions, s["Sid"]
             assert cond["Null"] == {"dynamodb:LeadingKeys": "false"}, s["Sid"]
             keys = cond["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]
-            # POLICY: the last good fleet policy, kept by the controllers (policy_loading.LastGoodPolicy)
-            assert keys and all(k.startswith(("GROUP#", "IDEMPOTENCY#")) or k == "POLICY" for k in keys), s["Sid"]
+            # POLICY: the last good fleet policy, kept by the controllers (policy_loading.LastGoodPolicy);
+            # slurm-marks#*: the Slurm drains the scaler asks of HyperPod controllers (aws/slurm_marks.py)
+            marks = defaults.SLURM_MARKS_KEY_PREFIX + "*"
+            own = [k.startswith(("GROUP#", "IDEMPOTENCY#")) or k in ("POLICY", marks) for k in keys]
+            assert keys and all(own), s["Sid"]
         else:
             assert all(re.match(r"^\w+:(Describe|List|Get)", a) for a in actions), s["Sid"]
 

@@ -10,7 +10,8 @@ gpufleet does not manage, or that read a managed group's metrics without the pol
 EventBridge rule never sees them); a group's alarm pairs inverted (scale-out at or below scale-in) or
 doubled; managed groups no scale-out alarm points at; notification routes that lead nowhere; each group's
 demand source - the cluster (exists, reachable, an access entry with AmazonEKSViewPolicy), the queue, the
-backlog metric (a datum lately); a queue-driven group whose workers hold messages while none of its
+backlog metric (a datum lately); a cluster where a group consolidates by attrition lets nodes be patched
+(a SelfSubjectAccessReview: the cordon's RBAC); a queue-driven group whose workers hold messages while none of its
 instances is protected from scale-in (nothing marks the busy nodes); two groups reading one queue or one
 metric with no `demand.order` between them. A group name not found comes with the closest the account has.
 """
@@ -68,6 +69,7 @@ class DemandView(Frozen):
 
     group: str
     source: str
+    what: str = "demand source"  # or "node marks (nodes: patch)": the cordon consolidation needs
     problem: str | None = None
     doubt: str | None = None
     found: str = ""
@@ -194,11 +196,15 @@ def _shared_sources(policy: FleetPolicy, managed: list[tuple[GroupObservation, G
 
 def _demand_finding(d: DemandView) -> Finding:
     if d.problem:
-        text = f"demand source {d.source}: {d.problem}; until fixed the group scales on utilization only"
-        return Finding(level=Level.ERROR, subject=d.group, text=text)
+        after = (
+            "until fixed the group scales on utilization only"
+            if d.what == "demand source"
+            else "until fixed no node of the group drains (consolidate: attrition does nothing)"
+        )
+        return Finding(level=Level.ERROR, subject=d.group, text=f"{d.what} {d.source}: {d.problem}; {after}")
     if d.doubt:
-        return Finding(level=Level.WARNING, subject=d.group, text=f"demand source {d.source}: {d.doubt}")
-    return Finding(level=Level.OK, subject=d.group, text=f"demand source {d.source}: {d.found}")
+        return Finding(level=Level.WARNING, subject=d.group, text=f"{d.what} {d.source}: {d.doubt}")
+    return Finding(level=Level.OK, subject=d.group, text=f"{d.what} {d.source}: {d.found}")
 
 
 def is_backing_asg(g: GroupObservation) -> bool:

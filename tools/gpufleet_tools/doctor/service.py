@@ -16,10 +16,13 @@ from gpufleet.aws.alarms import AlarmReader
 from gpufleet.aws.backlog import BacklogUnreadable, latest_values, queue_counts
 from gpufleet.aws.clients import AWS_FAILURES, AwsClients, Session, client, error_code
 from gpufleet.aws.fleet import FleetReader
-from gpufleet.aws.kubernetes import PodReader
+from gpufleet.aws.kube_http import Connection, HttpProblem
+from gpufleet.aws.kube_marks import may_patch_nodes
+from gpufleet.aws.kubernetes import TIMEOUT_S, ClusterAccess, PodReader
 from gpufleet.aws.metrics import group_dimensions
+from gpufleet.domain import defaults
 from gpufleet.domain.models import GroupObservation
-from gpufleet.domain.policy import FleetPolicy
+from gpufleet.domain.policy import Consolidation, FleetPolicy
 from gpufleet.events.alarms import described_metrics
 from gpufleet.events.kubernetes import ClusterUnreadable
 from gpufleet.scaling.demand_source import joined_cluster
@@ -101,6 +104,7 @@ def build_account_reader(session: Session | None = None) -> AccountReader:
 
 
 VIEW_POLICY = "AmazonEKSViewPolicy"
+NODE_MARKS_CHECK_S = 10.0  # one access review: an answer within it or the check says why
 
 
 @dataclass
@@ -118,6 +122,7 @@ class DemandProbe:
     def check(self, policy: FleetPolicy, groups: list[GroupObservation]) -> list[DemandView]:
         out: list[DemandView] = []
         clusters: dict[str, DemandView] = {}
+        marks: dict[str, DemandView] = {}  # clusters a group drains by attrition on: may nodes be patched?
         for obs in groups:
             settings = policy.settings_for(obs.ref, obs.tags)
             d = settings.demand if settings else None
@@ -131,6 +136,10 @@ class DemandProbe:
                 if cluster not in clusters:  # one check per cluster (setdefault would check it again)
                     clusters[cluster] = self._cluster(cluster)
                 out.append(clusters[cluster].model_copy(update={"group": obs.ref.key}))
+                if settings is not None and settings.consolidate is Consolidation.ATTRITION:
+                    if cluster not in marks:
+                        marks[cluster] = self._node_marks(cluster)
+                    out.append(marks[cluster].model_copy(update={"group": obs.ref.key}))
             elif d.sqs is not None:
                 out.append(self._queue(obs.ref.key, d.sqs.queue_url))
             elif d.metric is not None:
@@ -167,6 +176,37 @@ class DemandProbe:
             hint = "name it in the stack's EksClusters parameter"
             return DemandView(group="", source=source, problem=f"no access entry has {VIEW_POLICY} ({hint})")
         return DemandView(group="", source=source, found=f"{reached}; {VIEW_POLICY} for {', '.join(entry)}")
+
+    def _node_marks(self, cluster: str) -> DemandView:
+        """Whether the identity the scaler's read uses here may patch nodes (cordon by attrition): one
+        SelfSubjectAccessReview. With a token GPUFLEET_KUBE_ENDPOINTS gives that is the scaler's own; on
+        EKS it is the caller's, so a denial is an error and an allowance says whose it is."""
+        source = f"cluster {cluster}"
+        what = "node marks (nodes: patch)"
+        try:
+            server = ClusterAccess(self.eks, self.session, self.overrides).server(cluster)
+            connection = Connection(server, TIMEOUT_S, NODE_MARKS_CHECK_S)
+            try:
+                allowed, reason = may_patch_nodes(connection)
+            finally:
+                connection.close()
+        except ClusterUnreadable as exc:
+            return DemandView(group="", source=source, what=what, problem=exc.cause)
+        except HttpProblem as problem:
+            return DemandView(
+                group="", source=source, what=what, problem=f"the access review failed ({problem.reason})"
+            )
+        if not allowed:
+            hint = (
+                f"apply deploy/kubernetes/gpufleet-node-marks.yaml and give the scaler's access entry the "
+                f"Kubernetes group {defaults.NODE_MARKS_GROUP} (the template's ScalerEksAccess* do)"
+            )
+            return DemandView(group="", source=source, what=what, problem=f"nodes may not be patched: {hint}")
+        token = self.overrides.get(cluster)
+        whose = "the scaler's token" if token is not None and token.token is not None else "your credentials"
+        return DemandView(
+            group="", source=source, what=what, found=f"nodes may be patched ({whose}; {reason or 'allowed'})"
+        )
 
     def _with_token(self, cluster: str, source: str) -> DemandView:
         """A cluster GPUFLEET_KUBE_ENDPOINTS gives a token for (the local stack's API; a cluster outside

@@ -1,5 +1,6 @@
-"""The least a Kubernetes API client needs to list pods: GET a JSON document from the API server with a
-bearer token, trusting the cluster's own certificate authority, within a deadline. Standard library only.
+"""The least a Kubernetes API client needs to list pods (and to cordon a node): GET, PATCH or POST a JSON
+document with a bearer token, trusting the cluster's own certificate authority, within a deadline.
+Standard library only.
 
 Why not a client library: lightkube (the small one) 1.0.1 brings 13 new distributions into the layer for
 this one GET (httpx2 and httpcore2, a fork of httpx; HTTP/2, websockets, anyio, truststore, the compiled
@@ -31,6 +32,7 @@ from urllib.parse import urlencode, urlsplit
 MAX_BODY = 32 * 1024 * 1024  # inflated: parsed, ~7x that in Python objects, within 512 MB; a page over it
 # is asked again with half the limit (gpufleet.aws.kubernetes)
 CHUNK = 1024 * 1024  # the body is read this much at a time, the deadline looked at between reads
+MERGE_PATCH = "application/merge-patch+json"  # RFC 7386: what a key is set to replaces it; null removes it
 
 
 @dataclass(frozen=True)
@@ -133,20 +135,40 @@ class Connection:
     def close(self) -> None:
         self._conn.close()
 
-    def get_json(self, path: str, query: Mapping[str, str | int]) -> dict[str, Any]:
+    def get_json(self, path: str, query: Mapping[str, str | int] | None = None) -> dict[str, Any]:
+        """GET one JSON document: a list page (`query`: limit, continue, ...) or one object (a node)."""
+        return self._call("GET", path, query or {})
+
+    def patch_json(self, path: str, patch: Mapping[str, Any], content_type: str = MERGE_PATCH) -> dict[str, Any]:
+        """PATCH one object (a JSON merge patch by default: null removes a key); the object as it is after."""
+        return self._call("PATCH", path, {}, json.dumps(patch).encode(), content_type)
+
+    def post_json(self, path: str, document: Mapping[str, Any]) -> dict[str, Any]:
+        """POST one document (a SelfSubjectAccessReview); the API's answer (HTTP 200 or 201)."""
+        return self._call("POST", path, {}, json.dumps(document).encode(), "application/json")
+
+    def _call(
+        self, method: str, path: str, query: Mapping[str, str | int], body: bytes | None = None, content_type: str = ""
+    ) -> dict[str, Any]:
         headers = {
             "Authorization": f"Bearer {self._server.token}",
             "Accept": "application/json",
             "Accept-Encoding": "gzip",
             "User-Agent": "gpufleet",
         }
+        if body is not None:
+            headers["Content-Type"] = content_type
+        url = f"{self._prefix}{path}?{urlencode(query)}" if query else f"{self._prefix}{path}"
         try:
             wait = self.pace.wait_s()
             self._conn.timeout = wait  # to connect (a kept-alive connection: to send)
             sock = getattr(self._conn, "sock", None)
             if sock is not None:
                 sock.settimeout(wait)
-            self._conn.request("GET", f"{self._prefix}{path}?{urlencode(query)}", headers=headers)
+            if body is None:
+                self._conn.request(method, url, headers=headers)
+            else:
+                self._conn.request(method, url, body=body, headers=headers)
             response = self._conn.getresponse()
             body = self._body(response)
         except HttpProblem:
@@ -163,7 +185,7 @@ class Connection:
         except (OSError, http.client.HTTPException) as err:
             raise HttpProblem("unreachable", f"cannot reach the API server ({_os_reason(err)})") from None
         document = _json(body)
-        if response.status != 200:
+        if response.status not in (200, 201):
             raise HttpProblem("http", f"HTTP {response.status} {response.reason}", response.status, document)
         if document is None:
             raise HttpProblem("malformed", "the answer is not a JSON object")

@@ -17,6 +17,11 @@ The cluster must let the function's role in: an EKS access entry with AmazonEKSV
 nodes, so a pod's node (`spec.nodeName`, the EC2 private DNS name) is mapped to its instance through EC2
 DescribeInstances instead (`gpufleet.aws.eks_nodes.instances_by_node_name`, with the node group shapes).
 
+When a group of the cluster consolidates by attrition, one more paged `GET /api/v1/nodes`: each node's
+cordon, whether gpufleet's annotation is on it, and its instance (spec.providerID). That needs the
+ClusterRole in deploy/kubernetes/gpufleet-node-marks.yaml (nodes: get, list, patch), bound to the Kubernetes
+group the scaler's access entry names; a listing that fails only leaves the marks unknown.
+
 Anything that keeps a cluster from being read raises `ClusterUnreadable` (one line, the cluster named,
 never the token); the caller logs one WARNING and falls back to the utilization rules.
 """
@@ -40,8 +45,10 @@ from gpufleet.events.kubernetes import (
     ClusterPods,
     ClusterUnreadable,
     DaemonSetPod,
+    NodeState,
     PodTally,
     daemonsets_of,
+    node_states,
 )
 from gpufleet.settings import KubeEndpoint
 
@@ -63,6 +70,7 @@ TIMEOUT_S = 2.0  # to connect, and for each wait on the API server (cut to the t
 # several large or slow clusters cannot let the Lambda be killed before any group is decided.
 TICK_BUDGET_S = 60.0
 DAEMONSETS_PATH = "/apis/apps/v1/daemonsets"
+NODES_PATH = "/api/v1/nodes"  # read only when a group of the cluster consolidates by attrition
 DAEMONSET_PAGES = 4  # 2,000 DaemonSets: more than any cluster runs; past it the pods' view is used
 BUDGET_S = 30.0  # one cluster's whole listing: 50k pods at >= 1,024 MB with the API server's own time
 MAX_PODS = 100_000  # distinct pods in one listing: more is not a cluster the scaler can read in a tick
@@ -127,45 +135,16 @@ def _unreadable(cluster: str, problem: HttpProblem) -> ClusterUnreadable:
     return ClusterUnreadable(cluster, problem.reason, problem.kind)
 
 
-class PodReader:
-    """`read(cluster)`: the cluster's waiting GPU pods and GPU nodes, from one paged listing."""
+class ClusterAccess:
+    """How to reach one EKS cluster's API and get in, shared by the pod reader and the node marker
+    (`gpufleet.aws.kube_marks`): the override's URL, token and CA where GPUFLEET_KUBE_ENDPOINTS gives one,
+    else DescribeCluster's endpoint and CA and a token signed with the function's role."""
 
-    def __init__(
-        self,
-        eks: EKSClient,
-        session: Session,
-        overrides: Mapping[str, KubeEndpoint] | None = None,
-        gpu_resources: Mapping[str, float] = DEFAULT_GPU_RESOURCES,
-        *,
-        page_size: int = PAGE_SIZE,
-        timeout_s: float = TIMEOUT_S,
-        budget_s: float = BUDGET_S,
-        max_pods: int = MAX_PODS,
-        max_pages: int = MAX_PAGES,
-    ) -> None:
+    def __init__(self, eks: EKSClient, session: Session, overrides: Mapping[str, KubeEndpoint] | None = None) -> None:
         self.eks, self.session, self.overrides = eks, session, dict(overrides or {})
-        self.gpu_resources, self.page_size = gpu_resources, page_size
-        self.timeout_s, self.budget_s = timeout_s, budget_s
-        self.max_pods, self.max_pages = max_pods, max_pages
         self._sts: Any = None
 
-    def read(self, cluster: str, budget_s: float | None = None) -> ClusterPods:
-        """`budget_s`: this listing's time when less than the reader's own (what a tick has left)."""
-        server = self.server(cluster)
-        try:
-            connection = Connection(server, self.timeout_s, min(self.budget_s, budget_s or self.budget_s))
-            try:
-                pods = self._list(cluster, connection)
-                found = self._daemonsets(connection)
-                return pods if found is None else pods.model_copy(update={"daemonsets": found})
-            finally:
-                connection.close()
-        except HttpProblem as problem:
-            raise _unreadable(cluster, problem) from None
-
     def server(self, cluster: str) -> ApiServer:
-        """Where the cluster's API is and how to get in: the override's URL, token and CA where given, else
-        DescribeCluster's endpoint and CA and a token signed with the function's role."""
         override = self.overrides.get(cluster)
         url, ca_data = (override.url, override.ca_data) if override else self._described(cluster)
         if override and override.token is not None:
@@ -194,6 +173,74 @@ class PodReader:
             status = found.get("status", "unknown")
             raise ClusterUnreadable(cluster, f"the cluster has no API endpoint yet (status {status})", "describe")
         return endpoint, found.get("certificateAuthority", {}).get("data")
+
+
+class PodReader:
+    """`read(cluster)`: the cluster's waiting GPU pods and GPU nodes, from one paged listing (and, asked
+    with `nodes=True`, its nodes' cordons)."""
+
+    def __init__(
+        self,
+        eks: EKSClient,
+        session: Session,
+        overrides: Mapping[str, KubeEndpoint] | None = None,
+        gpu_resources: Mapping[str, float] = DEFAULT_GPU_RESOURCES,
+        *,
+        page_size: int = PAGE_SIZE,
+        timeout_s: float = TIMEOUT_S,
+        budget_s: float = BUDGET_S,
+        max_pods: int = MAX_PODS,
+        max_pages: int = MAX_PAGES,
+    ) -> None:
+        self.access = ClusterAccess(eks, session, overrides)
+        self.eks, self.session, self.overrides = eks, session, self.access.overrides
+        self.gpu_resources, self.page_size = gpu_resources, page_size
+        self.timeout_s, self.budget_s = timeout_s, budget_s
+        self.max_pods, self.max_pages = max_pods, max_pages
+
+    def read(self, cluster: str, budget_s: float | None = None, *, nodes: bool = False) -> ClusterPods:
+        """`budget_s`: this listing's time when less than the reader's own (what a tick has left). `nodes`:
+        also list the cluster's nodes (consolidation's marks); that listing failing leaves the pods read
+        and says why in `nodes_unreadable`."""
+        server = self.server(cluster)
+        try:
+            connection = Connection(server, self.timeout_s, min(self.budget_s, budget_s or self.budget_s))
+            try:
+                pods = self._list(cluster, connection)
+                found = self._daemonsets(connection)
+                update: dict[str, Any] = {} if found is None else {"daemonsets": found}
+                if nodes:
+                    update.update(self._nodes(connection))
+                return pods.model_copy(update=update) if update else pods
+            finally:
+                connection.close()
+        except HttpProblem as problem:
+            raise _unreadable(cluster, problem) from None
+
+    def server(self, cluster: str) -> ApiServer:
+        """Where the cluster's API is and how to get in (`ClusterAccess.server`)."""
+        return self.access.server(cluster)
+
+    def _nodes(self, connection: Connection) -> dict[str, Any]:
+        """`GET /api/v1/nodes`, paged as the pods: each node's cordon and whether gpufleet made it. Any
+        failure (refused: the role lacks the node-marks group's `list`; a timeout; a malformed page) is
+        said, never raised: the pods stay good, only the marks are unknown."""
+        query: dict[str, str | int] = {"limit": self.page_size}
+        states: dict[str, NodeState] = {}
+        for _ in range(self.max_pages):
+            try:
+                page = connection.get_json(NODES_PATH, query)
+            except HttpProblem as problem:
+                said = str(problem.document.get("message") or "")[:160]
+                return {"nodes_unreadable": f"listing nodes failed: {problem.reason}" + (f" ({said})" if said else "")}
+            if page.get("kind") != "NodeList" or not isinstance(page.get("items"), list):
+                return {"nodes_unreadable": "listing nodes failed: the answer is not a NodeList"}
+            states.update(node_states(page["items"]))
+            token = _continue_token(page)
+            if not token:
+                return {"nodes": states}
+            query["continue"] = token
+        return {"nodes_unreadable": f"listing nodes ran past {self.max_pages} pages"}
 
     def _daemonsets(self, connection: Connection) -> tuple[DaemonSetPod, ...] | None:
         """The cluster's DaemonSets as their templates say (`GET /apis/apps/v1/daemonsets`, covered by

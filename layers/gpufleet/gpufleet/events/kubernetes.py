@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import Field
 
+from gpufleet.domain.defaults import DRAIN_ANNOTATION
 from gpufleet.domain.errors import one_line
 from gpufleet.domain.models import Frozen
 from gpufleet.domain.quantity import parse_quantity
@@ -363,13 +364,54 @@ def nodes_running_gpu_pods(
 ) -> set[str]:
     """Node names bound to a pod that asks for GPUs and has not finished: such a node is never a victim,
     whatever its GPU metrics say (a pod loading weights reads idle)."""
-    return {
-        str(_map(p.get("spec")).get("nodeName"))
-        for p in pods
-        if _map(p.get("spec")).get("nodeName")
-        and _map(p.get("status")).get("phase") not in ("Succeeded", "Failed")
-        and gpu_request(_map(p.get("spec")), gpu_resources) > 0
-    }
+    return set(gpus_held_by_node(pods, gpu_resources))
+
+
+def gpus_held_by_node(
+    pods: Iterable[Mapping[str, Any]], gpu_resources: Mapping[str, float] = DEFAULT_GPU_RESOURCES
+) -> dict[str, float]:
+    """Per node name, the GPUs its unfinished pods ask for (only nodes with some): what consolidation
+    reads as the work a node holds (the emptiest drains first)."""
+    held: dict[str, float] = {}
+    for p in pods:
+        node = _map(p.get("spec")).get("nodeName")
+        if not node or _map(p.get("status")).get("phase") in ("Succeeded", "Failed"):
+            continue
+        gpus = gpu_request(_map(p.get("spec")), gpu_resources)
+        if gpus > 0:
+            held[str(node)] = held.get(str(node), 0.0) + gpus
+    return held
+
+
+class NodeState(Frozen):
+    """A node as consolidation reads it (`GET /api/v1/nodes`): cordoned or not, and whether gpufleet did
+    it (its annotation, `defaults.DRAIN_ANNOTATION`, is on the node)."""
+
+    name: str
+    unschedulable: bool = False
+    ours: bool = False
+    instance_id: str | None = None  # from spec.providerID (aws:///ZONE/i-...): which instance it is, no EC2 call
+
+
+def node_states(items: Iterable[Any]) -> dict[str, NodeState]:
+    """A NodeList page's nodes by name; an item without a name is skipped (the API never sends one)."""
+    out: dict[str, NodeState] = {}
+    for item in items:
+        if not isinstance(item, Mapping):
+            continue
+        meta = _map(item.get("metadata"))
+        name = str(meta.get("name") or "")
+        if name:
+            spec = _map(item.get("spec"))
+            provider = str(spec.get("providerID") or "")
+            tail = provider.rsplit("/", 1)[-1]
+            out[name] = NodeState(
+                name=name,
+                unschedulable=spec.get("unschedulable") is True,
+                ours=DRAIN_ANNOTATION in _map(meta.get("annotations")),
+                instance_id=tail if provider.startswith("aws://") and tail.startswith("i-") else None,
+            )
+    return out
 
 
 class ClusterPods(Frozen):
@@ -382,6 +424,11 @@ class ClusterPods(Frozen):
     gpu_nodes: frozenset[str] = frozenset()
     pages: int = Field(default=0, ge=0)  # pages fetched, a restarted listing's included (what it cost)
     daemonsets: tuple[DaemonSetPod, ...] = ()
+    gpus_held: dict[str, float] = Field(default_factory=dict)  # node name -> GPUs its unfinished pods ask for
+    # The cluster's nodes by name, when asked for (a group of it consolidates by attrition); None: not
+    # asked, or not readable (`nodes_unreadable` says why: its groups' marks are then unknown).
+    nodes: dict[str, NodeState] | None = None
+    nodes_unreadable: str | None = None
 
 
 def cluster_pods(
@@ -405,7 +452,7 @@ class PodTally:
         self.cluster, self.gpu_resources = cluster, gpu_resources
         self._seen: set[str] = set()
         self._waiting: list[WaitingPod] = []
-        self._gpu_nodes: set[str] = set()
+        self._gpus_held: dict[str, float] = {}
         self._daemonsets: dict[str, DaemonSetPod] = {}
 
     @property
@@ -429,13 +476,15 @@ class PodTally:
             if owner is not None and owner not in self._daemonsets:
                 self._daemonsets[owner] = daemonset_pod(item, self.gpu_resources)
         self._waiting += waiting_pods(fresh, self.gpu_resources)
-        self._gpu_nodes |= nodes_running_gpu_pods(fresh, self.gpu_resources)
+        for node, gpus in gpus_held_by_node(fresh, self.gpu_resources).items():
+            self._gpus_held[node] = self._gpus_held.get(node, 0.0) + gpus
 
     def result(self, pages: int) -> ClusterPods:
         return ClusterPods(
             cluster=self.cluster,
             waiting=tuple(self._waiting),
-            gpu_nodes=frozenset(self._gpu_nodes),
+            gpu_nodes=frozenset(self._gpus_held),
+            gpus_held=dict(self._gpus_held),
             pages=pages,
             daemonsets=tuple(self._daemonsets[k] for k in sorted(self._daemonsets)),
         )

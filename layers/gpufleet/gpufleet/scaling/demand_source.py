@@ -36,8 +36,16 @@ from gpufleet.aws.clients import AWS_FAILURES, error_code
 from gpufleet.aws.eks_nodes import ShapeUnknown
 from gpufleet.aws.metrics import group_dimensions
 from gpufleet.domain.errors import one_line
-from gpufleet.domain.models import Demand, GroupKind, GroupObservation, NodeNotice, WaitingWork
-from gpufleet.domain.policy import DemandSource, GroupSettings
+from gpufleet.domain.models import (
+    Demand,
+    GroupKind,
+    GroupObservation,
+    MarkChannel,
+    NodeMark,
+    NodeNotice,
+    WaitingWork,
+)
+from gpufleet.domain.policy import Consolidation, DemandSource, GroupSettings
 from gpufleet.events.kubernetes import ClusterPods, ClusterUnreadable
 from gpufleet.scaling.core import effective_bounds
 from gpufleet.scaling.demand_share import (
@@ -90,6 +98,47 @@ class _Warnings:
         """Where a self-managed ASG's shape tells what its tags say that is not used: once per group."""
         return lambda line: self._warn_once(f"node template of {key}", line, "ASG tags not used for its node shape")
 
+    def _listing(
+        self, read: Callable[..., ClusterPods], cluster: str, resources: Mapping[str, float], attrition: bool
+    ) -> ClusterPods:
+        """The cluster's pods (ClusterUnreadable raised), and its nodes when a group of it drains by
+        attrition: a node listing that fails is told once and leaves the marks unknown."""
+        source = f"cluster {cluster}"
+        pods = read(cluster, resources, nodes=True) if attrition else read(cluster, resources)
+        self._read_well(source)
+        if attrition and pods.nodes is None:
+            why = pods.nodes_unreadable or "the node listing was not read"
+            self._warn_once(f"node marks of {source}", why, "node marks unknown: no node of the cluster drains")
+        elif attrition:
+            self._read_well(f"node marks of {source}")
+        return pods
+
+    def _running(
+        self, instances_of: Callable[[Iterable[str]], dict[str, str]], cluster: str, pods: ClusterPods
+    ) -> tuple[dict[str, str], str | None, int]:
+        """Node name -> instance id of the nodes bound to GPU pods, and why no node may be removed when that
+        cannot be told for every GPU pod (a node name EC2 does not map, EC2 unreadable). The ids found
+        still mark their nodes; the others' room is left as it is."""
+        if not pods.gpu_nodes:
+            return {}, None, 0
+        source = f"nodes of cluster {cluster}"
+        try:
+            found = instances_of(pods.gpu_nodes)
+        except AWS_FAILURES as err:
+            why = f"DescribeInstances failed ({error_code(err)}): which nodes run GPU pods is unknown"
+            self._warn_once(source, why, "demand source partly unreadable")
+            return {}, why, 0
+        unmapped = sorted(set(pods.gpu_nodes) - set(found))
+        if unmapped:
+            why = (
+                f"{len(unmapped)} node name(s) with GPU pods match no EC2 private DNS name ({unmapped[0]}...): "
+                "one of them may be this group's"
+            )
+            self._warn_once(source, why, "demand source partly unreadable")
+            return dict(found), why, len(unmapped)
+        self._read_well(source)
+        return dict(found), None, 0
+
 
 @dataclass
 class DemandReader(_Warnings):
@@ -98,7 +147,8 @@ class DemandReader(_Warnings):
 
     sqs: Any
     cloudwatch: Any
-    cluster_pods: Callable[[str, Mapping[str, float]], ClusterPods]  # cluster, GPU resources -> its pods
+    # cluster, GPU resources[, nodes=True: also its nodes' cordons (a group of it consolidates)] -> its pods
+    cluster_pods: Callable[..., ClusterPods]
     # cluster, node group[, allocatable overrides] -> what its nodes offer
     node_shape: Callable[..., NodeShape]
     instances_of: Callable[[Iterable[str]], dict[str, str]]  # node names -> instance ids
@@ -185,23 +235,19 @@ class DemandReader(_Warnings):
         resources: dict[str, float] = {}
         for _, _, d in joined:
             resources.update(d.kubernetes.gpu_resources if d.kubernetes else {})
+        attrition = any(s.consolidate is Consolidation.ATTRITION for _, s, _ in joined)
         try:
-            pods = self.cluster_pods(cluster, resources)
+            pods = self._listing(self.cluster_pods, cluster, resources, attrition)
         except ClusterUnreadable as err:
             return out | {o.ref.key: self._unreadable(o, source, err.cause) for o, _, _ in joined}
-        self._read_well(source)
         shapes, unknown = _node_shapes(self.node_shape, cluster, joined, self._tell_shape)
         for obs, _, _ in joined:
             if obs.ref.key in unknown:
                 out[obs.ref.key] = self._unreadable(obs, *unknown[obs.ref.key])
-        running, closed, unmapped = self._running(cluster, pods)
-        # What each group can still bring: nodes it may add, and its idle serving nodes.
-        room = {
-            o.ref.key: _growth(o, s, run.now)
-            + sum(1 for i in o.instances if i.in_service and i.instance_id not in running)
-            for o, s, _ in joined
-            if o.ref.key in shapes
-        }
+        named, closed, unmapped = self._running(self.instances_of, cluster, pods)
+        running = set(named.values())
+        held = _holdings(pods, named, closed)
+        room = _room(joined, shapes, running | held.other, run.now)
         cutoff = min((d.kubernetes.expendable_priority for _, _, d in joined if d.kubernetes), default=-10)
         assigned = assign(pods.waiting, shapes, room, pods.daemonsets, cutoff)
         if assigned.unfit:
@@ -209,32 +255,9 @@ class DemandReader(_Warnings):
         for obs, _, _ in joined:
             shape = shapes.get(obs.ref.key)
             if shape is not None:
-                out[obs.ref.key] = _pod_demand(obs, shape, (running, closed, unmapped), assigned, source, run)
+                marked = _with_holdings(obs, held)
+                out[obs.ref.key] = _pod_demand(marked, shape, (running, closed, unmapped), assigned, source, run)
         return out
-
-    def _running(self, cluster: str, pods: ClusterPods) -> tuple[set[str], str | None, int]:
-        """Instance ids bound to GPU pods, and why no node may be removed when that cannot be told for
-        every GPU pod (a node name EC2 does not map, EC2 unreadable). The ids found still mark their nodes;
-        the others' room is left as it is."""
-        if not pods.gpu_nodes:
-            return set(), None, 0
-        source = f"nodes of cluster {cluster}"
-        try:
-            found = self.instances_of(pods.gpu_nodes)
-        except AWS_FAILURES as err:
-            why = f"DescribeInstances failed ({error_code(err)}): which nodes run GPU pods is unknown"
-            self._warn_once(source, why, "demand source partly unreadable")
-            return set(), why, 0
-        unmapped = sorted(set(pods.gpu_nodes) - set(found))
-        if unmapped:
-            why = (
-                f"{len(unmapped)} node name(s) with GPU pods match no EC2 private DNS name ({unmapped[0]}...): "
-                "one of them may be this group's"
-            )
-            self._warn_once(source, why, "demand source partly unreadable")
-            return set(found.values()), why, len(unmapped)
-        self._read_well(source)
-        return set(found.values()), None, 0
 
     # ---- queues and metrics ----
 
@@ -409,6 +432,65 @@ def _sharer(m: Member, gpn: float, unit: float, starting: _Starting, run: _Tick,
     )
 
 
+@dataclass(frozen=True)
+class _Holdings:
+    """What the cluster says of each of its instances for consolidation: its node name, the GPUs its pods
+    hold (None: not known for every GPU pod), its cordon; `listed`: the nodes were read (marks known)."""
+
+    names: Mapping[str, str]  # instance id -> node name
+    gpus: Mapping[str, float]  # node name -> GPUs held
+    marks: Mapping[str, NodeMark]  # instance id -> whose cordon (only cordoned ones)
+    listed: bool
+    known: bool  # every GPU pod's node is mapped: a node not named holds none
+
+    @property
+    def other(self) -> set[str]:
+        """Instances someone else cordoned: never room, and gpufleet cannot open them."""
+        return {iid for iid, m in self.marks.items() if m is NodeMark.OTHER}
+
+
+def _holdings(pods: ClusterPods, named: Mapping[str, str], closed: str | None) -> _Holdings:
+    """Node names from the GPU nodes EC2 mapped and, when the nodes were listed, from each node's
+    providerID; marks from the listing: our annotation on a cordoned node is gpufleet's, a cordon without
+    it someone else's."""
+    names = {iid: name for name, iid in named.items()}
+    marks: dict[str, NodeMark] = {}
+    for node in (pods.nodes or {}).values():
+        if node.instance_id is None:
+            continue
+        names.setdefault(node.instance_id, node.name)
+        if node.unschedulable:
+            marks[node.instance_id] = NodeMark.GPUFLEET if node.ours else NodeMark.OTHER
+    # A GPU node whose pods' GPUs were not tallied (a source that names nodes only) holds an unknown amount.
+    known = closed is None and set(named) <= set(pods.gpus_held)
+    return _Holdings(names=names, gpus=dict(pods.gpus_held), marks=marks, listed=pods.nodes is not None, known=known)
+
+
+def _with_holdings(obs: GroupObservation, held: _Holdings) -> GroupObservation:
+    """Each instance's node name, GPUs held (0.0 with no GPU pod; None when a GPU pod's node is not known)
+    and mark; the group's marks channel only when its nodes were listed (else unknown: nothing drains)."""
+    instances = []
+    for i in obs.instances:
+        name = held.names.get(i.instance_id)
+        gpus = held.gpus.get(name or "", 0.0 if held.known else None)
+        update: dict[str, Any] = {"gpus_held": gpus, "mark": held.marks.get(i.instance_id, NodeMark.NONE)}
+        if name is not None:
+            update["node_name"] = name
+        instances.append(i.model_copy(update=update))
+    marks = MarkChannel.KUBERNETES if held.listed else None
+    return obs.model_copy(update={"instances": tuple(instances), "marks": marks})
+
+
+def _room(joined: list[Member], shapes: Mapping[str, NodeShape], taken: set[str], now: datetime) -> dict[str, int]:
+    """What each group can still bring: nodes it may add, and its serving nodes that are not `taken` (a GPU
+    pod on them, or cordoned by someone else: gpufleet's own cordons it may lift)."""
+    return {
+        o.ref.key: _growth(o, s, now) + sum(1 for i in o.instances if i.in_service and i.instance_id not in taken)
+        for o, s, _ in joined
+        if o.ref.key in shapes
+    }
+
+
 def _pod_demand(
     obs: GroupObservation,
     shape: NodeShape,
@@ -427,8 +509,11 @@ def _pod_demand(
     # placed by one more node either (it waits for CPU, a volume's zone, ...): no runaway scale-out. A GPU
     # pod on a node name EC2 does not map may be on one of them (a custom hostname): one node of room less
     # per such name, so a doubt launches at most that many nodes, once, and never hides a full group.
+    # A cordoned node (by gpufleet or anyone) takes no new pod: not room (the core reopens gpufleet's first).
     free_nodes = [
-        i for i in instances if i.in_service and not i.runs_gpu_work and i.instance_id not in starting.no_room
+        i
+        for i in instances
+        if i.in_service and not i.runs_gpu_work and i.instance_id not in starting.no_room and i.mark is NodeMark.NONE
     ]
     free = tuple(shape.gpus for _ in free_nodes[: max(0, len(free_nodes) - unmapped)])
     demand = Demand(

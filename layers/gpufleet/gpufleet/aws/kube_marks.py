@@ -1,0 +1,200 @@
+"""Closing a Kubernetes node to new work and opening it again (consolidation by attrition, glue): cordon
+(`spec.unschedulable: true`) plus gpufleet's annotation (`defaults.DRAIN_ANNOTATION`, when and why), and
+back. Nothing is evicted: the pods on a cordoned node run to their end, then the node is idle and removed.
+
+Why a cordon and not a `NoSchedule` taint of gpufleet's own: the DaemonSet controller adds a toleration for
+`node.kubernetes.io/unschedulable:NoSchedule` to every DaemonSet pod (kubernetes/kubernetes
+pkg/controller/daemon/util/daemonset_util.go, `AddOrUpdateDaemonPodTolerations`; kubernetes.io/docs/concepts/
+workloads/controllers/daemonset/#taints-and-tolerations), so the device plugin, log agents and gpufleet's
+own publisher still roll out to a draining node; a taint of our own would keep off every DaemonSet that
+does not tolerate it. The scheduler reads the cordon as that same taint (TaintNodesByCondition), so
+nothing else lands.
+
+Whose cordon: a node is uncordoned only while it carries our annotation; a node cordoned without it
+(an operator, a node-problem tool, an upgrade) is never claimed and never uncordoned. Each node is read
+(GET) right before its patch and the patch carries the read `metadata.resourceVersion`, which the API
+server takes as a precondition (409 Conflict when the node changed in between; kubernetes/kubernetes#63104):
+a cordon someone else makes between our read and our patch is never claimed, and a 409 is read once more
+and decided again. A JSON merge patch (RFC 7386): `null` removes the annotation on the way back.
+
+The scaler's role is let in by its EKS access entry's Kubernetes group (`defaults.NODE_MARKS_GROUP`), which
+deploy/kubernetes/gpufleet-node-marks.yaml binds to a ClusterRole of exactly nodes: get, list, patch.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+from gpufleet.aws.asg_shape import cluster_of
+from gpufleet.aws.kube_http import Connection, HttpProblem
+from gpufleet.aws.kubernetes import NODES_PATH, TIMEOUT_S, ClusterAccess
+from gpufleet.domain.defaults import DRAIN_ANNOTATION, NODE_MARKS_GROUP
+from gpufleet.domain.errors import one_line
+from gpufleet.domain.models import GroupObservation
+
+MARK_BUDGET_S = 20.0  # one group's marks in one call: a read and a patch per node, a few nodes at a time
+SSAR_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+
+
+class MarkFailed(RuntimeError):
+    """The marks could not be set: one line naming the cluster (never the token). The decision's intent
+    stays recorded and the next invocation finishes it."""
+
+
+def _annotations(node: Mapping[str, Any]) -> Mapping[str, Any]:
+    found = (node.get("metadata") or {}).get("annotations")
+    return found if isinstance(found, Mapping) else {}
+
+
+def _cordoned(node: Mapping[str, Any]) -> bool:
+    spec = node.get("spec")
+    return isinstance(spec, Mapping) and spec.get("unschedulable") is True
+
+
+def _default_cluster(obs: GroupObservation) -> str | None:
+    """A managed node group's cluster, else the one a self-managed ASG's tags name."""
+    return obs.ref.cluster or cluster_of(obs.asg_tags)[0]
+
+
+class KubernetesMarker:
+    """`NodeMarker` (gpufleet.aws.marks) for groups whose marks are `MarkChannel.KUBERNETES`. `access`: how
+    to reach each cluster (the pod reader's `ClusterAccess`); `cluster_for`: a group's cluster (default:
+    its node group's, or its ASG tags'); `now`: when a cordon is made (written into the annotation)."""
+
+    def __init__(
+        self,
+        access: ClusterAccess,
+        *,
+        cluster_for: Callable[[GroupObservation], str | None] = _default_cluster,
+        timeout_s: float = TIMEOUT_S,
+        budget_s: float = MARK_BUDGET_S,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.access, self.cluster_for = access, cluster_for
+        self.timeout_s, self.budget_s, self.now, self.clock = timeout_s, budget_s, now, clock
+
+    def close(self, obs: GroupObservation, instance_ids: Sequence[str], reason: str) -> str:
+        note = json.dumps({"at": self.now().isoformat(timespec="seconds"), "reason": reason}, sort_keys=True)
+        return self._each(obs, instance_ids, "cordoned", lambda node: self._close_patch(node, note))
+
+    def reopen(self, obs: GroupObservation, instance_ids: Sequence[str]) -> str:
+        return self._each(obs, instance_ids, "uncordoned", self._reopen_patch)
+
+    @staticmethod
+    def _close_patch(node: Mapping[str, Any], note: str) -> tuple[str, dict[str, Any] | None]:
+        """(what is so, the patch that makes it so or None): cordon it with our note, unless someone else
+        cordoned it (never claimed) or we did already (done)."""
+        ours = DRAIN_ANNOTATION in _annotations(node)
+        if _cordoned(node):
+            return ("already", None) if ours else ("someone else's cordon, left alone", None)
+        return "done", {"spec": {"unschedulable": True}, "metadata": {"annotations": {DRAIN_ANNOTATION: note}}}
+
+    @staticmethod
+    def _reopen_patch(node: Mapping[str, Any]) -> tuple[str, dict[str, Any] | None]:
+        """Uncordon it and take our note off, only while our note is on it; a node already uncordoned by
+        someone else only loses the note (its schedulability is theirs now)."""
+        if DRAIN_ANNOTATION not in _annotations(node):
+            return ("not ours, left alone" if _cordoned(node) else "not cordoned"), None
+        annotation_off = {"metadata": {"annotations": {DRAIN_ANNOTATION: None}}}
+        return "done", ({"spec": {"unschedulable": False}} | annotation_off) if _cordoned(node) else annotation_off
+
+    def _each(
+        self,
+        obs: GroupObservation,
+        instance_ids: Sequence[str],
+        verb: str,
+        decide: Callable[[Mapping[str, Any]], tuple[str, dict[str, Any] | None]],
+    ) -> str:
+        if not instance_ids:
+            return f"no node {verb}"
+        names = self._names(obs, instance_ids)
+        cluster = self.cluster_for(obs)
+        if not cluster:
+            raise MarkFailed(f"{obs.ref.key}: its EKS cluster cannot be told, so no node can be {verb}")
+        connection = Connection(self.access.server(cluster), self.timeout_s, self.budget_s, self.clock)
+        told: dict[str, list[str]] = {}
+        try:
+            for iid in instance_ids:
+                said = self._one(connection, names[iid], decide)
+                told.setdefault(said, []).append(f"{iid} ({names[iid]})")
+        except HttpProblem as problem:
+            raise _failed(cluster, verb, problem) from None
+        finally:
+            connection.close()
+        parts = [f"{verb if k == 'done' else k}: {', '.join(v)}" for k, v in sorted(told.items())]
+        return f"cluster {cluster}: " + "; ".join(parts)
+
+    @staticmethod
+    def _names(obs: GroupObservation, instance_ids: Sequence[str]) -> dict[str, str]:
+        """Each instance's node name, as the demand source set it; one without is a clear error (the
+        marks cannot be set without knowing the node)."""
+        known = {i.instance_id: i.node_name for i in obs.instances}
+        missing = [iid for iid in instance_ids if not known.get(iid)]
+        if missing:
+            raise MarkFailed(
+                f"{obs.ref.key}: no Kubernetes node name for {', '.join(missing)}"
+                " (the demand source did not see it as a node of the cluster)"
+            )
+        return {iid: str(known[iid]) for iid in instance_ids}
+
+    @staticmethod
+    def _one(
+        connection: Connection, name: str, decide: Callable[[Mapping[str, Any]], tuple[str, dict[str, Any] | None]]
+    ) -> str:
+        """Read the node, decide, patch with the read resourceVersion; a 409 (it changed since) is read
+        and decided once more. A node that is gone (404) is said, never an error: its instance is ending."""
+        path = f"{NODES_PATH}/{quote(name, safe='')}"
+        for attempt in (1, 2):
+            try:
+                node = connection.get_json(path)
+            except HttpProblem as problem:
+                if problem.status == 404:
+                    return "gone"
+                raise
+            said, patch = decide(node)
+            if patch is None:
+                return said
+            version = (node.get("metadata") or {}).get("resourceVersion")
+            if version:
+                patch["metadata"] = {**patch.get("metadata", {}), "resourceVersion": str(version)}
+            try:
+                connection.patch_json(path, patch)
+                return said
+            except HttpProblem as problem:
+                if problem.status == 404:
+                    return "gone"
+                if problem.status != 409 or attempt == 2:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _failed(cluster: str, verb: str, problem: HttpProblem) -> MarkFailed:
+    said = str(problem.document.get("message") or "")[:160]
+    hint = ""
+    if problem.status == 403:
+        hint = (
+            f"; the scaler's access entry needs the Kubernetes group {NODE_MARKS_GROUP} and the cluster the"
+            " binding in deploy/kubernetes/gpufleet-node-marks.yaml"
+        )
+    text = f"cluster {cluster}: nodes could not be {verb} ({problem.reason}{': ' + said if said else ''}){hint}"
+    return MarkFailed(one_line(text, limit=400))
+
+
+def may_patch_nodes(connection: Connection) -> tuple[bool, str]:
+    """Whether the caller may patch nodes, as the API server's authorizer says
+    (a SelfSubjectAccessReview, which any authenticated identity may create): (allowed, its reason)."""
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": {"verb": "patch", "resource": "nodes", "group": ""}},
+    }
+    answer = connection.post_json(SSAR_PATH, review)
+    status = answer.get("status")
+    status = status if isinstance(status, Mapping) else {}
+    return status.get("allowed") is True, str(status.get("reason") or "")

@@ -1,0 +1,129 @@
+"""The Kubernetes demand source tells consolidation what each node holds and whether it is closed: node
+name, GPUs held, whose cordon; a cordoned node is never room for waiting work; a node listing that fails
+leaves the marks unknown (the group drains nothing) while the pods' demand still works."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from gpufleet.domain.models import GroupKind, GroupObservation, GroupRef, InstanceObservation, MarkChannel, NodeMark
+from gpufleet.domain.policy import Consolidation, DemandSource, GroupSettings, KubernetesDemand
+from gpufleet.events.kubernetes import ClusterPods, NodeState, WaitingPod
+from gpufleet.scaling.demand import NodeShape
+from gpufleet.scaling.demand_source import DemandReader
+
+NOW = datetime(2026, 11, 27, 9, 0, tzinfo=UTC)
+PLAIN = GroupSettings(demand=DemandSource(kubernetes=KubernetesDemand()))
+ATTRITION = PLAIN.model_copy(update={"consolidate": Consolidation.ATTRITION})
+IDS = {"n1": "i-1", "n2": "i-2", "n3": "i-3", "n4": "i-4"}
+
+
+class Told:
+    """A logger that keeps its warnings."""
+
+    def __init__(self) -> None:
+        self.warnings: list[tuple[str, dict[str, Any]]] = []
+
+    def warning(self, message: str, extra: dict[str, Any]) -> None:
+        self.warnings.append((message, extra))
+
+    def exception(self, message: str, extra: dict[str, Any]) -> None:  # pragma: no cover (a bug would show)
+        raise AssertionError(message)
+
+
+def group() -> GroupObservation:
+    return GroupObservation(
+        ref=GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster="ml", name="gpu"),
+        min_size=0,
+        max_size=4,
+        desired=4,
+        instances=tuple(InstanceObservation(instance_id=i) for i in IDS.values()),
+    )
+
+
+def listing(nodes: dict[str, NodeState] | None, unreadable: str | None = None) -> ClusterPods:
+    """n1 runs 3 GPUs of work; n2 idle and cordoned by gpufleet; n3 idle and cordoned by someone else; n4 idle."""
+    return ClusterPods(
+        cluster="ml",
+        waiting=(WaitingPod(namespace="a", name="wait", gpus=8),),
+        gpu_nodes=frozenset({"n1"}),
+        gpus_held={"n1": 3.0},
+        nodes=nodes,
+        nodes_unreadable=unreadable,
+    )
+
+
+NODES = {
+    "n1": NodeState(name="n1", instance_id="i-1"),
+    "n2": NodeState(name="n2", unschedulable=True, ours=True, instance_id="i-2"),
+    "n3": NodeState(name="n3", unschedulable=True, instance_id="i-3"),
+    "n4": NodeState(name="n4", instance_id="i-4"),
+}
+
+
+def attach(pods: ClusterPods, settings: GroupSettings, told: Told | None = None) -> tuple[GroupObservation, list[bool]]:
+    asked: list[bool] = []
+
+    def cluster_pods(cluster: str, resources: object, nodes: bool = False) -> ClusterPods:
+        asked.append(nodes)
+        return pods
+
+    reader = DemandReader(
+        sqs=None,
+        cloudwatch=None,
+        cluster_pods=cluster_pods,
+        node_shape=lambda cluster, nodegroup: NodeShape(gpus=8),
+        instances_of=lambda names: {n: IDS[n] for n in names if n in IDS},
+        logger=told or Told(),  # type: ignore[arg-type]
+    )
+    [(obs, _)] = reader.attach([(group(), settings)], NOW)
+    return obs, asked
+
+
+def test_each_node_says_its_name_what_it_holds_and_whose_cordon_it_is() -> None:
+    obs, asked = attach(listing(NODES), ATTRITION)
+    assert asked == [True]  # a group of the cluster consolidates: its nodes are listed
+    assert obs.marks is MarkChannel.KUBERNETES
+    seen = {i.instance_id: (i.node_name, i.gpus_held, i.mark) for i in obs.instances}
+    assert seen == {
+        "i-1": ("n1", 3.0, NodeMark.NONE),
+        "i-2": ("n2", 0.0, NodeMark.GPUFLEET),
+        "i-3": ("n3", 0.0, NodeMark.OTHER),
+        "i-4": ("n4", 0.0, NodeMark.NONE),
+    }
+
+
+def test_a_cordoned_node_is_never_room_for_waiting_work() -> None:
+    obs, _ = attach(listing(NODES), ATTRITION)
+    assert obs.demand is not None
+    assert obs.demand.free_gpus == (8.0,)  # n4 only: n2 and n3 are cordoned (whoever did it), n1 is busy
+    assert [w.name for w in obs.demand.waiting] == ["a/wait"]
+
+
+def test_a_node_listing_that_fails_leaves_the_marks_unknown_and_the_demand_working() -> None:
+    told = Told()
+    obs, asked = attach(listing(None, "listing nodes failed: HTTP 403 Forbidden"), ATTRITION, told)
+    assert asked == [True]
+    assert obs.marks is None  # fail closed: the core drains nothing here
+    assert obs.demand is not None and obs.demand.known and [w.name for w in obs.demand.waiting] == ["a/wait"]
+    assert [i.gpus_held for i in obs.instances] == [3.0, 0.0, 0.0, 0.0]
+    [(message, extra)] = told.warnings
+    assert "node marks unknown" in message and "403" in extra["cause"]
+
+
+def test_without_attrition_the_nodes_are_not_listed_and_the_marks_are_unknown() -> None:
+    obs, asked = attach(listing(None), PLAIN)
+    assert asked == [False]
+    assert obs.marks is None
+    assert obs.instances[0].node_name == "n1" and obs.instances[0].gpus_held == 3.0
+    assert obs.demand is not None and obs.demand.free_gpus == (8.0, 8.0, 8.0)
+
+
+def test_gpus_held_are_unknown_when_a_gpu_pods_node_is_not_mapped() -> None:
+    pods = listing(NODES).model_copy(
+        update={"gpu_nodes": frozenset({"n1", "custom-7"}), "gpus_held": {"n1": 3.0, "custom-7": 1.0}}
+    )
+    obs, _ = attach(pods, ATTRITION)
+    # A GPU pod on a node name EC2 does not map: the nodes it is not known to be off hold an unknown amount.
+    assert [i.gpus_held for i in obs.instances] == [3.0, None, None, None]
