@@ -41,6 +41,16 @@ its lifecycle scripts read (aws-samples/awsome-distributed-training,
 1.architectures/5.sagemaker-hyperpod/LifecycleScripts/base-config/lifecycle_script.py, which reads only
 Name, InstanceName and CustomerIpAddress); a node the file does not name with an id is named through the
 SageMaker API (NodeIds: ListClusterNodes, DescribeClusterNode), with the controller node's role.
+
+Drains (HyperPod, `--marks-table TABLE`): gpufleet records the nodes it wants closed to new work in its
+state table (item `slurm-marks#CLUSTER` / `MARKS`, one `node#<instance id>` attribute each); this script,
+root on the controller already, reads it (GetItem) and reconciles Slurm (reconcile): a requested node Slurm
+shows open gets `scontrol update NodeName=N State=DRAIN Reason="gpufleet: ..."` (scontrol(1): existing jobs
+run to completion, no new job starts; the node reads `draining`, then `drained`); a node drained with a
+reason starting `gpufleet:` (sinfo's `%E`, the reason in full) that is no longer requested gets
+`State=RESUME`. A node drained, down or failed by anyone else is never drained again nor resumed. A node
+gpufleet drained that Slurm shows `drained` (no job left) is idle and closed: IdleNode = 1 for it too.
+Without --marks-table, or when the item cannot be read, nothing is drained or resumed.
 """
 
 import argparse
@@ -55,6 +65,12 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 # The same literal as gpufleet.domain.defaults.HYPERPOD_IDLE_METRIC (this script must not import the
 # controller's layer); tests/unit/test_hyperpod_names.py checks that they agree.
 IDLE_METRIC = "IdleNode"
+# The same literals as gpufleet.domain.defaults.SLURM_DRAIN_REASON_PREFIX / SLURM_MARKS_KEY_PREFIX and
+# gpufleet.aws.slurm_marks' MARKS_SK / NODE_ATTR_PREFIX (tests/unit/test_slurm_marks_names.py).
+DRAIN_PREFIX = "gpufleet:"
+MARKS_KEY_PREFIX = "slurm-marks#"
+MARKS_SK = "MARKS"
+MARKS_NODE_PREFIX = "node#"
 RESOURCE_CONFIG = "/opt/ml/config/resource_config.json"
 MAX_DATUMS = 1000  # PutMetricData: at most 1,000 metrics per request
 
@@ -82,7 +98,11 @@ DEMAND_REASONS = (
     "ReqNodeNotAvail",
     "Nodes_required_for_job_are_DOWN",
 )
-SINFO = ["sinfo", "-N", "-h", "-o", "%N|%T"]
+# %E: the reason a node is down, drained or draining, whole (no width: not cut); "none" when it has none.
+SINFO = ["sinfo", "-N", "-h", "-o", "%N|%T|%E"]
+# Node states in which no one has closed the node (sinfo(1) NODE STATE CODES, suffix stripped): the only
+# ones gpufleet drains. drained/draining/down/fail/failing/maint/reboot/future/...: someone's, left alone.
+OPEN_STATES = ("idle", "mixed", "allocated", "completing")
 
 _GPU = re.compile(r"^(?:gres[/:])?gpu(?:[:=](.*))?$")
 _COUNT = re.compile(r"^(\d+)$")
@@ -362,15 +382,65 @@ class NodeIds:
         return out
 
 
-def node_states(lines: Iterable[str]) -> Dict[str, bool]:
-    """Slurm node name -> idle; `sinfo -N` repeats a node once per partition, so a node is idle only when
-    every line of it says so."""
-    states: Dict[str, bool] = {}
+class SlurmNode:
+    """One node as `sinfo -N -o '%N|%T|%E'` lists it: its state on each line (one per partition) and its
+    reason (the same on each line; "" when none or an older two-field line)."""
+
+    __slots__ = ("reason", "states")
+
+    def __init__(self) -> None:
+        self.states: List[str] = []
+        self.reason = ""
+
+    @property
+    def ours(self) -> bool:
+        """Drained by gpufleet: the reason it gave scontrol."""
+        return self.reason.startswith(DRAIN_PREFIX)
+
+    def _bases(self) -> List[str]:
+        return [s.strip().lower().rstrip(_NOT_IDLE_SUFFIXES) for s in self.states]
+
+    @property
+    def drain_flagged(self) -> bool:
+        """Slurm shows the drain flag (drained or draining, any suffix)."""
+        return any(b.startswith("drain") for b in self._bases())
+
+    @property
+    def open(self) -> bool:
+        """Nobody has closed it: every line's state is one OPEN_STATES (any suffix)."""
+        return bool(self.states) and all(b in OPEN_STATES for b in self._bases())
+
+    @property
+    def idle(self) -> bool:
+        """Plainly idle on every line, or drained by gpufleet with no job left (exactly `drained`, no
+        suffix, on every line): a node that drains (jobs run) or that someone else drained is not."""
+        if not self.states:
+            return False
+        if all(is_idle(s) for s in self.states):
+            return True
+        return self.ours and all(s.strip().lower() == "drained" for s in self.states)
+
+
+def parse_sinfo(lines: Iterable[str]) -> Dict[str, SlurmNode]:
+    """Slurm node name -> SlurmNode from `sinfo -N -h -o '%N|%T|%E'` (the older `%N|%T` too)."""
+    nodes: Dict[str, SlurmNode] = {}
     for line in lines:
-        name, sep, state = line.strip().partition("|")
-        if sep and name:
-            states[name] = states.get(name, True) and is_idle(state)
-    return states
+        name, sep, rest = line.strip().partition("|")
+        if not sep or not name:
+            continue
+        state, _, reason = rest.partition("|")
+        node = nodes.setdefault(name, SlurmNode())
+        node.states.append(state)
+        reason = reason.strip()
+        if reason and reason.lower() != "none":
+            node.reason = reason
+    return nodes
+
+
+def node_states(lines: Iterable[str]) -> Dict[str, bool]:
+    """Slurm node name -> idle (SlurmNode.idle); `sinfo -N` repeats a node once per partition, so a node
+    is idle only when every line of it says so."""
+    return {name: node.idle for name, node in parse_sinfo(lines).items()}
 
 
 def idle_nodes(
@@ -382,7 +452,17 @@ def idle_nodes(
     """(cluster, group, instance id, idle) of each node of a mapped group that Slurm lists: the id from
     the resource file, else (with `api`, asked only when some node lacks one) from the SageMaker API. A
     node no source names (the API failed too) is left out: the controller reads no datum as not idle."""
-    states = node_states(lines)
+    return [(c, g, i, node.idle) for c, g, i, _, node in named_nodes(parse_sinfo(lines), nodes, specs, api)]
+
+
+def named_nodes(
+    states: Dict[str, SlurmNode],
+    nodes: NodeMap,
+    specs: Sequence[GroupSpec],
+    api: Optional[Callable[[], Dict[str, Tuple[str, str]]]] = None,
+) -> List[Tuple[str, str, str, str, SlurmNode]]:
+    """(cluster, group, instance id, Slurm name, node) of each listed node of a mapped group that a source
+    names: the resource file, else (with `api`, asked only when some node lacks an id) the SageMaker API."""
     mapped = {s.group: s.cluster for s in specs}
     found = {name: nodes.lookup(name) for name in states}
     if api is not None and any(not f or not f[1] for f in found.values()):
@@ -393,11 +473,74 @@ def idle_nodes(
             from_api = {}
         found = {name: f if f and f[1] else from_api.get(name, f) for name, f in found.items()}
     out = []
-    for name, idle in sorted(states.items()):
+    for name, node in sorted(states.items()):
         hit = found.get(name)
         if hit and hit[1] and hit[0] in mapped:
-            out.append((mapped[hit[0]], hit[0], hit[1], idle))
+            out.append((mapped[hit[0]], hit[0], hit[1], name, node))
     return out
+
+
+def read_marks(dynamodb: Any, table: str, cluster: str) -> Dict[str, str]:
+    """Instance id -> reason of each drain gpufleet asks of the cluster (no item: none). Raises on a
+    failed read: the caller then drains and resumes nothing of that cluster."""
+    key = {"pk": {"S": MARKS_KEY_PREFIX + cluster}, "sk": {"S": MARKS_SK}}
+    item = dynamodb.get_item(TableName=table, Key=key, ConsistentRead=True).get("Item") or {}
+    return {
+        name[len(MARKS_NODE_PREFIX) :]: str(((value.get("M") or {}).get("reason") or {}).get("S") or "")
+        for name, value in item.items()
+        if name.startswith(MARKS_NODE_PREFIX)
+    }
+
+
+def drain_reason(asked: str) -> str:
+    """`gpufleet: <why>` on one printable line (Slurm keeps it as given; sinfo prints it in `%E`)."""
+    text = " ".join("".join(c if c.isprintable() else " " for c in asked).split())
+    return DRAIN_PREFIX + " " + (text[:120] or "consolidation by attrition")
+
+
+def reconcile(
+    found: Sequence[Tuple[str, str, str, str, SlurmNode]],
+    wanted: Dict[str, Dict[str, str]],
+    scontrol: Callable[[List[str]], Any],
+) -> List[str]:
+    """Make Slurm match the drains gpufleet asks for, per node of a cluster whose marks were read
+    (`wanted`: cluster -> instance id -> reason; a cluster missing from it is not touched): a requested node
+    nobody has closed is drained with a gpufleet reason; a node drained with a gpufleet reason and no longer
+    requested is resumed. A node drained, down or failed by someone else is never drained again (its reason
+    stays) nor resumed. Returns what was done; a failed scontrol is said and the next run tries again."""
+    done: List[str] = []
+    for cluster, _group, instance_id, name, node in found:
+        if cluster not in wanted:
+            continue
+        asked = wanted[cluster].get(instance_id)
+        if asked is not None and node.open:
+            command = ["scontrol", "update", "NodeName=" + name, "State=DRAIN", "Reason=" + drain_reason(asked)]
+        elif asked is None and node.ours and node.drain_flagged:
+            command = ["scontrol", "update", "NodeName=" + name, "State=RESUME"]
+        else:
+            continue
+        try:
+            scontrol(command)
+            done.append("%s %s (%s)" % (command[3].split("=")[1].lower(), name, instance_id))
+        except (OSError, subprocess.SubprocessError) as exc:
+            print("warning: %s failed: %s" % (" ".join(command[:4]), exc), file=sys.stderr)
+    return done
+
+
+def apply_marks(
+    found: Sequence[Tuple[str, str, str, str, SlurmNode]],
+    clusters: Iterable[str],
+    read: Callable[[str], Dict[str, str]],
+    scontrol: Callable[[List[str]], Any],
+) -> List[str]:
+    """Read each cluster's marks and reconcile; a cluster whose read fails is left as it is (said)."""
+    wanted: Dict[str, Dict[str, str]] = {}
+    for cluster in sorted(set(clusters)):
+        try:
+            wanted[cluster] = read(cluster)
+        except Exception as exc:  # any DynamoDB failure (botocore's errors are not importable here)
+            print("warning: gpufleet's drains for %s unread, none applied: %s" % (cluster, exc), file=sys.stderr)
+    return reconcile(found, wanted, scontrol)
 
 
 def run(command: Sequence[str], env: Optional[Dict[str, str]] = None) -> List[str]:
@@ -439,6 +582,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--no-api", action="store_true", help="name nodes from the resource file only (no SageMaker calls)"
     )
+    parser.add_argument(
+        "--marks-table", help="gpufleet's state table: apply the Slurm drains it asks for (HyperPod; GetItem only)"
+    )
     parser.add_argument("--region", help="AWS region (default: the environment's)")
     parser.add_argument("--dry-run", action="store_true", help="print the data, send nothing")
     return parser
@@ -450,10 +596,13 @@ def hyperpod_data(
     sinfo: Callable[[], List[str]],
     now: datetime,
     sagemaker: Callable[[], Any],
+    dynamodb: Optional[Callable[[], Any]] = None,
+    scontrol: Optional[Callable[[List[str]], Any]] = None,
 ) -> List[Dict[str, Any]]:
     """The backlog per group, then each node of a mapped group that Slurm calls idle: IdleNode 1 (nothing
     for one a job holds, that drains, ...). None when sinfo fails or no node can be named: saying a
-    node is idle when it is not could remove it, so an unknown is never idle."""
+    node is idle when it is not could remove it, so an unknown is never idle. With `--marks-table`, the
+    drains gpufleet asks for are applied first (apply_marks; `dynamodb` makes the client)."""
     specs = [GroupSpec.parse(text) for text in args.hyperpod]
     totals, unmapped = pending_by_group(lines, specs, args.partition)
     if unmapped:
@@ -471,15 +620,27 @@ def hyperpod_data(
         return NodeIds(sagemaker(), args.node_cache).resolve(s.cluster for s in specs)
 
     try:
-        found = idle_nodes(sinfo(), nodes, specs, None if args.no_api else api)
+        found = named_nodes(parse_sinfo(sinfo()), nodes, specs, None if args.no_api else api)
     except (OSError, subprocess.SubprocessError) as exc:
         print("warning: idle nodes unknown, none published: %s" % exc, file=sys.stderr)
         found = []
-    for cluster, group, instance_id, idle in found:
-        if idle:  # nothing for a node that is not: its series costs only the hours it is idle
+    table = getattr(args, "marks_table", None)
+    if table and found:
+        client = (dynamodb or (lambda: _client("dynamodb", args.region)))()
+        for line in apply_marks(
+            found, (s.cluster for s in specs), lambda c: read_marks(client, table, c), scontrol or run
+        ):
+            print("gpufleet drain: %s" % line, file=sys.stderr)
+    for cluster, group, instance_id, _name, node in found:
+        if node.idle:  # nothing for a node that is not: its series costs only the hours it is idle
             dims = {"ClusterName": cluster, "InstanceGroupName": group, "InstanceId": instance_id}
             data.append(datum(dims, IDLE_METRIC, 1, now))
     return data
+
+
+def _would_run(command: List[str]) -> None:
+    """--dry-run: the drains are read and said, never applied."""
+    print("would run: %s" % " ".join(command))
 
 
 def _client(service: str, region: Optional[str]) -> Any:
@@ -494,6 +655,8 @@ def main(
     cloudwatch: Any = None,
     sinfo: Callable[[], List[str]] = run_sinfo,
     sagemaker: Any = None,
+    dynamodb: Any = None,
+    scontrol: Optional[Callable[[List[str]], Any]] = None,
 ) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -509,7 +672,15 @@ def main(
         return 1
     now = datetime.now(timezone.utc)
     if args.hyperpod:
-        data = hyperpod_data(args, lines, sinfo, now, lambda: sagemaker or _client("sagemaker", args.region))
+        data = hyperpod_data(
+            args,
+            lines,
+            sinfo,
+            now,
+            lambda: sagemaker or _client("sagemaker", args.region),
+            lambda: dynamodb or _client("dynamodb", args.region),
+            _would_run if args.dry_run else scontrol,
+        )
     else:
         data = [datum({"AutoScalingGroupName": args.asg}, args.metric, pending_gpus(lines, args.partition), now)]
     if args.dry_run:

@@ -16,7 +16,9 @@ What moto (and this emulation) hides, and where gpufleet is guarded for it inste
   DeepHealthCheckInProgress (tests/unit/aws/test_hyperpod.py reads a fake node list with each state; the
   rehearsal can set one here: POST /_gpufleet/emulation/hyperpod-node-status);
 - no delete is ever refused with InvalidNodeStatus or NodeIdInUse (the unit tests' fake client refuses);
-- no deep health check blocks UpdateCluster, no cluster is ever Updating; no IAM.
+- no deep health check blocks UpdateCluster, no cluster is ever Updating; no IAM;
+- no Slurm: sinfo's node states and scontrol's drain/resume are emulated apart (rehearsal/slurm_emulation.py),
+  and the drains gpufleet asks for live in the state table (aws/slurm_marks.py), which moto's DynamoDB holds.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # HyperPod lifecycle step for the Slurm controller node: publish the GPU backlog and the idle nodes each minute.
 #   install_gpufleet_controller.sh --group GROUP[=PART,...] [--group ...] [--cluster NAME] [--bundle DIR] [--root DIR]
+#                                  [--marks-table TABLE]
 #                                  [--block-imds-for-users [--imds-allow-user NAME ...]]
 set -euo pipefail
 
@@ -14,10 +15,11 @@ TARGETS=()
 BLOCK_IMDS=0
 IMDS_USERS=(root)
 NODE_CACHE="/var/lib/gpufleet/hyperpod_nodes.json"
+MARKS_TABLE=""
 usage() {
   cat <<'USAGE'
 Usage: install_gpufleet_controller.sh --group GROUP[=PART,...] [--group ...] [--cluster NAME]
-                                      [--resource-config FILE] [--bundle DIR] [--root DIR]
+                                      [--resource-config FILE] [--bundle DIR] [--root DIR] [--marks-table TABLE]
                                       [--block-imds-for-users [--imds-allow-user NAME ...]]
 
 Installs ami/slurm_pending_gpus.py on the HyperPod Slurm controller node as a systemd timer that runs it
@@ -33,6 +35,10 @@ and cached in /var/lib/gpufleet/hyperpod_nodes.json.
                          (repeatable; a group without partitions takes the jobs no other group names)
   --cluster NAME         the HyperPod cluster (default: from the resource file)
   --resource-config FILE HyperPod's resource file (default /opt/ml/config/resource_config.json)
+  --marks-table TABLE    gpufleet's state table (its stack output StateTableName): apply the Slurm drains
+                         gpufleet asks for (consolidation by attrition; scontrol drain/resume, as root; the
+                         role needs execution-role-controller.json's ReadGpufleetSlurmDrainsOnly). Without it
+                         no node is ever drained or resumed by gpufleet.
   --bundle DIR           the staged bundle (default: ./gpufleet next to this script)
   --root DIR             install under DIR instead of / (tests: no systemctl)
   --no-deps              do not pip-install boto3 (tests)
@@ -50,6 +56,7 @@ while [[ $# -gt 0 ]]; do
     --group) TARGETS+=("$2"); shift 2 ;;
     --cluster) CLUSTER="$2"; shift 2 ;;
     --resource-config) RESOURCE_CONFIG="$2"; shift 2 ;;
+    --marks-table) MARKS_TABLE="$2"; shift 2 ;;
     --bundle) BUNDLE="$2"; shift 2 ;;
     --root) ROOT="${2%/}"; shift 2 ;;
     --no-deps) DEPS=0; shift ;;
@@ -97,6 +104,10 @@ ARGS=""
 for g in "${TARGETS[@]}"; do ARGS+=" --hyperpod $CLUSTER:$g"; done
 [[ "$REGION" == "-" ]] || ARGS+=" --region $REGION"
 ARGS+=" --resource-config $RESOURCE_CONFIG --node-cache $NODE_CACHE"
+if [[ -n "$MARKS_TABLE" ]]; then
+  [[ "$MARKS_TABLE" =~ ^[A-Za-z0-9_.-]{3,255}$ ]] || { echo "gpufleet: --marks-table: not a DynamoDB table name" >&2; exit 2; }
+  ARGS+=" --marks-table $MARKS_TABLE"
+fi
 
 cat > "$UNITS/gpufleet-slurm-backlog.service" <<UNIT
 [Unit]

@@ -25,6 +25,7 @@ on (SageMaker API reference, botocore's sagemaker model):
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -35,8 +36,18 @@ from botocore.exceptions import ClientError
 
 from gpufleet.aws.clients import AWS_FAILURES, chunks, error_code
 from gpufleet.aws.metrics import GpuMetricsReader, MetricsIncomplete, SeriesQuery
+from gpufleet.aws.slurm_marks import RequestedDrain, SlurmMarker
 from gpufleet.domain import defaults
-from gpufleet.domain.models import Action, Decision, GroupKind, GroupObservation, GroupRef, InstanceObservation
+from gpufleet.domain.models import (
+    Action,
+    Decision,
+    GroupKind,
+    GroupObservation,
+    GroupRef,
+    InstanceObservation,
+    MarkChannel,
+    NodeMark,
+)
 from gpufleet_node import schema
 
 # HyperPod's node states as the other kinds' lifecycle words: (lifecycle_state, healthy). Only InService
@@ -102,7 +113,9 @@ def ec2_type(instance_type: str | None) -> str | None:
     return instance_type.removeprefix("ml.")
 
 
-def node_observation(node: dict[str, Any], runs_gpu_work: bool) -> InstanceObservation:
+def node_observation(node: dict[str, Any], runs_gpu_work: bool, mark: NodeMark = NodeMark.NONE) -> InstanceObservation:
+    """One node; `mark` GPUFLEET when gpufleet has asked Slurm to drain it (aws.slurm_marks). Its Slurm
+    name is its hostname (`ip-A-B-C-D`), when ListClusterNodes gives PrivateDnsHostname."""
     status = str(node.get("InstanceStatus", {}).get("Status", ""))
     lifecycle, healthy = NODE_STATES.get(status, (status or "Unknown", False))
     return InstanceObservation(
@@ -111,6 +124,8 @@ def node_observation(node: dict[str, Any], runs_gpu_work: bool) -> InstanceObser
         instance_type=ec2_type(node.get("InstanceType")),
         healthy=healthy,
         runs_gpu_work=runs_gpu_work,
+        mark=mark,
+        node_name=str(node.get("PrivateDnsHostname") or "").split(".")[0] or None,
     )
 
 
@@ -172,6 +187,25 @@ def idle_nodes(
     return idle
 
 
+def read_drains(
+    marker: SlurmMarker, cluster: str, told: set[str], warn: Callable[[str], None]
+) -> dict[str, RequestedDrain] | None:
+    """The drains gpufleet asked of the cluster's controller; None when the item cannot be read (no drain
+    decision is made on guesses), told once per cluster (`told`) until a read works again."""
+    try:
+        drains = marker.read(cluster)
+    except AWS_FAILURES as exc:
+        if cluster not in told:
+            told.add(cluster)
+            warn(
+                f"hyperpod:{cluster}: Slurm marks unreadable ({error_code(exc)}): no node of it is drained "
+                "or resumed until they can be read"
+            )
+        return None
+    told.discard(cluster)
+    return drains
+
+
 @dataclass
 class HyperPodFleet:
     """Reads and changes HyperPod instance groups named by policy rules (no tag discovery: each group
@@ -181,14 +215,19 @@ class HyperPodFleet:
     cloudwatch: Any
     now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     namespace: str = defaults.HYPERPOD_IDLE_NAMESPACE
+    marker: SlurmMarker | None = None  # the Slurm drains gpufleet asked for (consolidation by attrition)
+    warn: Callable[[str], None] = field(default=logging.getLogger(__name__).warning)
+    _told: set[str] = field(default_factory=set, init=False, repr=False)  # clusters whose marks read failed
 
     # ---- reading ----
 
-    def observe(self, refs: Iterable[GroupRef]) -> list[GroupObservation]:
+    def observe(self, refs: Iterable[GroupRef], attrition: Collection[str] = ()) -> list[GroupObservation]:
         """The named groups that exist, with their nodes. A cluster that is gone, or orchestrated by EKS
         (not this adapter's), is skipped. Which nodes Slurm calls idle is not read here: `marked` reads it
         when a scale-in is weighed (with the nodes' GPU metrics), so a steady tick, the OOM guard and
-        spot_watch pay no read per node."""
+        spot_watch pay no read per node. `attrition`: the keys of the groups that consolidate by attrition;
+        for those (with a marker) the cluster's Slurm marks are read once and the group's nodes carry them
+        (`marks` SLURM); unreadable, the group has no marks channel (no drain decision) and it is told once."""
         by_cluster: dict[str, list[str]] = {}
         for ref in refs:
             if ref.kind is GroupKind.HYPERPOD and ref.cluster:
@@ -200,10 +239,14 @@ class HyperPodFleet:
                 continue
             tags = self._tags(cluster["ClusterArn"])
             groups = {g["InstanceGroupName"]: g for g in cluster.get("InstanceGroups", [])}
-            for name in sorted(set(names)):
-                if name in groups:
-                    ref = GroupRef(kind=GroupKind.HYPERPOD, cluster=cluster_name, name=name)
-                    found.append(_observation(ref, groups[name], tags, self._nodes(cluster_name, name)))
+            refs_here = [GroupRef(kind=GroupKind.HYPERPOD, cluster=cluster_name, name=n) for n in sorted(set(names))]
+            drains = None
+            if self.marker is not None and any(r.key in attrition for r in refs_here):
+                drains = read_drains(self.marker, cluster_name, self._told, self.warn)
+            for ref in refs_here:
+                if ref.name in groups:
+                    marks = drains if ref.key in attrition else None
+                    found.append(_observation(ref, groups[ref.name], tags, self._nodes(cluster_name, ref.name), marks))
         return found
 
     def marked(
@@ -226,7 +269,8 @@ class HyperPodFleet:
         ]
         idle, closed = self._idle(asked, now) if asked else (set(), {})
         return [
-            _with_marks(o, idle, closed.get(o.ref.key)) if o.ref.kind is GroupKind.HYPERPOD else o for o in observations
+            _with_marks(o, _settled(o, idle, now), closed.get(o.ref.key)) if o.ref.kind is GroupKind.HYPERPOD else o
+            for o in observations
         ]
 
     def _cluster(self, name: str) -> dict[str, Any] | None:
@@ -411,13 +455,26 @@ def _running(node: dict[str, Any]) -> bool:
 
 
 def _observation(
-    ref: GroupRef, group: dict[str, Any], tags: dict[str, str], nodes: list[dict[str, Any]]
+    ref: GroupRef,
+    group: dict[str, Any],
+    tags: dict[str, str],
+    nodes: list[dict[str, Any]],
+    drains: Mapping[str, RequestedDrain] | None = None,
 ) -> GroupObservation:
     """The group as DescribeCluster and ListClusterNodes say; no node is marked running work until `marked`
     reads Slurm's word (no victim is chosen before that: the core waits for the nodes' GPU metrics, and
     with_instance_metrics marks them; the delete reads it again). It shrinks by victims only: a lower
-    InstanceCount would let HyperPod choose which nodes go."""
-    instances = tuple(node_observation(n, False) for n in nodes)
+    InstanceCount would let HyperPod choose which nodes go. `drains` (read: the group consolidates by
+    attrition): its nodes can be drained through Slurm, and those gpufleet asked to drain say so. A node
+    someone else drained is not known here (only the controller sees Slurm's reasons): Slurm does not call it
+    idle, so it is never a victim."""
+    instances = tuple(
+        node_observation(n, False, NodeMark.GPUFLEET if drains and n["InstanceId"] in drains else NodeMark.NONE)
+        for n in nodes
+    )
+    if drains:  # when each drain was asked: Slurm's idle report counts only once the drain has settled
+        asked = {iid: d.at or datetime.min.replace(tzinfo=UTC) for iid, d in drains.items()}
+        instances = tuple(i.model_copy(update={"marked_at": asked.get(i.instance_id)}) for i in instances)
     instance_type = ec2_type(group.get("InstanceType"))
     floor = int(group.get("MinCount") or 0)
     return GroupObservation(
@@ -429,13 +486,37 @@ def _observation(
         tags=tags,
         instance_types=(instance_type,) if instance_type else (),
         shrinks_by_victims_only=True,
+        marks=MarkChannel.SLURM if drains is not None else None,
     )
+
+
+def _settled(obs: GroupObservation, idle: set[str], now: datetime) -> set[str]:
+    """Idle nodes, less those gpufleet asked Slurm to drain too recently for the report to show the drain:
+    until the controller has applied it, a job may still land on the node (SLURM_DRAIN_SETTLE_S)."""
+    settle = timedelta(seconds=defaults.SLURM_DRAIN_SETTLE_S)
+    fresh = {i.instance_id for i in obs.instances if i.marked_at is not None and now - i.marked_at < settle}
+    return idle - fresh
 
 
 def _with_marks(obs: GroupObservation, idle: set[str], closed: str | None) -> GroupObservation:
     """A node Slurm has not called idle runs work (never a victim); with the report unreadable, every
-    node does and the group is closed for scale-in."""
+    node does and the group is closed for scale-in. GPUs held: Slurm's report says idle or not, never a
+    partial allocation, so a node running work holds all its GPUs (the group's GPUs per node, when its demand
+    says) and an idle one none; unknown when the report is unreadable."""
+    per_node = obs.demand.gpus_per_node if obs.demand is not None else None
+
+    def held(iid: str) -> float | None:
+        if closed is not None:
+            return None
+        return 0.0 if iid in idle else per_node
+
     instances = tuple(
-        i.model_copy(update={"runs_gpu_work": closed is not None or i.instance_id not in idle}) for i in obs.instances
+        i.model_copy(
+            update={
+                "runs_gpu_work": closed is not None or i.instance_id not in idle,
+                "gpus_held": held(i.instance_id),
+            }
+        )
+        for i in obs.instances
     )
     return obs.model_copy(update={"instances": instances, "scale_in_closed": closed})
