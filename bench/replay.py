@@ -18,10 +18,12 @@ from gpufleet.domain.policy import FleetPolicy, parse_policy
 from gpufleet_tools.replay.baselines import ClusterAutoscaler, oracle
 from gpufleet_tools.replay.core import GpufleetController
 from gpufleet_tools.replay.model import Placement, ReplayOptions, RunName, Trace
+from gpufleet_tools.replay.plot import plot
 from gpufleet_tools.replay.policy import Workload, derived_max, recommended_policy
-from gpufleet_tools.replay.report import compare, goals, table
-from gpufleet_tools.replay.service import ALL_EXPERIMENTS, load_trace, plot
+from gpufleet_tools.replay.report import compare, goal_rows, notes, table
+from gpufleet_tools.replay.service import ALL_EXPERIMENTS, load_trace
 from gpufleet_tools.replay.simulate import Controller, run
+from gpufleet_tools.replay.traces import fitting
 
 ROOT = Path(__file__).resolve().parents[1]
 DLRM = ROOT.parent / "shared" / "traces" / "alibaba-gpu-v2025-dlrm-instances.csv"
@@ -70,19 +72,22 @@ def _comparison_rows(
     oracle_hours = c.result(RunName.ORACLE).node_hours
     rows = [f"### {label}: {c.pods:,} pods, {c.horizon / 1440:.1f} days, placement {options.placement}", ""]
     rows += table([r.result for r in c.runs], oracle_hours)
+    if found := notes(c):
+        rows += ["", *found]
     rows += ["", "Experiments:", "", *table([r.result for r in with_experiments.experiments], oracle_hours)]
-    rows += ["", "| goal | met | value |", "|---|---|---|"]
-    rows += [f"| {g.goal} | {'yes' if g.met else 'NO'} | {g.detail} |" for g in goals(c)]
+    rows += ["", *goal_rows(c, "goal")]
     shown = (plots / png).relative_to(ROOT) if (plots / png).is_relative_to(ROOT) else plots / png
     rows += ["", f"Wall time, five policies in one process: {wall:.1f} s (plot: {shown}).", ""]
     return rows
 
 
 def _gpufleet_only(trace: Trace, policy: FleetPolicy, options: ReplayOptions) -> tuple[float, float, int]:
-    best = oracle(trace.pods, trace.horizon, options)
+    """gpufleet and the oracle alone, on the pods a node can hold (as `compare` replays them)."""
+    pods, _ = fitting(trace.pods, trace.horizon, options.gpus_per_node)
+    best = oracle(pods, trace.horizon, options)
     top = derived_max(max(best.timeline.nodes), options.min_nodes, None)
     g = GpufleetController(policy, options, top)
-    r = run(trace.pods, trace.horizon, g, options, initial_nodes=best.timeline.nodes[0]).result
+    r = run(pods, trace.horizon, g, options, initial_nodes=best.timeline.nodes[0]).result
     return r.node_hours / best.result.node_hours, r.pending_gpu_minutes, r.pods_disrupted
 
 
@@ -112,9 +117,10 @@ def boot_sensitivity(trace: Trace, boots: tuple[int, ...] = (2, 5, 10, 15)) -> l
     for boot in boots:
         options = ReplayOptions(boot_minutes=boot)
         ratio, pending, _ = _gpufleet_only(trace, policy, options)
-        best = oracle(trace.pods, trace.horizon, options)
+        pods, _ = fitting(trace.pods, trace.horizon, options.gpus_per_node)
+        best = oracle(pods, trace.horizon, options)
         ca: Controller = ClusterAutoscaler(options, derived_max(max(best.timeline.nodes), 1, None))
-        ca_pending = run(trace.pods, trace.horizon, ca, options, initial_nodes=best.timeline.nodes[0]).result
+        ca_pending = run(pods, trace.horizon, ca, options, initial_nodes=best.timeline.nodes[0]).result
         rows.append(f"| {boot} | {ratio:.3f}x | {pending:,.0f} | {ca_pending.pending_gpu_minutes:,.0f} |")
     return rows
 

@@ -66,6 +66,7 @@ GLUE: dict[str, str] = {
     "gpufleet_tools.local_stack": "starts a moto server (a process, a socket, HTTP) and creates the stack in it",
     "gpufleet_tools.local_kube": "serves the local stack's Kubernetes API (a process, a socket, a pods file)",
     "gpufleet_tools.replay.service": "the replay's glue: files, CloudWatch history, matplotlib, tqdm, the clock",
+    "gpufleet_tools.replay.plot": "draws the replay's capacity.png with matplotlib",
     "gpufleet_tools.doctor.service": "reads an account through the AWS adapters for the doctor's checks",
     "gpufleet_tools.report.reader": "reads usage records from CloudWatch Logs: threads, a rate limit, tqdm",
     "gpufleet_tools.report.identity": "the node publisher's workload model (gpufleet_node.workload, not shared)",

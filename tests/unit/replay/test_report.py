@@ -20,6 +20,9 @@ KEYS = {
     "lost_gpu_hours",
     "scaling_actions",
     "cost_usd",
+    "nodes_drained",
+    "nodes_undrained",
+    "not_ranked",
 }
 
 

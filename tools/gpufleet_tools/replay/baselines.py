@@ -38,8 +38,9 @@ def nodes_needed(demand: Sequence[int], options: ReplayOptions) -> list[int]:
 
 
 def oracle(pods: Sequence[Pod], horizon: int, options: ReplayOptions) -> RunOutcome:
-    """The lower bound: a node alive at t is needed at t or at t + boot (launched ahead to be ready)."""
-    demand = demand_milli(pods, horizon)
+    """The lower bound: a node alive at t is needed at t or at t + boot (launched ahead to be ready).
+    A pod bigger than a node is no demand it could serve: left out, as every simulated run leaves it."""
+    demand = demand_milli([p for p in pods if p.gpus <= options.gpus_per_node], horizon)
     needed = nodes_needed(demand, options)
     boot = options.boot_minutes
     alive = [max(needed[t], needed[min(t + boot, horizon - 1)]) for t in range(horizon)]

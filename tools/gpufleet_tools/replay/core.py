@@ -17,11 +17,15 @@ drives scale-out, blocks scale-in and a node with a pod on it is never a victim 
 as the scaler's. The `utilization-only` experiment replays the rules alone, as for a group without a
 demand source (what gpufleet did before it could see waiting work).
 
+Consolidation by attrition runs as the scaler runs it: each node says what its pods hold (GPUs) and
+whether it is cordoned, the core's `MarkPlan` (scaling/consolidate.py) closes and reopens nodes, and the
+simulated scheduler places no pod on a cordoned node. Every node the replay cordons is gpufleet's.
+
 `Experiment` switches are what the replay evaluated beyond today's scaler, clearly labelled; the report
-names them in the run's name. None of them changes a rule of the core: drain by attrition only cordons
-nodes in the simulated scheduler, booting counted (booting nodes added to the capacity) only changes the
-utilization fed in, and the proportional step only chooses the step size the core then bounds and cools
-down.
+names them in the run's name. None of them changes a rule of the core: consolidation off replays the
+policy without it (what gpufleet did before), booting counted (booting nodes added to the capacity) only
+changes the utilization fed in, and the proportional step only chooses the step size the core then bounds
+and cools down.
 """
 
 from __future__ import annotations
@@ -41,10 +45,11 @@ from gpufleet.domain.models import (
     GroupRef,
     GroupState,
     InstanceObservation,
-    SkipReason,
+    MarkChannel,
+    NodeMark,
     WaitingWork,
 )
-from gpufleet.domain.policy import FleetPolicy, GroupSettings, Step
+from gpufleet.domain.policy import Consolidation, FleetPolicy, GroupSettings, Step
 from gpufleet.scaling.core import decide_reconcile
 from gpufleet_tools.replay.model import MILLI_PER_GPU, ReplayOptions, RunName
 from gpufleet_tools.replay.simulate import Cluster, Node, default_termination
@@ -57,14 +62,14 @@ HELD_MEMORY = 50.0  # a GPU with a pod on it holds memory: at least this percent
 class Experiment(Frozen):
     """Variants the replay evaluated; none is what the scaler does today."""
 
-    drain_by_attrition: bool = False  # cordon the least-loaded node when scale-in finds none idle
+    consolidation_off: bool = False  # the policy with `consolidate: off` (before consolidation by attrition)
     proportional_step: bool = False  # scale-out step sized to bring utilization back under the band's high
     booting_counted: bool = False  # utilization over ready + booting nodes (capacity already on its way)
     utilization_only: bool = False  # no demand source: the pending pods are not shown to the core
 
     @property
     def label(self) -> str:
-        names = ("utilization_only", "drain_by_attrition", "proportional_step", "booting_counted")
+        names = ("utilization_only", "consolidation_off", "proportional_step", "booting_counted")
         return "+".join(name.replace("_", "-") for name in names if getattr(self, name))
 
 
@@ -85,6 +90,7 @@ def instance_observation(node: Node, t: int, lookback: int, demand: bool = True)
     if node.ready_at > t:
         return InstanceObservation(instance_id=node.node_id, lifecycle_state="Pending")
     runs = demand and bool(node.pods)
+    mark = NodeMark.GPUFLEET if node.cordoned else NodeMark.NONE
     if node.pods:
         share = node.busiest_share()
         util, mem = share, max(share, HELD_MEMORY)
@@ -93,7 +99,12 @@ def instance_observation(node: Node, t: int, lookback: int, demand: bool = True)
     else:
         util = mem = 0.0
     return InstanceObservation(
-        instance_id=node.node_id, gpu_utilization=util, gpu_memory_percent=mem, runs_gpu_work=runs
+        instance_id=node.node_id,
+        gpu_utilization=util,
+        gpu_memory_percent=mem,
+        runs_gpu_work=runs,
+        gpus_held=node.used / MILLI_PER_GPU if demand else None,
+        mark=mark,
     )
 
 
@@ -106,13 +117,17 @@ class GpufleetController:
         self.experiment = experiment or Experiment()
         self.name = str(RunName.GPUFLEET) + (f" [{self.experiment.label}]" if self.experiment.label else "")
         self.settings = group_settings(policy)
+        if self.experiment.consolidation_off:
+            self.settings = self.settings.model_copy(update={"consolidate": Consolidation.OFF})
         self.options = options
         self.max_nodes = max_nodes
         self.lookback = max(1, policy.metric_lookback_s // 60)
         self.samples: deque[tuple[int, float]] = deque()
         self.state = GroupState()
         self.decisions: dict[Action, int] = dict.fromkeys(Action, 0)
-        self._listed: tuple[tuple[str, ...], int, tuple[bool, ...], tuple[InstanceObservation, ...]] = ((), 0, (), ())
+        self._listed: tuple[
+            tuple[str, ...], int, tuple[int, ...], tuple[bool, ...], tuple[InstanceObservation, ...]
+        ] = ((), 0, (), (), ())
 
     def now(self, t: int) -> datetime:
         return self.options.start + timedelta(minutes=t)
@@ -151,22 +166,30 @@ class GpufleetController:
 
     def listed(self, cluster: Cluster, t: int) -> tuple[InstanceObservation, ...]:
         """The group's instances as DescribeAutoScalingGroups lists them (Pending while booting, else
-        InService; no metrics yet) and, with a demand source, which run a pod (the EKS reader's bound
-        pods); rebuilt only when the nodes, their readiness or which of them run pods change."""
+        InService; no metrics yet) and, with a demand source, what the EKS reader says of each node: the
+        GPUs its pods hold and whether it is cordoned. Rebuilt only when one of those changes."""
         demand = not self.experiment.utilization_only
         ids, booting = tuple(cluster.nodes), len(cluster.booting)
-        running = tuple(demand and bool(n.pods) for n in cluster.nodes.values())
-        if (ids, booting, running) != self._listed[:3]:
+        nodes = cluster.nodes.values()
+        held = tuple(n.used if demand else 0 for n in nodes)
+        start = self.options.start
+        cordoned = tuple(n.cordoned for n in nodes)
+        if (ids, booting, held, cordoned) != self._listed[:4]:
             listed = tuple(
                 InstanceObservation.model_construct(
                     instance_id=n.node_id,
                     lifecycle_state="Pending" if n.ready_at > t else "InService",
-                    runs_gpu_work=runs,
+                    runs_gpu_work=demand and used > 0,
+                    gpus_held=used / MILLI_PER_GPU if demand else None,
+                    mark=NodeMark.GPUFLEET if closed else NodeMark.NONE,
+                    work_since=start + timedelta(minutes=min(cluster.started_at[i] for i in n.pods))
+                    if n.pods
+                    else None,
                 )
-                for n, runs in zip(cluster.nodes.values(), running, strict=True)
+                for n, used, closed in zip(nodes, held, cordoned, strict=True)
             )
-            self._listed = (ids, booting, running, listed)
-        return self._listed[3]
+            self._listed = (ids, booting, held, cordoned, listed)
+        return self._listed[4]
 
     def demand(self, cluster: Cluster) -> Demand | None:
         """The pending pods as the EKS reader hands them to the core: GPUs per pod (a share of one GPU as
@@ -209,6 +232,7 @@ class GpufleetController:
             gpu_utilization=util,
             instances=self.listed(cluster, t),
             demand=self.demand(cluster),
+            marks=None if self.experiment.utilization_only else MarkChannel.KUBERNETES,
         )
         settings = self.settings_for_tick(cluster, util, obs.desired)
         decision = self.decide(obs, settings, now)
@@ -219,14 +243,17 @@ class GpufleetController:
             decision = self.decide(obs, settings, now)
         self.decisions[decision.action] += 1
         self.apply(decision, cluster, t)
-        if self.experiment.drain_by_attrition:
-            self.drain(decision, cluster, util)
 
     def decide(self, obs: GroupObservation, settings: GroupSettings, now: datetime) -> Decision:
         return decide_reconcile(obs, settings, self.state, now, event_id=f"replay-{now:%Y%m%d%H%M}")
 
     def apply(self, decision: Decision, cluster: Cluster, t: int) -> None:
-        """What Executor.execute + FleetActuator.apply + StateStore.commit do with a decided change."""
+        """What Executor.execute + FleetActuator.apply + StateStore.commit do with a decided change: nodes
+        reopened first, the capacity change, then nodes closed (node marks alone start no cooldown)."""
+        for node_id in decision.undrain:
+            cluster.cordon(cluster.nodes[node_id], False)
+        for node_id in decision.drain:
+            cluster.cordon(cluster.nodes[node_id])
         if not decision.changes_capacity:
             return
         if decision.victims:
@@ -242,24 +269,3 @@ class GpufleetController:
         if decision.raises_capacity:
             stamp["last_scale_out_added"] = decision.desired - decision.current
         self.state = self.state.model_copy(update={**stamp, "version": self.state.version + 1})
-
-    def drain(self, decision: Decision, cluster: Cluster, util: float | None) -> None:
-        """Experiment: when the core wanted to scale in but found no idle node, stop placing pods on the
-        least-loaded nodes (as many as its scale-in step, no more than the nodes beyond what the band's
-        high needs) so they empty by attrition and the core removes them as idle; hand them back to the
-        scheduler as soon as utilization is no longer below the band's low."""
-        draining = [n for n in cluster.ready if n.cordoned]
-        band = self.settings.target
-        if decision.action is Action.SCALE_OUT or util is None or util >= band.low:
-            for node in draining:
-                cluster.cordon(node, False)
-            return
-        busy = decision.skipped.get(SkipReason.BUSY, 0) + decision.skipped.get(SkipReason.RUNS_GPU_WORK, 0)
-        if not (decision.action is Action.HOLD and busy > 0):
-            return
-        needed = math.ceil(cluster.used_milli / (self.options.node_milli * band.high / 100))
-        surplus = len(cluster.ready) - max(needed, self.options.min_nodes)
-        want = min(self.settings.scale_in_step.size(decision.current), surplus) - len(draining)
-        open_nodes = sorted((n for n in cluster.ready if not n.cordoned), key=lambda n: (n.used, -n.launched_at))
-        for node in open_nodes[: max(want, 0)]:
-            cluster.cordon(node)

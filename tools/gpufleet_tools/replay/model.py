@@ -108,8 +108,32 @@ class ReplayRequest(Frozen):
     options: ReplayOptions = ReplayOptions()
 
 
+class NeverFit(Frozen):
+    """Pods that ask for more GPUs than one node has: no policy can place them, so no run replays them
+    (the oracle does not count them as demand it serves either). Counted and shown, never dropped silently."""
+
+    gpus_per_node: int = Field(ge=1)
+    pods: int = Field(default=0, ge=0)
+    gpu_hours: float = Field(default=0.0, ge=0)  # what they would have run from arrival, within the trace
+
+    @property
+    def line(self) -> str:
+        """The sentence the table and `gpufleet replay` show ('' when every pod fits)."""
+        if not self.pods:
+            return ""
+        noun = "GPU" if self.gpus_per_node == 1 else "GPUs"
+        return (
+            f"{self.pods:,} pods never fit a node of {self.gpus_per_node} {noun} ({self.gpu_hours:,.1f} GPU-hours): "
+            "not replayed in any run, the oracle included."
+        )
+
+
 class RunResult(Frozen):
-    """One policy's totals over the whole trace: exactly the keys `report.json` promises."""
+    """One policy's totals over the whole trace: exactly the keys `report.json` promises.
+
+    `nodes_drained` / `nodes_undrained`: nodes the policy marked to drain (no new pods) and handed back
+    before they emptied (0 for policies that never drain). `not_ranked`: why this run is shown but not
+    compared (it could not start at the given bounds), else None."""
 
     name: str
     node_hours: float
@@ -120,6 +144,9 @@ class RunResult(Frozen):
     lost_gpu_hours: float
     scaling_actions: int
     cost_usd: float
+    nodes_drained: int = 0
+    nodes_undrained: int = 0
+    not_ranked: str | None = None
 
 
 class Timeline(Frozen):

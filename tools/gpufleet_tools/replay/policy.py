@@ -40,6 +40,7 @@ defaults:
   scale_in_step: "50%"
   scale_in_cooldown_s: 300
   idle: {gpu_utilization: 5, memory_percent: 10}
+  consolidate: attrition
 """
 
 BATCH_POLICY_YAML = """\
@@ -53,6 +54,7 @@ defaults:
   scale_in_step: "50%"
   scale_in_cooldown_s: 300
   idle: {gpu_utilization: 5, memory_percent: 10}
+  consolidate: attrition
 """
 
 

@@ -1,5 +1,5 @@
 """`gpufleet replay`'s glue: read the trace or the group's CloudWatch history, run the pure replay with a
-progress bar (tqdm), write report.json / report.md / capacity.png (matplotlib) and print the table.
+progress bar (tqdm), write report.json / report.md / capacity.png (plot.py, matplotlib) and print the table.
 
 CloudWatch history is read with batched GetMetricData: at most 500 series per call and at most 1,440
 one-minute datapoints per series per call (CloudWatch's limit), so a long range is split into days.
@@ -31,6 +31,7 @@ from gpufleet_tools.replay.history import (
     unreplayable,
 )
 from gpufleet_tools.replay.model import ReplayOptions, ReplayRequest, Trace
+from gpufleet_tools.replay.plot import plot
 from gpufleet_tools.replay.policy import Workload, recommended_policy, workload_of
 from gpufleet_tools.replay.report import Comparison, compare, report_json, report_md
 from gpufleet_tools.replay.traces import bursty_trace, parse_trace, to_v2023_csv, training_trace
@@ -42,8 +43,8 @@ ALL_EXPERIMENTS = (
     Experiment(utilization_only=True, proportional_step=True),
     Experiment(proportional_step=True),
     Experiment(booting_counted=True),
-    Experiment(drain_by_attrition=True),
-    Experiment(drain_by_attrition=True, proportional_step=True, booting_counted=True),
+    Experiment(consolidation_off=True),
+    Experiment(proportional_step=True, booting_counted=True),
 )
 
 
@@ -95,40 +96,6 @@ def write_outputs(c: Comparison, out: Path, policy_label: str, trace: Trace) -> 
         name = trace.source.split(",")[0].replace(" ", "-")
         (out / f"{name}.csv").write_text(to_v2023_csv(trace))
     return md
-
-
-def _hourly(values: Sequence[float], how: Callable[[Sequence[float]], float]) -> list[float]:
-    return [how(values[i : i + 60]) for i in range(0, len(values), 60)]
-
-
-def plot(c: Comparison, path: Path) -> None:
-    """Demand, each policy's provisioned GPUs and each policy's pending GPUs, hourly (max within the
-    hour for capacity and pending, mean for demand)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(13, 7.5), sharex=True, height_ratios=(3, 1.4))
-    hours = list(range(0, c.horizon, 60))
-    x = [h / 1440 for h in hours]
-    top.plot(x, _hourly(c.demand_gpus, lambda v: sum(v) / len(v)), color="black", lw=2.2, label="demand (GPUs)")
-    for k, outcome in enumerate(c.runs):
-        gpus = [n * c.options.gpus_per_node for n in outcome.timeline.nodes]
-        top.plot(x, _hourly(gpus, max), lw=1.1, color=f"C{k}", label=f"{outcome.result.name} capacity")
-        pending = outcome.timeline.pending_gpus
-        if any(pending):
-            bottom.plot(x, _hourly(pending, max), lw=1.0, color=f"C{k}", label=outcome.result.name)
-    top.set_ylabel("GPUs")
-    top.set_title(f"{c.source}: demand vs provisioned GPUs (placement {c.options.placement})")
-    top.legend(loc="upper left", fontsize=8, ncols=2)
-    bottom.set_ylabel("pending GPUs")
-    bottom.set_xlabel("day")
-    if bottom.lines:
-        bottom.legend(loc="upper left", fontsize=8, ncols=3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def replay_trace(request: ReplayRequest, trace_spec: str) -> int:

@@ -91,6 +91,8 @@ class Cluster:
         self.next_arrival = 0
         self.serial = 0
         self.disrupted = 0
+        self.drained = 0  # nodes cordoned (consolidation by attrition) and reopened, over the run
+        self.undrained = 0
         self.lost_milli_minutes = 0
         self.actions = 0
         self.dirty = True
@@ -136,7 +138,10 @@ class Cluster:
         return hit
 
     def cordon(self, node: Node, on: bool = True) -> None:
-        """Stop (or resume) placing new pods on a node; what runs there stays."""
+        """Stop (or resume) placing new pods on a node; what runs there stays. Counted per run."""
+        if node.cordoned != on:
+            self.drained += on
+            self.undrained += not on
         node.cordoned = on
         self.dirty = self.dirty or not on
 
@@ -308,4 +313,6 @@ def summarize(name: str, cluster: Cluster, timeline: Timeline, options: ReplayOp
         lost_gpu_hours=round(cluster.lost_milli_minutes / MILLI_PER_GPU / 60, 2),
         scaling_actions=cluster.actions,
         cost_usd=round(node_hours * options.node_price, 2),
+        nodes_drained=cluster.drained,
+        nodes_undrained=cluster.undrained,
     )

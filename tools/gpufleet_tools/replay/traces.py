@@ -12,11 +12,11 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Protocol
 
-from gpufleet_tools.replay.model import MILLI_PER_GPU, Pod, Trace, TraceFormat
+from gpufleet_tools.replay.model import MILLI_PER_GPU, NeverFit, Pod, Trace, TraceFormat
 
 DLRM_COLUMNS = frozenset({"instance_sn", "role", "gpu_request", "creation_time", "scheduled_time", "deletion_time"})
 V2023_COLUMNS = frozenset({"name", "num_gpu", "gpu_milli", "creation_time", "scheduled_time", "deletion_time"})
@@ -168,6 +168,22 @@ def parse_trace(lines: Iterable[str], source: str = "trace") -> Trace:
     pods.sort(key=lambda p: p.arrival)
     horizon = max(math.ceil(last_s / 60) + 1, max((p.arrival + 1 for p in pods), default=1))
     return Trace(format=fmt, source=source, pods=tuple(pods), horizon=horizon, skipped=skipped)
+
+
+def fitting(pods: Sequence[Pod], horizon: int, gpus_per_node: int) -> tuple[list[Pod], NeverFit]:
+    """The pods a node of `gpus_per_node` GPUs can hold, and the count and GPU-hours of those it cannot.
+    A pod asks for its GPUs on one node (a share of one GPU always fits), so one bigger than a node waits
+    forever under every policy: every run leaves it out alike and the report says so."""
+    fit: list[Pod] = []
+    count, gpu_minutes = 0, 0
+    for p in pods:
+        if p.gpus <= gpus_per_node:
+            fit.append(p)
+            continue
+        count += 1
+        ran = horizon - p.arrival if p.duration is None else min(p.duration, horizon - p.arrival)
+        gpu_minutes += p.gpus * max(ran, 0)
+    return fit, NeverFit(gpus_per_node=gpus_per_node, pods=count, gpu_hours=round(gpu_minutes / 60, 2))
 
 
 def to_v2023_csv(trace: Trace) -> str:
