@@ -11,10 +11,12 @@ from typing import Any
 
 import boto3
 
+from gpufleet.aws.slurm_marks import SlurmMarker, marks_key
 from gpufleet.domain import defaults
+from gpufleet.domain.models import MarkChannel
 from gpufleet_node import schema
 from rehearsal import moto_hyperpod
-from tests.crash.scenarios import _ScalerWorld
+from tests.crash.scenarios import TABLE, _ScalerWorld
 
 GROUP = "hyperpod:slurm-a/gpu-workers"
 DIMS = {"ClusterName": "slurm-a", "InstanceGroupName": "gpu-workers"}
@@ -34,8 +36,8 @@ groups:
 class HyperPodScaleIn(_ScalerWorld):
     later_minutes = (6, 20)
 
-    def __init__(self, tmp: Path, now: datetime) -> None:
-        super().__init__(POLICY, tmp, asg=False)
+    def __init__(self, tmp: Path, now: datetime, policy: str = POLICY) -> None:
+        super().__init__(policy, tmp, asg=False)
         self.sm = boto3.client("sagemaker")
         moto_hyperpod.create_cluster(self.sm, "slurm-a", "gpu-workers", tags={defaults.TAG_MANAGED: "true"})
         [group] = self.sm.describe_cluster(ClusterName="slurm-a")["InstanceGroups"]
@@ -81,6 +83,9 @@ class HyperPodScaleIn(_ScalerWorld):
     def later(self, now: datetime) -> None:
         assert self.scaler.ctx.fleet.hyperpod is not None
         self.scaler.ctx.fleet.hyperpod.now = lambda: now  # the tick's clock, for the idle window
+        slurm = self.scaler.ctx.executor.actuator.markers.get(MarkChannel.SLURM)
+        if isinstance(slurm, SlurmMarker):
+            slurm.now = lambda: now  # when a drain is asked, on the same clock
         tick = {"gpufleet": "reconcile", "execution_id": f"hp-{now:%H%M}", "scheduled_time": now.isoformat()}
         self.scaler.handle(tick, now)
 
@@ -91,4 +96,24 @@ class HyperPodScaleIn(_ScalerWorld):
             problems.append(
                 f"expected exactly the two idle nodes removed: left {self.nodes()}, count {group['TargetCount']}"
             )
+        return problems
+
+
+class HyperPodAttrition(HyperPodScaleIn):
+    """The same cluster with `consolidate: attrition`: the first tick asks Slurm to drain the two idle nodes
+    (the marks item in the state table, which the controller applies), a later tick removes them once the
+    drain has settled. Whatever call fails, the drains are asked once each, the busy node is never drained
+    or removed, and no drain is left on a node that stays."""
+
+    later_minutes = (6, 20)
+
+    def __init__(self, tmp: Path, now: datetime) -> None:
+        attrition = POLICY.replace("    max: 4\n", "    max: 4\n    consolidate: attrition\n    drain_max_share: 100\n")
+        super().__init__(tmp, now, attrition)
+
+    def violations(self) -> list[str]:
+        problems = super().violations()
+        item = self.clients.dynamodb.get_item(TableName=TABLE, Key=marks_key("slurm-a")).get("Item", {})
+        if f"node#{self.busy}" in item:
+            problems.append(f"the busy node {self.busy} was asked to drain")
         return problems

@@ -15,7 +15,7 @@ from rehearsal.slack import slack_receiver
 from tests.conftest import ROOT
 from tests.crash import scenarios as s
 from tests.crash.harness import Run, World, sweep
-from tests.crash.hyperpod_scenario import HyperPodScaleIn
+from tests.crash.hyperpod_scenario import HyperPodAttrition, HyperPodScaleIn
 
 NOW = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)
 SUMMARY = ROOT / ".pytest-crash-points.json"
@@ -40,6 +40,7 @@ def builders(tmp: Path, endpoint: str, slack: object) -> dict[str, Callable[[], 
         "spot interruption: replace early, hand back": lambda: s.InterruptionReplacement(tmp, NOW),
         "notifier post to Slack + SNS": lambda: s.NotifierPost(tmp, NOW, slack),
         "hyperpod scale-in (idle nodes by id, a job's node kept)": lambda: HyperPodScaleIn(tmp, NOW),
+        "hyperpod attrition (Slurm drain asked, idle nodes removed once drained)": lambda: HyperPodAttrition(tmp, NOW),
     }
 
 
@@ -55,6 +56,7 @@ SCENARIOS = [
     "spot interruption: replace early, hand back",
     "notifier post to Slack + SNS",
     "hyperpod scale-in (idle nodes by id, a job's node kept)",
+    "hyperpod attrition (Slurm drain asked, idle nodes removed once drained)",
 ]
 
 
