@@ -11,6 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from rehearsal.calls import ENV_RECORD, CallRecorder
+from rehearsal.consolidation_scene import ConsolidationScene
 from rehearsal.demand_scene import TOKEN
 from rehearsal.forged_scene import ForgedScene
 from rehearsal.hyperpod_scene import HyperPodScene
@@ -69,7 +70,13 @@ def main() -> int:
         )
         server.reset()
         hyperpod = HyperPodScene(out, kube, TOKEN).run()
-    for scene in (trust, forged, selfmanaged, hyperpod):
+        print(
+            "\nconsolidation by attrition (rehearsal/consolidation_scene.py): moto reset, a managed node group of 4 "
+            "nodes of 8 GPUs, pods spread over all of them in cluster ml [emulated Kubernetes API]"
+        )
+        server.reset()
+        consolidation = ConsolidationScene(out, kube, TOKEN).run()
+    for scene in (trust, forged, selfmanaged, hyperpod, consolidation):
         result.lines += ["", *scene.lines]
         result.decisions += scene.decisions
         result.checks += scene.checks

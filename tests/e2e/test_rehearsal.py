@@ -101,6 +101,18 @@ def test_rehearsal_meets_its_expected_outcomes(tmp_path: Path) -> None:
         "hyperpod:ml-cluster/gpu",
         "hyperpod:ml-cluster/gpu: host memory leak on i-",
         ": OOM guard warning: host memory 84.0% used; rising 2.00 %/min over 8 min, full in ~8 min",
+        # consolidation by attrition (rehearsal/consolidation_scene.py, issue 31): cordon, attrition, reopen
+        "eks:ml/serve-gpu: 4 nodes, none empty, 16 GPUs of work: the tick at minute 2 cordoned the 2 emptiest (i-",
+        "by attrition: 4 serving node(s) hold 16 GPUs of work, which 2 node(s) hold packed; closed to new work and "
+        "removed once idle, nothing evicted",
+        "application/merge-patch+json -> 200: spec.unschedulable true, gpufleet.io/drained set (",
+        "eks:ml/serve-gpu: its pod ended at minute 3; at minute 9 the scale-in removed i-",
+        " only, nothing evicted (serve-a, serve-b, serve-c, serve-d still Running)",
+        "eks:ml/serve-gpu: 2 pods of 3 GPUs waiting, no open node with room: minute 11's tick uncordoned i-",
+        "(unschedulable false, gpufleet.io/drained removed) and launched nothing: '2 pods (2x3 GPUs) unschedulable",
+        "reopening i-",
+        "before any launch: waiting pods fit 1 drained node(s) (6 GPUs free)",
+        "application/merge-patch+json -> 200: spec.unschedulable false, gpufleet.io/drained removed",
     ):
         assert expected in out
     assert "FAIL" not in out
