@@ -37,6 +37,7 @@ def node(i: int, held: float, mark: NodeMark = NodeMark.NONE, util: float | None
     busy = 60.0 if held else 0.0
     return InstanceObservation(
         instance_id=f"i-{i:02d}",
+        node_name=f"ip-10-0-0-{i}.ec2.internal",
         gpus_held=held,
         runs_gpu_work=held > 0,
         mark=mark,
@@ -128,10 +129,40 @@ def test_nothing_drains_below_min_nor_when_the_source_cannot_say_what_runs() -> 
     assert decide(group(nodes, marks=None)).drain == ()
 
 
-def test_a_group_that_shrank_below_the_share_reopens_the_fullest_drained_node() -> None:
+def test_min_raised_above_what_stays_open_reopens_the_fullest_drained_node() -> None:
     obs = group([node(1, 8), node(2, 6, NodeMark.GPUFLEET), node(3, 1, NodeMark.GPUFLEET)])
-    plan = plan_marks(obs, ON, keep=0)
-    assert plan.undrain == ("i-02",)  # cap floor(3 * 50 %) = 1: the fullest goes back
+    plan = plan_marks(obs, ON, keep=2)  # 3 nodes, 2 must stay: one drained node too many
+    assert plan.undrain == ("i-02",) and "must keep more nodes" in plan.note
+
+
+def test_a_lone_idle_node_drains_then_goes_so_a_group_reaches_zero() -> None:
+    first = decide(group([node(1, 0)]))
+    assert first.drain == ("i-01",) and not first.victims  # idle surplus: closed whatever the share
+    second = decide(group([node(1, 0, NodeMark.GPUFLEET)]))
+    assert second.victims == ("i-01",) and second.desired == 0
+
+
+def test_after_marks_fail_nothing_drains_and_waiting_work_gets_a_launch() -> None:
+    failed = GroupState(marks_failed_at=NOW - timedelta(minutes=3))
+    waiting = group([node(1, 8), node(2, 2, NodeMark.GPUFLEET)], (WaitingWork(name="p", gpus=4),))
+    d = decide(waiting, state=failed)
+    assert d.action is Action.SCALE_OUT and d.undrain == ()  # the drained node's room is not counted
+    idle = decide(group([node(1, 8), node(2, 0), node(3, 0)]), state=failed)
+    assert idle.drain == () and not idle.victims and "node marks failed at" in idle.reason
+    later = GroupState(marks_failed_at=NOW - timedelta(minutes=11))
+    assert decide(group([node(1, 8), node(2, 0), node(3, 0)]), state=later).drain == ("i-02", "i-03")
+
+
+def test_a_node_not_registered_yet_is_never_chosen_to_drain() -> None:
+    unnamed = node(2, 0).model_copy(update={"node_name": None})
+    d = decide(group([node(1, 8), unnamed, node(3, 0)]))
+    assert "i-02" not in d.drain and "i-03" in d.drain
+
+
+def test_owner_external_still_reopens_the_nodes_gpufleet_closed() -> None:
+    obs = group([node(1, 2, NodeMark.GPUFLEET), node(2, 1)])
+    off = ON.model_copy(update={"owner": Owner.EXTERNAL, "consolidate": Consolidation.OFF})
+    assert decide(obs, off).undrain == ("i-01",)
 
 
 # ---- properties ----
@@ -164,7 +195,7 @@ def test_nothing_is_removed_while_it_runs_work(
 
 @settings(max_examples=150, deadline=None)
 @given(NODES, WAITING, SHARE)
-def test_never_more_than_the_share_drains(
+def test_never_more_than_the_share_of_nodes_with_work_drains(
     nodes: list[tuple[float, NodeMark]], waiting: list[float], share: float
 ) -> None:
     obs = _observed(nodes, waiting)
@@ -172,7 +203,10 @@ def test_never_more_than_the_share_drains(
     serving = [i for i in obs.instances if i.mark is not NodeMark.OTHER]
     closed = {i.instance_id for i in serving if i.mark is NodeMark.GPUFLEET}
     after = (closed - set(d.undrain) - set(d.victims)) | set(d.drain)
-    assert len(after) <= math.floor(len(serving) * share / 100 + 1e-9)
+    busy = {i.instance_id for i in serving if i.gpus_held}
+    cap = math.floor(len(serving) * share / 100 + 1e-9)
+    assert len(after & busy) <= max(cap, len(closed & busy))  # no drain raises it above the share
+    assert all(i.instance_id not in busy for i in obs.instances if i.instance_id in d.drain) or len(after & busy) <= cap
     assert not d.drain or not waiting  # nothing new drains while work waits
     assert not set(d.drain) & {i.instance_id for i in obs.instances if i.mark is NodeMark.OTHER}
 
@@ -195,3 +229,19 @@ def test_a_drained_node_waiting_work_fits_is_reopened_before_any_launch(
     every_room = (*obs.demand.free_gpus, *(8 - (i.gpus_held or 0) for i in rooms))
     # Even with every drained node reopened, the waiting work would still need a new node.
     assert pack(waiting_sizes(obs.demand.waiting, 8), 8, every_room).new_nodes >= 1
+
+
+def test_what_on_call_is_told_of_a_drain_says_what_was_done() -> None:
+    from gpufleet.domain.models import Outcome
+    from gpufleet.notify.policy import NotificationPolicy
+    from gpufleet.scaling.notes import decision_notes
+
+    obs = group([node(1, 2), node(2, 1), node(3, 1), node(4, 3)])
+    done = decide(obs).model_copy(update={"outcome": Outcome.APPLIED})
+    [told] = decision_notes([done], "us-east-1", NotificationPolicy())
+    assert told.title == "eks:ml/gpu: drained 2 node(s) by attrition"
+    assert told.facts["nodes drained (no new work; removed once idle)"] == "i-02, i-03"
+    dry = decide(obs).model_copy(update={"outcome": Outcome.DRY_RUN})
+    assert decision_notes([dry], "us-east-1", NotificationPolicy())[0].title.endswith(
+        "would drain 2 node(s) (dry-run) by attrition"
+    )

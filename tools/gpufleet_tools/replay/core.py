@@ -105,6 +105,7 @@ def instance_observation(node: Node, t: int, lookback: int, demand: bool = True)
         runs_gpu_work=runs,
         gpus_held=node.used / MILLI_PER_GPU if demand else None,
         mark=mark,
+        node_name=node.node_id,
     )
 
 
@@ -176,6 +177,7 @@ class GpufleetController:
             if hit is None or hit[0] != key:
                 inst = InstanceObservation.model_construct(
                     instance_id=n.node_id,
+                    node_name=n.node_id,
                     lifecycle_state="Pending" if key[0] else "InService",
                     runs_gpu_work=demand and n.used > 0,
                     gpus_held=n.used / MILLI_PER_GPU if demand else None,

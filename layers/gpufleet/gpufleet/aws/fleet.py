@@ -4,7 +4,7 @@ observations, and apply decisions to them."""
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -14,7 +14,7 @@ from botocore.exceptions import ClientError
 from gpufleet.aws.asg_shape import weighted_why
 from gpufleet.aws.clients import chunks
 from gpufleet.aws.hyperpod import HyperPodFleet
-from gpufleet.aws.marks import NodeMarker
+from gpufleet.aws.marks import MarksFailed, NodeMarker
 from gpufleet.domain import defaults
 from gpufleet.domain.models import (
     Action,
@@ -329,15 +329,25 @@ class FleetActuator:
     def apply(self, decision: Decision, obs: GroupObservation, token: str) -> str:
         """Returns a short account of what was done; raises on failure. Nodes are reopened before any
         launch (waiting work takes them first) and closed after the capacity change."""
-        done = []
+        done, failed = [], []
         if decision.undrain:
-            done.append(self._marker(obs).reopen(obs, decision.undrain))
-        if decision.changes_capacity:
+            self._mark(lambda m: m.reopen(obs, decision.undrain), obs, "reopen", done, failed)
+        if decision.changes_capacity:  # a failed reopen never holds back a launch
             done.append(self._capacity(decision, obs, token))
         if decision.drain:
             reason = f"surplus node drained by attrition at {decision.at:%Y-%m-%dT%H:%MZ}; removed once idle"
-            done.append(self._marker(obs).close(obs, decision.drain, reason))
+            self._mark(lambda m: m.close(obs, decision.drain, reason), obs, "drain", done, failed)
+        if failed:
+            raise MarksFailed("; ".join(done + failed))
         return "; ".join(done) or "nothing to apply"
+
+    def _mark(
+        self, act: Callable[[NodeMarker], str], obs: GroupObservation, what: str, done: list[str], failed: list[str]
+    ) -> None:
+        try:
+            done.append(act(self._marker(obs)))
+        except Exception as exc:  # any marker failure: said, the capacity change still made
+            failed.append(f"{what} failed: {type(exc).__name__}: {exc}")
 
     def _marker(self, obs: GroupObservation) -> NodeMarker:
         marker = self.markers.get(obs.marks) if obs.marks is not None else None

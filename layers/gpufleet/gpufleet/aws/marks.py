@@ -14,6 +14,11 @@ from typing import Protocol
 from gpufleet.domain.models import GroupObservation
 
 
+class MarksFailed(RuntimeError):
+    """Closing or reopening nodes failed after the rest of the decision was carried out: the decision is
+    recorded as failed (and told) but not kept as an intent to retry, so the next tick decides afresh."""
+
+
 class NodeMarker(Protocol):
     """One way of closing a group's nodes to new work."""
 

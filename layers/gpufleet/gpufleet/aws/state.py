@@ -30,7 +30,7 @@ from botocore.exceptions import ClientError
 from gpufleet.aws.clients import chunks
 from gpufleet.domain import defaults
 from gpufleet.domain.keys import joined
-from gpufleet.domain.models import Decision, ForeignChange, GroupState
+from gpufleet.domain.models import Decision, ForeignChange, GroupState, Outcome
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -130,6 +130,7 @@ def _state(item: dict[str, Any]) -> GroupState:
         seen_desired=int(item["seen_desired"]["N"]) if "seen_desired" in item else None,
         foreign=tuple(ForeignChange.model_validate_json(e["S"]) for e in item.get("foreign_changes", {}).get("L", [])),
         stand_aside_until=_dt(item, "stand_aside_until"),
+        marks_failed_at=_dt(item, "marks_failed_at"),
     )
 
 
@@ -216,6 +217,12 @@ class StateStore:
             sets.append("last_scale_out_added = :added")
             values[":added"] = {"N": str(max(0, done.desired - done.current))}
         sets.append("outbox = list_append(if_not_exists(outbox, :none), :entry)")
+        removes = ["lease_owner", "lease_until", "intent", "intent_attempts"]
+        if done.changes_marks and done.outcome is Outcome.FAILED:  # marks rest a while (scaling.consolidate)
+            values[":marks_at"] = {"S": done.at.isoformat()}
+            sets.append("marks_failed_at = :marks_at")
+        elif done.changes_marks:
+            removes.append("marks_failed_at")
         if done.owed_to:
             names["#owed"] = OWED_PREFIX + done.owed_to
             values[":delta"] = {"N": str(done.desired - done.current)}
@@ -224,7 +231,7 @@ class StateStore:
             self.dynamodb.update_item,
             TableName=self.table,
             Key=self._key(done.group),
-            UpdateExpression="SET " + ", ".join(sets) + " REMOVE lease_owner, lease_until, intent, intent_attempts",
+            UpdateExpression="SET " + ", ".join(sets) + " REMOVE " + ", ".join(removes),
             ConditionExpression="lease_owner = :o",
             ExpressionAttributeValues=values,
             **({"ExpressionAttributeNames": names} if names else {}),

@@ -173,3 +173,6 @@ SLURM_MARKS_KEY_PREFIX = "slurm-marks#"
 # A node gpufleet asked Slurm to drain is idle by Slurm's report only this long after the ask: the controller
 # applies drains once a minute, and a report from before it shows the node plainly idle (open to new jobs).
 SLURM_DRAIN_SETTLE_S = 180
+# After node marks fail (RBAC missing, API refusing), this long nothing drains or reopens and waiting work
+# gets a launch instead of a drained node's room: one failure is told, not retried every minute.
+MARKS_REST_S = 600

@@ -422,6 +422,9 @@ class GroupState(Frozen):
     seen_desired: int | None = None  # desired capacity at gpufleet's last look or its own last change
     foreign: tuple[ForeignChange, ...] = ()  # recent changes gpufleet did not make (newest last)
     stand_aside_until: datetime | None = None  # another actor keeps sizing the group: gpufleet only advises
+    # When node marks (cordon, Slurm drain) last failed: for a while nothing drains, and no drained node's room
+    # is counted for waiting work (a launch is asked instead). Cleared by marks that work.
+    marks_failed_at: datetime | None = None
 
     def leased_by_other(self, event_id: str, now: datetime) -> bool:
         """Someone else holds the lease (a retry of the same event may take over its own change)."""

@@ -11,7 +11,7 @@ import fnmatch
 import re
 
 from gpufleet.domain.models import GroupKind, GroupRef
-from gpufleet.domain.policy import FleetPolicy, GroupRule, GroupSettings
+from gpufleet.domain.policy import Consolidation, FleetPolicy, GroupRule, GroupSettings, Owner
 from gpufleet_node.schema import NAMESPACE as NODE_NAMESPACE
 
 
@@ -24,6 +24,7 @@ def policy_problems(policy: FleetPolicy) -> list[str]:
         *_demand_problems(policy),
         *_hyperpod_problems(policy),
         *_asg_rule_problems(policy.groups),
+        *_consolidation_problems(policy),
     ]
 
 
@@ -168,6 +169,27 @@ def _asg_rule_problems(rules: tuple[GroupRule, ...]) -> list[str]:
                 f"{rule_label(i, rule)}: {rule.name} looks like the ASG EKS made for a managed node group, which "
                 "is not sized as an ASG: write kind: eks-nodegroup, cluster: C, name: NODEGROUP instead"
             )
+    return problems
+
+
+def _consolidation_problems(policy: FleetPolicy) -> list[str]:
+    """`consolidate: attrition` removes a node only once gpufleet closed it, so a group whose nodes it
+    cannot close (no Kubernetes source, not HyperPod) would never scale in; and under `owner: external`
+    another autoscaler sizes the group, so gpufleet's drains would only ever be advice."""
+    problems = []
+    for i, rule in enumerate(policy.groups):
+        merged = {**policy.defaults.model_dump(), **rule.model_dump(include=rule.model_fields_set)}
+        if merged.get("consolidate") != Consolidation.ATTRITION:
+            continue
+        label = rule_label(i, rule)
+        demand = rule.demand if "demand" in rule.model_fields_set else policy.defaults.demand
+        if rule.kind is not GroupKind.HYPERPOD and (demand is None or demand.kubernetes is None):
+            problems.append(
+                f"{label}: consolidate: attrition needs nodes gpufleet can close: a demand: {{kubernetes: ...}} "
+                "source (cordon) or a hyperpod group (Slurm drain); without one this group would never scale in"
+            )
+        if merged.get("owner") == Owner.EXTERNAL:
+            problems.append(f"{label}: consolidate: attrition under owner: external only advises: set one of them")
     return problems
 
 

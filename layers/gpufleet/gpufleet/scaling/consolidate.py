@@ -13,13 +13,16 @@ Rules, in order:
    takes an item is opened, and its room is offered to the waiting work, so the core launches only for
    what no closed node can take. Opening is free and immediate; a launch takes minutes and costs money.
 2. Close only when nothing waits and the source can say what every node runs. The nodes beyond what the
-   running work needs, packed (ceil(GPUs held / GPUs per node)), are surplus; never more than the nodes
-   above what the group must keep (min, a window's desired), never a node with scale-in protection, and at
-   most `drain_max_share` percent of the serving nodes closed at once. The emptiest by GPUs held go first,
-   then the soonest expected to empty, then by id.
-3. A node closed beyond that share (the group shrank, the share was lowered) is opened again, fullest
-   first. With `consolidate: off`, every node gpufleet closed is opened.
+   running work needs, packed (ceil(GPUs held / GPUs per node)), are surplus, and never more than the
+   nodes above what the group must keep (min, a window's desired). The emptiest go first (by GPUs held,
+   then the soonest expected to empty, then the newest work); an idle one is always closed (it is removed
+   next tick), a node with work only while fewer than `drain_max_share` percent of the serving nodes
+   with work are closed; never a node with scale-in protection or one the channel cannot name.
+3. A closed node beyond what the group must keep (min or a window's desired went up) is opened again,
+   fullest first. With `consolidate: off`, every node gpufleet closed is opened.
 4. A node someone else closed (NodeMark.OTHER) is neither counted nor touched.
+5. While marks rest after a failure (`resting`), nothing is closed or counted as reopened room: waiting
+   work gets a launch, and no node is removed (the core removes only closed nodes).
 
 Nothing here removes a node: a closed node is removed by the scaler's ordinary rules once it is idle.
 """
@@ -32,7 +35,15 @@ from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 
-from gpufleet.domain.models import Decision, Demand, Frozen, GroupObservation, InstanceObservation, NodeMark
+from gpufleet.domain.models import (
+    Decision,
+    Demand,
+    Frozen,
+    GroupObservation,
+    InstanceObservation,
+    MarkChannel,
+    NodeMark,
+)
 from gpufleet.domain.policy import Consolidation, GroupSettings
 from gpufleet.scaling.demand import gpus_text, waiting_sizes
 
@@ -85,47 +96,51 @@ def held(inst: InstanceObservation, per_node: float) -> float | None:
     return per_node if inst.runs_gpu_work else None
 
 
-def _free(inst: InstanceObservation, per_node: float) -> float:
-    """Room left on a node for new work; none when what it holds is unknown."""
+def _room(inst: InstanceObservation, per_node: float) -> float:
+    """Room a closed node may offer waiting work: what it does not hold; all of it when unknown (HyperPod
+    reads Slurm's word only when a scale-in is weighed: reopening a busy node costs nothing, a launch it
+    spares is minutes and money)."""
     h = held(inst, per_node)
-    return 0.0 if h is None else per_node - h
+    return per_node if h is None else per_node - h
 
 
-def plan_marks(obs: GroupObservation, settings: GroupSettings, keep: int, booting: int = 0) -> MarkPlan:
+def plan_marks(
+    obs: GroupObservation,
+    settings: GroupSettings,
+    keep: int,
+    booting: int = 0,
+    resting: str | None = None,
+) -> MarkPlan:
     """What to close and open on one group this tick (rules in the module docstring). `keep` is the size
-    below which nothing may be removed (the core's low water); `booting` the nodes already on their way."""
+    below which nothing may be removed (the core's low water); `booting` the nodes already on their way;
+    `resting` why marks are not tried now (they failed a moment ago): nothing drains, and no closed node's
+    room is counted, so waiting work gets a launch."""
     ours = [i for i in obs.instances if i.mark is NodeMark.GPUFLEET and not i.lifecycle_state.startswith("Terminat")]
     if settings.consolidate is Consolidation.OFF:
-        if ours and obs.marks is not None:
+        if ours and obs.marks is not None and resting is None:
             ids = _ids(ours)
             return MarkPlan(undrain=ids, note=f"consolidation is off: reopening {_listed(ids)}, which gpufleet drained")
         return MarkPlan()
     d = obs.demand
-    if obs.marks is None or d is None or not d.known:
-        why = "its nodes cannot be marked" if obs.marks is None else "what waits for it is unknown"
-        return MarkPlan(note=f"consolidate: attrition is on, but {why}: nothing drains")
+    if obs.marks is None or d is None or not d.known or resting is not None:
+        why = resting or ("its nodes cannot be marked" if obs.marks is None else "what waits for it is unknown")
+        return MarkPlan(note=f"consolidate: attrition is on, but {why}: nothing drains, no node is removed")
     per_node = d.gpus_per_node
     serving = [i for i in obs.instances if i.in_service and i.mark is not NodeMark.OTHER]
     closed = [i for i in serving if i.mark is NodeMark.GPUFLEET]
-    cap = math.floor(len(serving) * settings.drain_max_share / 100 + _EPSILON)
-    opened, room = _reopen_for(d, closed, per_node, booting)
     if d.waiting:
-        still = [i for i in closed if i.instance_id not in opened]
-        extra = _over_cap(still, cap, per_node)
-        return _plan((), (*opened, *extra), room, d, per_node)
-    limit = min(cap, max(0, obs.desired - keep))
-    if len(closed) > limit:
-        return _plan((), _over_cap(closed, limit, per_node), (), d, per_node)
+        opened, room = _reopen_for(d, closed, per_node, booting)
+        return _plan(opened, room, d)
+    removable = max(0, obs.desired - keep)
+    if len(closed) > removable:  # min or a window's desired went up: the fullest go back
+        return _plan(_fullest(closed, len(closed) - removable, per_node), (), d)
     holding = [held(i, per_node) for i in serving]
     if obs.scale_in_closed or d.closed_for_scale_in or any(h is None for h in holding):
         return MarkPlan()
     work = sum(h or 0.0 for h in holding)
     need = math.ceil(work / per_node - _EPSILON)
-    more = min(limit, len(serving) - need) - len(closed)
-    if more <= 0:
-        return MarkPlan()
-    candidates = [i for i in serving if i.mark is NodeMark.NONE and not i.protected_from_scale_in]
-    chosen = _ids(heapq.nsmallest(more, candidates, key=lambda i: _drain_order(i, per_node)))
+    cap = math.floor(len(serving) * settings.drain_max_share / 100 + _EPSILON)
+    chosen = _closing(serving, closed, min(removable, len(serving) - need), cap, per_node, obs.marks)
     if not chosen:
         return MarkPlan()
     why = (
@@ -133,6 +148,36 @@ def plan_marks(obs: GroupObservation, settings: GroupSettings, keep: int, bootin
         f"which {need} node(s) hold packed; closed to new work and removed once idle, nothing evicted"
     )
     return MarkPlan(drain=chosen, note=why)
+
+
+def _closing(
+    serving: Sequence[InstanceObservation],
+    closed: Sequence[InstanceObservation],
+    surplus: int,
+    cap: int,
+    per_node: float,
+    channel: MarkChannel | None,
+) -> tuple[str, ...]:
+    """The emptiest open nodes, up to `surplus` closed in all (the nodes beyond what holds all the work,
+    packed, and above what the group keeps). An idle node is always closed (it is removed next tick); a
+    node with work only while fewer than `cap` (drain_max_share) nodes with work are closed. A node the
+    channel cannot name (a Kubernetes instance not registered as a node yet) is not a candidate."""
+    candidates = [
+        i
+        for i in serving
+        if i.mark is NodeMark.NONE
+        and not i.protected_from_scale_in
+        and (i.node_name is not None or channel is not MarkChannel.KUBERNETES)
+    ]
+    busy = sum(1 for i in closed if (held(i, per_node) or 0.0) > 0)
+    chosen: list[str] = []
+    for inst in heapq.nsmallest(max(0, surplus - len(closed)), candidates, key=lambda i: _drain_order(i, per_node)):
+        if (held(inst, per_node) or 0.0) > 0:
+            if busy >= cap:
+                break
+            busy += 1
+        chosen.append(inst.instance_id)
+    return tuple(chosen)
 
 
 def _reopen_for(
@@ -144,8 +189,8 @@ def _reopen_for(
     if not sizes or not closed:
         return (), ()
     rooms = [_Bin(r, None) for r in d.free_gpus if r > _EPSILON]
-    by_room = sorted(closed, key=lambda i: (-_free(i, per_node), i.instance_id))
-    rooms += [_Bin(_free(i, per_node), i.instance_id) for i in by_room]
+    by_room = sorted(closed, key=lambda i: (-_room(i, per_node), i.instance_id))
+    rooms += [_Bin(_room(i, per_node), i.instance_id) for i in by_room]
     rooms += [_Bin(per_node, None) for _ in range(min(booting, 10_000))]
     for size in sorted(sizes, reverse=True):
         count = sizes[size]
@@ -179,25 +224,21 @@ def _drain_order(inst: InstanceObservation, per_node: float) -> tuple[float, dat
     return (held(inst, per_node) or 0.0, _naive(inst.empties_by), -_since(inst.work_since), inst.instance_id)
 
 
-def _over_cap(closed: Sequence[InstanceObservation], cap: int, per_node: float) -> tuple[str, ...]:
-    """Closed nodes beyond `cap`, the fullest first (the ones least likely to empty soon)."""
-    if len(closed) <= cap:
-        return ()
-    fullest = sorted(closed, key=lambda i: (_free(i, per_node), i.instance_id))
-    return _ids(fullest[: len(closed) - cap])
+def _fullest(closed: Sequence[InstanceObservation], count: int, per_node: float) -> tuple[str, ...]:
+    """`count` closed nodes, the fullest first (the ones least likely to empty soon)."""
+    ordered = sorted(closed, key=lambda i: (-(held(i, per_node) or per_node), i.instance_id))
+    return _ids(ordered[:count])
 
 
-def _plan(
-    drain: tuple[str, ...], undrain: tuple[str, ...], room: tuple[float, ...], d: Demand, per_node: float
-) -> MarkPlan:
+def _plan(undrain: tuple[str, ...], room: tuple[float, ...], d: Demand) -> MarkPlan:
     if not undrain:
         return MarkPlan()
     if room:
         what = f"waiting {d.noun}s fit {len(room)} drained node(s) ({gpus_text(sum(room))} free)"
         note = f"reopening {_listed(undrain)} before any launch: {what}"
     else:
-        note = f"reopening {_listed(undrain)}: more nodes drain than the policy's share allows"
-    return MarkPlan(drain=drain, undrain=undrain, room=room, note=note)
+        note = f"reopening {_listed(undrain)}: the group must keep more nodes than stay open"
+    return MarkPlan(undrain=undrain, room=room, note=note)
 
 
 def _ids(instances: Sequence[InstanceObservation]) -> tuple[str, ...]:

@@ -177,6 +177,13 @@ class _Group:
             return coming
         return max(coming, min(self.state.last_scale_out_added, len(listed)))
 
+    def marks_resting(self) -> str | None:
+        """Why node marks are not tried this tick: they failed less than MARKS_REST_S ago."""
+        failed = self.state.marks_failed_at
+        if failed is None or (self.now - failed).total_seconds() >= defaults.MARKS_REST_S:
+            return None
+        return f"node marks failed at {failed:%H:%M} UTC (tried again after {defaults.MARKS_REST_S // 60} min)"
+
     def booting(self) -> int:
         """Nodes asked for but not serving yet - not InService, or InService without GPU metrics when
         those were read - counted only within the warm-up after gpufleet's last scale-out (after it, a
@@ -195,9 +202,11 @@ class _Group:
         return _Ctx(self.obs, self.settings, self.state, self.now, event_id, global_dry_run or self.settings.dry_run)
 
     def owned(self, decision: Decision) -> Decision:
-        """A change gpufleet may not make on this group becomes advice: held, saying what it would do."""
+        """A change gpufleet may not make on this group becomes advice: held, saying what it would do.
+        Reopening nodes gpufleet itself closed goes ahead: it changes no size, and a cordon left behind
+        would strand waiting work."""
         settings, state, now = self.settings, self.state, self.now
-        if not decision.acts:
+        if not (decision.changes_capacity or decision.drain):
             return decision
         if settings.owner is Owner.EXTERNAL:
             why = "owner: external - another autoscaler sizes this group"
@@ -206,19 +215,14 @@ class _Group:
         else:
             return decision
         parts = [f"{decision.action} {decision.current} -> {decision.desired}"] if decision.changes_capacity else []
-        parts += [
-            f"{verb} {len(ids)} node(s)"
-            for verb, ids in (("drain", decision.drain), ("reopen", decision.undrain))
-            if ids
-        ]
+        parts += [f"drain {len(decision.drain)} node(s)"] if decision.drain else []
         would = ", ".join(parts)
         return decision.model_copy(
             update={
                 "action": Action.HOLD,
                 "desired": decision.current,
                 "victims": (),
-                "drain": (),
-                "undrain": (),
+                "drain": (),  # reopening its own nodes changes no size: it goes ahead
                 "reason": f"advice only ({why}): would {would}; {decision.reason}",
             }
         )
@@ -276,8 +280,9 @@ class _Ctx(_Group):
 
     @property
     def closed_only(self) -> bool:
-        """Consolidation by attrition on a group whose nodes can be marked: a node goes only once closed."""
-        return self.settings.consolidate is Consolidation.ATTRITION and self.obs.marks is not None
+        """Consolidation by attrition: a node goes only once gpufleet closed it (fail closed: a group whose
+        nodes cannot be marked now removes none, and the decision says why)."""
+        return self.settings.consolidate is Consolidation.ATTRITION
 
     @property
     def held(self) -> int:
@@ -624,7 +629,8 @@ def decide_reconcile(
     scale-out signal wins over any scale-in signal in the same tick."""
     ctx = group.on(event_id, global_dry_run)
     d = group.obs.demand
-    plan = plan_marks(group.obs, group.settings, ctx.low_water, ctx.on_the_way(d) if d is not None and d.known else 0)
+    booting = ctx.on_the_way(d) if d is not None and d.known else 0
+    plan = plan_marks(group.obs, group.settings, ctx.low_water, booting, group.marks_resting())
     if plan.empty:
         return _reconcile(ctx, firing_alarms)
     return plan.attached(_reconcile(replace(ctx, obs=plan.observed(group.obs)), firing_alarms))

@@ -28,6 +28,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from gpufleet.aws.audit import AuditLog, Parked
 from gpufleet.aws.documents import DocStore
 from gpufleet.aws.fleet import FleetActuator, FleetReader
+from gpufleet.aws.marks import MarksFailed
 from gpufleet.aws.queue import NotificationQueue, enqueue_or_log
 from gpufleet.aws.state import StateStore
 from gpufleet.domain import defaults
@@ -126,6 +127,11 @@ class Executor:
             if obs.ref.kind is GroupKind.EKS_NODEGROUP:
                 self.actuator.adopt_backing_asg(obs)
             detail = self.actuator.apply(decision, obs, request_token(decision.event_id, decision.group))
+        except MarksFailed as exc:  # the capacity change is made; marks are decided afresh next tick
+            failed = decision.model_copy(update={"outcome": Outcome.FAILED, "detail": prefix + str(exc)})
+            if self.state.commit(owner, failed):
+                self._committed.append(failed.group)
+            return failed
         except Exception as exc:  # any AWS failure: keep the intent (the next invocation finishes it)
             self.state.release(decision.group, owner)
             self.logger.exception("action failed; the next invocation finishes it", extra={"group": decision.group})

@@ -57,13 +57,18 @@ def decision_notes(
 
 
 def _title(d: Decision) -> str:
-    """'scaled 3 -> 4', or for node marks alone 'drained 2 node(s), reopened 1 (dry-run)'."""
+    """'scaled 3 -> 4', or for node marks alone 'drained 2 node(s) and reopened 1 node(s) by attrition'."""
     if d.changes_capacity or not d.changes_marks:
         return f"{d.group}: {_VERB.get(d.outcome, str(d.outcome))} {d.current} -> {d.desired}"
-    done = [f"{verb} {len(ids)} node(s)" for verb, ids in (("drain", d.drain), ("reopen", d.undrain)) if ids]
-    verb = {Outcome.APPLIED: "", Outcome.DRY_RUN: "would ", Outcome.FAILED: "failed to "}.get(d.outcome, "")
+    past = d.outcome is Outcome.APPLIED
+    done = [
+        f"{past_verb if past else verb} {len(ids)} node(s)"
+        for verb, past_verb, ids in (("drain", "drained", d.drain), ("reopen", "reopened", d.undrain))
+        if ids
+    ]
+    lead = {Outcome.DRY_RUN: "would ", Outcome.FAILED: "failed to "}.get(d.outcome, "")
     suffix = " (dry-run)" if d.outcome is Outcome.DRY_RUN else ""
-    return f"{d.group}: {verb}{' and '.join(done)}{suffix} by attrition"
+    return f"{d.group}: {lead}{' and '.join(done)}{suffix} by attrition"
 
 
 def alarm_resolved_notes(alarm: AlarmEvent, decisions: Sequence[Decision], region: str) -> list[Notification]:
