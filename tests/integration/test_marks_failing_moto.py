@@ -105,3 +105,53 @@ def test_a_refused_cordon_is_told_once_kept_nowhere_and_never_holds_back_a_launc
 def fleet_desired(clients: fleet.Clients) -> int:
     group = clients.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=["gpu-selfmanaged"])
     return int(group["AutoScalingGroups"][0]["DesiredCapacity"])
+
+
+class Recording:
+    """A cluster that accepts every patch; what was asked is kept (idempotent, like the real marker)."""
+
+    def __init__(self) -> None:
+        self.closed: set[str] = set()
+        self.calls = 0
+
+    def close(self, obs: GroupObservation, instance_ids: Sequence[str], reason: str) -> str:
+        self.calls += 1
+        self.closed |= set(instance_ids)
+        return f"cordoned {', '.join(instance_ids)}"
+
+    def reopen(self, obs: GroupObservation, instance_ids: Sequence[str]) -> str:
+        self.calls += 1
+        self.closed -= set(instance_ids)
+        return f"uncordoned {', '.join(instance_ids)}"
+
+
+def test_an_invocation_that_dies_after_the_cordon_is_finished_by_the_next_never_left_half_done(aws: str) -> None:
+    """The intent (with its drain list) is written under the lease before the patch; the invocation dies
+    after the patch, before the commit. The next invocation finishes it (the patch again: idempotent) and
+    commits; the node is then gpufleet's by its annotation and removed once idle, or reopened."""
+    clients = fleet.Clients.create()
+    fleet.create_state_table(clients.dynamodb, TABLE)
+    fleet.create_asg(clients, "gpu-selfmanaged", min_size=0, max_size=6, desired=2, tags=fleet.MANAGED_TAG)
+    marker = Recording()
+    actuator = FleetActuator(clients.autoscaling, clients.eks, markers={MarkChannel.KUBERNETES: marker})
+    store = StateStore(clients.dynamodb, TABLE)
+    executor = Executor(actuator, store, AuditLog(clients.dynamodb, TABLE), Logger(service="t"), Metrics(namespace="T"))
+    obs = GroupObservation(
+        ref=GroupRef(kind=GroupKind.ASG, name="gpu-selfmanaged"),
+        min_size=0,
+        max_size=6,
+        desired=2,
+        instances=(InstanceObservation(instance_id="i-a", node_name="n-a"),),
+        tags=dict(fleet.MANAGED_TAG),
+        marks=MarkChannel.KUBERNETES,
+    )
+    drain = _decision(drain=("i-a",))
+    assert store.begin(drain, "e1#dead", 0)  # what execute() writes first
+    actuator.apply(drain, obs, "token")  # the patch lands; the invocation dies before its commit
+    assert marker.closed == {"i-a"}
+    state = store.load([obs.ref.key])[obs.ref.key]
+    assert state.intent is not None and state.intent.drain == ("i-a",)
+    finished = executor.resume(obs, state, "e1", NOW + timedelta(minutes=1))  # Lambda's retry
+    assert finished is not None and finished.outcome is Outcome.APPLIED
+    assert marker.closed == {"i-a"} and marker.calls == 2
+    assert store.load([obs.ref.key])[obs.ref.key].intent is None
