@@ -17,7 +17,11 @@
   "garbage" (a body that is not JSON), "expire" (compact first: a continue token in this request is too
   old), "500", "429".
 
-- Nodes: `GET /api/v1/nodes` (a NodeList, paged by `limit`), `GET /api/v1/nodes/NAME`, and
+- Nodes: `GET /api/v1/nodes` (a NodeList, paged by `limit`; `labelSelector` in the API's string form:
+  `key`, `!key`, `key=value`, `key==value`, `key!=value`, `key in (a,b)`, `key notin (a,b)`, terms ANDed,
+  `!=` and `notin` also matching a node without the key, as apimachinery's labels.Requirement.Matches does;
+  kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors; anything else: 400
+  BadRequest), `GET /api/v1/nodes/NAME`, and
   `PATCH /api/v1/nodes/NAME` (JSON merge patch or strategic merge patch; a `metadata.resourceVersion` in it
   is a precondition: 409 Conflict when the node changed, as the API server answers), each patch recorded in
   `patches`. `may` holds the verbs on nodes the caller is granted (403 Forbidden for the others), and
@@ -156,6 +160,46 @@ def _selector(text: str) -> list[tuple[str, bool, str]]:
     return terms
 
 
+def _label_terms(text: str) -> list[str]:
+    """A labelSelector split on the commas between its terms (not those inside `in (...)`)."""
+    terms, depth, start = [], 0, 0
+    for at, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            terms.append(text[start:at])
+            start = at + 1
+    return [t.strip() for t in [*terms, text[start:]] if t.strip()]
+
+
+def label_matcher(text: str) -> Callable[[dict[str, str]], bool]:
+    """A labelSelector as a test of one object's labels; ValueError for a term it cannot parse."""
+    terms: list[tuple[str, str, frozenset[str]]] = []  # (key, operator, values)
+    for term in _label_terms(text):
+        words = term.split(None, 1)
+        if len(words) == 2 and words[1].split("(", 1)[0].strip() in ("in", "notin"):
+            op, _, rest = words[1].partition("(")
+            if not rest.endswith(")"):
+                raise ValueError(f"unable to parse requirement: {term!r}")
+            terms.append((words[0], op.strip(), frozenset(v.strip() for v in rest[:-1].split(","))))
+        elif "!=" in term:
+            key, value = term.split("!=", 1)
+            terms.append((key.strip(), "notin", frozenset({value.strip()})))
+        elif "=" in term:
+            key, value = term.replace("==", "=", 1).split("=", 1)
+            terms.append((key.strip(), "in", frozenset({value.strip()})))
+        elif " " not in term:
+            terms.append((term.lstrip("!"), "absent" if term.startswith("!") else "present", frozenset()))
+        else:
+            raise ValueError(f"unable to parse requirement: {term!r}")
+
+    def holds(labels: dict[str, str], key: str, op: str, values: frozenset[str]) -> bool:
+        if op in ("present", "absent"):
+            return (key in labels) == (op == "present")
+        return (labels.get(key) in values) == (op == "in")  # notin and != also match a node without the key
+
+    return lambda labels: all(holds(labels, *term) for term in terms)
+
+
 def node(name: str, *, gpus: int = 1, unschedulable: bool = False) -> dict[str, Any]:
     """A node as `kubectl get node NAME -o json` shows it (the parts gpufleet reads)."""
     doc: dict[str, Any] = {
@@ -274,9 +318,14 @@ class KubeApi:
     def list_nodes(self, query: dict[str, str]) -> tuple[int, dict[str, Any]]:
         if "list" not in self.may:
             return 403, _forbidden("list", "nodes")
+        try:
+            matches = label_matcher(query.get("labelSelector", ""))
+        except ValueError as err:
+            return 400, status(400, "BadRequest", str(err))
         with self._lock:
             chosen = [copy.deepcopy(self._nodes[k]) for k in sorted(self._nodes)]
             rv = self._version
+        chosen = [n for n in chosen if matches(n["metadata"].get("labels") or {})]
         limit = int(query.get("limit") or 0)
         start = int(json.loads(base64.b64decode(query["continue"]))["start"]) if query.get("continue") else 0
         page = chosen[start : start + limit] if limit else chosen[start:]

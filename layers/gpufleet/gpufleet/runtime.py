@@ -25,7 +25,7 @@ from gpufleet.aws.slurm_marks import SlurmMarker
 from gpufleet.aws.state import StateStore
 from gpufleet.domain import defaults
 from gpufleet.domain.models import MarkChannel
-from gpufleet.events.kubernetes import ClusterPods
+from gpufleet.events.kubernetes import ClusterPods, NodeListing
 from gpufleet.events.origin import Origin
 from gpufleet.policy_loading import LastGoodPolicy, policy_loader
 from gpufleet.scaling.demand_source import DemandReader
@@ -168,7 +168,9 @@ def demand_reader(
     readers: dict[frozenset[tuple[str, float]], PodReader] = {}  # one per GPU resource table (its STS client kept)
     budget = TickBudget()
 
-    def cluster_pods(cluster: str, resources: Mapping[str, float], nodes: bool = False) -> ClusterPods:
+    def cluster_pods(
+        cluster: str, resources: Mapping[str, float], nodes: NodeListing | bool = False
+    ) -> ClusterPods:
         key = frozenset(resources.items())
         reader = readers.setdefault(key, PodReader(clients.eks, own, overrides, resources))
         return reader.read(cluster, budget.for_cluster(cluster), nodes=nodes)

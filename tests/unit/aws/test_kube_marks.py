@@ -17,8 +17,9 @@ from pydantic import SecretStr
 from gpufleet.aws.kube_http import Connection
 from gpufleet.aws.kube_marks import KubernetesMarker, MarkFailed, may_patch_nodes
 from gpufleet.aws.kubernetes import ClusterAccess, PodReader
-from gpufleet.domain.defaults import DRAIN_ANNOTATION, NODE_MARKS_GROUP
+from gpufleet.domain.defaults import DRAIN_ANNOTATION, DRAIN_LABEL, NODE_MARKS_GROUP
 from gpufleet.domain.models import GroupKind, GroupObservation, GroupRef, InstanceObservation
+from gpufleet.events.kubernetes import NodeListing
 from gpufleet.settings import KubeEndpoint
 from rehearsal.kube_api import KubeApi, kube_api, node, pod
 
@@ -123,11 +124,106 @@ def test_a_cordon_that_lands_between_our_read_and_our_patch_is_not_claimed(serve
     assert cordoned(api, NAMES["i-a"])
 
 
-def test_an_instance_without_a_node_name_is_a_clear_error_and_nothing_changes(served: tuple[KubeApi, str]) -> None:
+def test_an_instance_without_a_node_name_is_skipped_with_a_note_and_the_others_are_marked(
+    served: tuple[KubeApi, str],
+) -> None:
     api, url = served
-    with pytest.raises(MarkFailed, match="no Kubernetes node name for i-a, i-b"):
-        marker(url).close(group(named=False), ["i-a", "i-b"], "surplus")
+    assert marker(url).close(group(named=False), ["i-a", "i-b"], "surplus") == (
+        "no Kubernetes node name, skipped: i-a, i-b"
+    )
     assert api.patches == [] and not cordoned(api, NAMES["i-a"])
+    # One unregistered instance (its kubelet has not joined) does not fail the batch: the named one closes.
+    unnamed = InstanceObservation(instance_id="i-new")
+    obs = group().model_copy(update={"instances": (*group().instances, unnamed)})
+    said = marker(url).close(obs, ["i-new", "i-a"], "surplus")
+    assert said == f"cluster ml: cordoned: i-a ({NAMES['i-a']}); no Kubernetes node name, skipped: i-new"
+    assert cordoned(api, NAMES["i-a"])
+    assert "skipped: i-new" in marker(url).reopen(obs, ["i-new", "i-a"])
+    assert not cordoned(api, NAMES["i-a"])
+
+
+def labelled(api: KubeApi, name: str) -> bool:
+    return bool(api.node_doc(name)["metadata"].get("labels", {}).get(DRAIN_LABEL) == "true")
+
+
+def test_the_drain_label_goes_on_with_the_cordon_and_off_with_it(served: tuple[KubeApi, str]) -> None:
+    api, url = served
+    marker(url).close(group(), ["i-a"], "surplus")
+    assert cordoned(api, NAMES["i-a"]) and ours(api, NAMES["i-a"]) and labelled(api, NAMES["i-a"])
+    marker(url).reopen(group(), ["i-a"])
+    assert not cordoned(api, NAMES["i-a"]) and not ours(api, NAMES["i-a"]) and not labelled(api, NAMES["i-a"])
+
+
+def _older_cordon(api: KubeApi, name: str) -> None:
+    """A node an older gpufleet cordoned: its annotation, no label."""
+    doc = api.node_doc(name)
+    doc["spec"]["unschedulable"] = True
+    doc["metadata"]["annotations"][DRAIN_ANNOTATION] = '{"reason": "older"}'
+    api.add_node(doc)
+
+
+def test_an_older_cordon_with_the_annotation_alone_is_still_ours(served: tuple[KubeApi, str]) -> None:
+    api, url = served
+    _older_cordon(api, NAMES["i-a"])
+    _older_cordon(api, NAMES["i-b"])
+    found = reader(url).read("ml", nodes=True)  # the full listing (a group consolidates) knows it
+    assert found.nodes is not None and found.nodes[NAMES["i-a"]].ours
+    assert "already: i-a" in marker(url).close(group(), ["i-a"], "surplus")
+    assert labelled(api, NAMES["i-a"])  # closed again: it gets the label, so the cheap listing finds it
+    marker(url).reopen(group(), ["i-b"])
+    assert not cordoned(api, NAMES["i-b"]) and not ours(api, NAMES["i-b"])
+
+
+def reader(url: str, page_size: int = 2) -> PodReader:
+    session, eks = _clients()
+    return PodReader(eks, session, {"ml": KubeEndpoint(url=url, token=SecretStr(TOKEN))}, page_size=page_size)
+
+
+def test_the_drained_listing_asks_only_for_gpufleets_labelled_nodes(served: tuple[KubeApi, str]) -> None:
+    api, url = served
+    api.cordon(NAMES["i-c"])  # someone else's: not labelled, not listed
+    marker(url).close(group(), ["i-a"], "surplus")
+    api.requests.clear()
+    found = reader(url, page_size=1).read("ml", nodes=NodeListing.DRAINED)
+    assert found.nodes is not None
+    assert {n: (s.unschedulable, s.ours) for n, s in found.nodes.items()} == {NAMES["i-a"]: (True, True)}
+    asked = [r["query"] for r in api.requests if r["path"] == "/api/v1/nodes"]
+    assert asked and all(q.get("labelSelector") == DRAIN_LABEL for q in asked)
+    marker(url).reopen(group(), ["i-a"])
+    assert reader(url).read("ml", nodes=NodeListing.DRAINED).nodes == {}
+
+
+@pytest.mark.parametrize(
+    ("selector", "listed"),
+    [
+        ("", {"a", "b", "c"}),
+        ("gpufleet.io/drained", {"a"}),
+        ("!gpufleet.io/drained", {"b", "c"}),
+        ("gpufleet.io/drained=true", {"a"}),
+        ("gpufleet.io/drained==true", {"a"}),
+        ("pool!=x", {"a", "c"}),  # != also matches a node without the key
+        ("pool in (x, y)", {"b", "c"}),
+        ("pool notin (x),!gpufleet.io/drained", {"c"}),
+    ],
+)
+def test_the_loopback_api_honours_a_label_selector_on_the_node_list(
+    served: tuple[KubeApi, str], selector: str, listed: set[str]
+) -> None:
+    api, _ = served
+    api._nodes.clear()
+    labels = {"a": {DRAIN_LABEL: "true"}, "b": {"pool": "x"}, "c": {"pool": "y"}}
+    for name, extra in labels.items():
+        doc = node(name)
+        doc["metadata"]["labels"] |= extra
+        api.add_node(doc)
+    code, page = api.list_nodes({"labelSelector": selector} if selector else {})
+    assert code == 200 and {n["metadata"]["name"] for n in page["items"]} == listed
+
+
+def test_the_loopback_api_refuses_a_label_selector_it_cannot_parse(served: tuple[KubeApi, str]) -> None:
+    api, _ = served
+    code, answer = api.list_nodes({"labelSelector": "pool in x"})
+    assert code == 400 and answer["reason"] == "BadRequest"
 
 
 def test_a_refused_patch_names_the_group_the_access_entry_needs(served: tuple[KubeApi, str]) -> None:

@@ -7,15 +7,26 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from gpufleet.domain.models import GroupKind, GroupObservation, GroupRef, InstanceObservation, MarkChannel, NodeMark
+from gpufleet.domain.models import (
+    Action,
+    GroupKind,
+    GroupObservation,
+    GroupRef,
+    GroupState,
+    InstanceObservation,
+    MarkChannel,
+    NodeMark,
+)
 from gpufleet.domain.policy import Consolidation, DemandSource, GroupSettings, KubernetesDemand
-from gpufleet.events.kubernetes import ClusterPods, NodeState, WaitingPod
+from gpufleet.events.kubernetes import ClusterPods, NodeListing, NodeState, WaitingPod
+from gpufleet.scaling.core import decide_reconcile
 from gpufleet.scaling.demand import NodeShape
 from gpufleet.scaling.demand_source import DemandReader
 
 NOW = datetime(2026, 11, 27, 9, 0, tzinfo=UTC)
 PLAIN = GroupSettings(demand=DemandSource(kubernetes=KubernetesDemand()))
 ATTRITION = PLAIN.model_copy(update={"consolidate": Consolidation.ATTRITION})
+OFF = PLAIN.model_copy(update={"consolidate": Consolidation.OFF})
 IDS = {"n1": "i-1", "n2": "i-2", "n3": "i-3", "n4": "i-4"}
 
 
@@ -62,10 +73,12 @@ NODES = {
 }
 
 
-def attach(pods: ClusterPods, settings: GroupSettings, told: Told | None = None) -> tuple[GroupObservation, list[bool]]:
-    asked: list[bool] = []
+def attach(
+    pods: ClusterPods, settings: GroupSettings, told: Told | None = None
+) -> tuple[GroupObservation, list[NodeListing]]:
+    asked: list[NodeListing] = []
 
-    def cluster_pods(cluster: str, resources: object, nodes: bool = False) -> ClusterPods:
+    def cluster_pods(cluster: str, resources: object, nodes: NodeListing = NodeListing.NONE) -> ClusterPods:
         asked.append(nodes)
         return pods
 
@@ -83,7 +96,7 @@ def attach(pods: ClusterPods, settings: GroupSettings, told: Told | None = None)
 
 def test_each_node_says_its_name_what_it_holds_and_whose_cordon_it_is() -> None:
     obs, asked = attach(listing(NODES), ATTRITION)
-    assert asked == [True]  # a group of the cluster consolidates: its nodes are listed
+    assert asked == [NodeListing.ALL]  # a group of the cluster consolidates: all its nodes are listed
     assert obs.marks is MarkChannel.KUBERNETES
     seen = {i.instance_id: (i.node_name, i.gpus_held, i.mark) for i in obs.instances}
     assert seen == {
@@ -104,20 +117,64 @@ def test_a_cordoned_node_is_never_room_for_waiting_work() -> None:
 def test_a_node_listing_that_fails_leaves_the_marks_unknown_and_the_demand_working() -> None:
     told = Told()
     obs, asked = attach(listing(None, "listing nodes failed: HTTP 403 Forbidden"), ATTRITION, told)
-    assert asked == [True]
+    assert asked == [NodeListing.ALL]
     assert obs.marks is None  # fail closed: the core drains nothing here
     assert obs.demand is not None and obs.demand.known and [w.name for w in obs.demand.waiting] == ["a/wait"]
-    assert [i.gpus_held for i in obs.instances] == [3.0, 0.0, 0.0, 0.0]
+    # Only n1's node is known (a GPU pod is bound to it); the others map to no node: unknown, unmarkable.
+    assert [(i.node_name, i.gpus_held) for i in obs.instances] == [("n1", 3.0), *[(None, None)] * 3]
     [(message, extra)] = told.warnings
     assert "node marks unknown" in message and "403" in extra["cause"]
 
 
-def test_without_attrition_the_nodes_are_not_listed_and_the_marks_are_unknown() -> None:
-    obs, asked = attach(listing(None), PLAIN)
-    assert asked == [False]
+def test_without_attrition_only_gpufleets_labelled_nodes_are_listed_and_its_cordons_are_known() -> None:
+    drained = {"n2": NODES["n2"]}  # what `labelSelector=gpufleet.io/drained` answers: n2 only
+    obs, asked = attach(listing(drained), OFF)
+    assert asked == [NodeListing.DRAINED]
+    assert obs.marks is MarkChannel.KUBERNETES
+    seen = {i.instance_id: (i.node_name, i.gpus_held, i.mark) for i in obs.instances}
+    assert seen == {
+        "i-1": ("n1", 3.0, NodeMark.NONE),
+        "i-2": ("n2", 0.0, NodeMark.GPUFLEET),
+        "i-3": (None, None, NodeMark.NONE),  # not listed: no node known, nothing bound to it known
+        "i-4": (None, None, NodeMark.NONE),
+    }
+    assert obs.demand is not None and obs.demand.free_gpus == (8.0, 8.0)  # n3, n4: n2 is closed, not room
+
+
+def test_consolidation_switched_off_reopens_gpufleets_cordon_the_waiting_pod_would_use() -> None:
+    """n2 was closed while consolidation was on; with it off, the real reader lists only labelled nodes:
+    n2 is gpufleet's, so it is not room and the core reopens it for the pod that waits."""
+    one = group().model_copy(update={"instances": group().instances[:2], "desired": 2})
+    pods = listing({"n2": NODES["n2"]})
+    reader = DemandReader(
+        sqs=None,
+        cloudwatch=None,
+        cluster_pods=lambda cluster, resources, nodes=NodeListing.NONE: pods if nodes == "drained" else listing(None),
+        node_shape=lambda cluster, nodegroup: NodeShape(gpus=8),
+        instances_of=lambda names: {n: IDS[n] for n in names if n in IDS},
+        logger=Told(),  # type: ignore[arg-type]
+    )
+    [(obs, _)] = reader.attach([(one, OFF)], NOW)
+    assert obs.marks is MarkChannel.KUBERNETES and obs.demand is not None and obs.demand.free_gpus == ()
+    decision = decide_reconcile(obs, OFF, GroupState(), NOW, event_id="e1")
+    assert "i-2" in decision.undrain or decision.action is Action.SCALE_OUT, decision.reason
+
+
+def test_a_drained_listing_that_is_refused_is_told_once_and_leaves_the_marks_unknown() -> None:
+    told = Told()
+    obs, _ = attach(listing(None, "listing nodes failed: HTTP 403 Forbidden"), OFF, told)
     assert obs.marks is None
-    assert obs.instances[0].node_name == "n1" and obs.instances[0].gpus_held == 3.0
-    assert obs.demand is not None and obs.demand.free_gpus == (8.0, 8.0, 8.0)
+    [(message, extra)] = told.warnings
+    assert "a node gpufleet closed is not reopened" in message and "403" in extra["cause"]
+
+
+def test_an_instance_with_no_node_yet_holds_an_unknown_amount_and_has_no_name() -> None:
+    """With every node listed, an instance the cluster has no node for (its kubelet has not registered)
+    is not 'known to hold nothing': it cannot be marked, so consolidation must not pick it."""
+    listed = {k: v for k, v in NODES.items() if k != "n4"}
+    obs, _ = attach(listing(listed), ATTRITION)
+    i4 = obs.instances[3]
+    assert (i4.instance_id, i4.node_name, i4.gpus_held) == ("i-4", None, None)
 
 
 def test_gpus_held_are_unknown_when_a_gpu_pods_node_is_not_mapped() -> None:

@@ -52,7 +52,7 @@ class Calls:
         self.shaped: list[tuple[Any, ...]] = []
         self.tell: Any = None
 
-    def cluster_pods(self, cluster: str, resources: Mapping[str, float]) -> ClusterPods:
+    def cluster_pods(self, cluster: str, resources: Mapping[str, float], nodes: object = None) -> ClusterPods:
         self.listed.append(cluster)
         return self.pods
 

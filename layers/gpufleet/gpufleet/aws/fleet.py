@@ -329,7 +329,8 @@ class FleetActuator:
     def apply(self, decision: Decision, obs: GroupObservation, token: str) -> str:
         """Returns a short account of what was done; raises on failure. Nodes are reopened before any
         launch (waiting work takes them first) and closed after the capacity change."""
-        done, failed = [], []
+        done: list[str] = []
+        failed: list[str] = []
         if decision.undrain:
             self._mark(lambda m: m.reopen(obs, decision.undrain), obs, "reopen", done, failed)
         if decision.changes_capacity:  # a failed reopen never holds back a launch

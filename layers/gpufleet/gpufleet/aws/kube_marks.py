@@ -1,5 +1,6 @@
 """Closing a Kubernetes node to new work and opening it again (consolidation by attrition, glue): cordon
-(`spec.unschedulable: true`) plus gpufleet's annotation (`defaults.DRAIN_ANNOTATION`, when and why), and
+(`spec.unschedulable: true`) plus gpufleet's annotation (`defaults.DRAIN_ANNOTATION`, when and why) and
+label (`defaults.DRAIN_LABEL`: "true", so a label-selected listing finds gpufleet's cordons cheaply), and
 back. Nothing is evicted: the pods on a cordoned node run to their end, then the node is idle and removed.
 
 Why a cordon and not a `NoSchedule` taint of gpufleet's own: the DaemonSet controller adds a toleration for
@@ -10,7 +11,8 @@ own publisher still roll out to a draining node; a taint of our own would keep o
 does not tolerate it. The scheduler reads the cordon as that same taint (TaintNodesByCondition), so
 nothing else lands.
 
-Whose cordon: a node is uncordoned only while it carries our annotation; a node cordoned without it
+Whose cordon: a node is uncordoned only while it carries our annotation or label (an older gpufleet set
+the annotation alone; such a node gets the label when closed again); a node cordoned without either
 (an operator, a node-problem tool, an upgrade) is never claimed and never uncordoned. Each node is read
 (GET) right before its patch and the patch carries the read `metadata.resourceVersion`, which the API
 server takes as a precondition (409 Conflict when the node changed in between; kubernetes/kubernetes#63104):
@@ -33,7 +35,7 @@ from urllib.parse import quote
 from gpufleet.aws.asg_shape import cluster_of
 from gpufleet.aws.kube_http import Connection, HttpProblem
 from gpufleet.aws.kubernetes import NODES_PATH, TIMEOUT_S, ClusterAccess
-from gpufleet.domain.defaults import DRAIN_ANNOTATION, NODE_MARKS_GROUP
+from gpufleet.domain.defaults import DRAIN_ANNOTATION, DRAIN_LABEL, NODE_MARKS_GROUP
 from gpufleet.domain.errors import one_line
 from gpufleet.domain.models import GroupObservation
 
@@ -46,9 +48,14 @@ class MarkFailed(RuntimeError):
     stays recorded and the next invocation finishes it."""
 
 
-def _annotations(node: Mapping[str, Any]) -> Mapping[str, Any]:
-    found = (node.get("metadata") or {}).get("annotations")
+def _meta(node: Mapping[str, Any], part: str) -> Mapping[str, Any]:
+    """The node's `metadata.annotations` or `metadata.labels` (empty when absent)."""
+    found = (node.get("metadata") or {}).get(part)
     return found if isinstance(found, Mapping) else {}
+
+
+def _ours(node: Mapping[str, Any]) -> bool:
+    return DRAIN_ANNOTATION in _meta(node, "annotations") or DRAIN_LABEL in _meta(node, "labels")
 
 
 def _cordoned(node: Mapping[str, Any]) -> bool:
@@ -88,21 +95,24 @@ class KubernetesMarker:
 
     @staticmethod
     def _close_patch(node: Mapping[str, Any], note: str) -> tuple[str, dict[str, Any] | None]:
-        """(what is so, the patch that makes it so or None): cordon it with our note, unless someone else
-        cordoned it (never claimed) or we did already (done)."""
-        ours = DRAIN_ANNOTATION in _annotations(node)
+        """(what is so, the patch that makes it so or None): cordon it with our note and label, unless
+        someone else cordoned it (never claimed) or we did already (done; an older cordon of ours that
+        lacks the label gets it)."""
+        label = {"labels": {DRAIN_LABEL: "true"}}
         if _cordoned(node):
-            return ("already", None) if ours else ("someone else's cordon, left alone", None)
-        return "done", {"spec": {"unschedulable": True}, "metadata": {"annotations": {DRAIN_ANNOTATION: note}}}
+            if not _ours(node):
+                return "someone else's cordon, left alone", None
+            return "already", (None if DRAIN_LABEL in _meta(node, "labels") else {"metadata": label})
+        return "done", {"spec": {"unschedulable": True}, "metadata": {"annotations": {DRAIN_ANNOTATION: note}} | label}
 
     @staticmethod
     def _reopen_patch(node: Mapping[str, Any]) -> tuple[str, dict[str, Any] | None]:
-        """Uncordon it and take our note off, only while our note is on it; a node already uncordoned by
-        someone else only loses the note (its schedulability is theirs now)."""
-        if DRAIN_ANNOTATION not in _annotations(node):
+        """Uncordon it and take our note and label off, only while one of them is on it; a node already
+        uncordoned by someone else only loses them (its schedulability is theirs now)."""
+        if not _ours(node):
             return ("not ours, left alone" if _cordoned(node) else "not cordoned"), None
-        annotation_off = {"metadata": {"annotations": {DRAIN_ANNOTATION: None}}}
-        return "done", ({"spec": {"unschedulable": False}} | annotation_off) if _cordoned(node) else annotation_off
+        marks_off = {"metadata": {"annotations": {DRAIN_ANNOTATION: None}, "labels": {DRAIN_LABEL: None}}}
+        return "done", ({"spec": {"unschedulable": False}} | marks_off) if _cordoned(node) else marks_off
 
     def _each(
         self,
@@ -111,16 +121,21 @@ class KubernetesMarker:
         verb: str,
         decide: Callable[[Mapping[str, Any]], tuple[str, dict[str, Any] | None]],
     ) -> str:
-        if not instance_ids:
-            return f"no node {verb}"
-        names = self._names(obs, instance_ids)
+        known = {i.instance_id: i.node_name for i in obs.instances}
+        # No node name: not a node of the cluster yet (its kubelet has not registered), or not seen as one.
+        # It cannot be marked; the others still are, and the account says which were skipped.
+        unnamed = [iid for iid in instance_ids if not known.get(iid)]
+        names = {iid: str(known[iid]) for iid in instance_ids if known.get(iid)}
+        skipped = f"no Kubernetes node name, skipped: {', '.join(unnamed)}" if unnamed else ""
+        if not names:
+            return skipped or f"no node {verb}"
         cluster = self.cluster_for(obs)
         if not cluster:
             raise MarkFailed(f"{obs.ref.key}: its EKS cluster cannot be told, so no node can be {verb}")
         connection = Connection(self.access.server(cluster), self.timeout_s, self.budget_s, self.clock)
         told: dict[str, list[str]] = {}
         try:
-            for iid in instance_ids:
+            for iid in names:
                 said = self._one(connection, names[iid], decide)
                 told.setdefault(said, []).append(f"{iid} ({names[iid]})")
         except HttpProblem as problem:
@@ -128,20 +143,7 @@ class KubernetesMarker:
         finally:
             connection.close()
         parts = [f"{verb if k == 'done' else k}: {', '.join(v)}" for k, v in sorted(told.items())]
-        return f"cluster {cluster}: " + "; ".join(parts)
-
-    @staticmethod
-    def _names(obs: GroupObservation, instance_ids: Sequence[str]) -> dict[str, str]:
-        """Each instance's node name, as the demand source set it; one without is a clear error (the
-        marks cannot be set without knowing the node)."""
-        known = {i.instance_id: i.node_name for i in obs.instances}
-        missing = [iid for iid in instance_ids if not known.get(iid)]
-        if missing:
-            raise MarkFailed(
-                f"{obs.ref.key}: no Kubernetes node name for {', '.join(missing)}"
-                " (the demand source did not see it as a node of the cluster)"
-            )
-        return {iid: str(known[iid]) for iid in instance_ids}
+        return f"cluster {cluster}: " + "; ".join(parts + ([skipped] if skipped else []))
 
     @staticmethod
     def _one(

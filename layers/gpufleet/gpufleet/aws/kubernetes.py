@@ -18,9 +18,13 @@ nodes, so a pod's node (`spec.nodeName`, the EC2 private DNS name) is mapped to 
 DescribeInstances instead (`gpufleet.aws.eks_nodes.instances_by_node_name`, with the node group shapes).
 
 When a group of the cluster consolidates by attrition, one more paged `GET /api/v1/nodes`: each node's
-cordon, whether gpufleet's annotation is on it, and its instance (spec.providerID). That needs the
-ClusterRole in deploy/kubernetes/gpufleet-node-marks.yaml (nodes: get, list, patch), bound to the Kubernetes
-group the scaler's access entry names; a listing that fails only leaves the marks unknown.
+cordon, whether gpufleet's label or annotation is on it, and its instance (spec.providerID). On a cluster
+where no group does, only `GET /api/v1/nodes?labelSelector=gpufleet.io/drained` (`defaults.DRAIN_LABEL`;
+an existence selector, kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors):
+normally empty, it finds the nodes gpufleet closed before consolidation was switched off, so they are
+reopened. That needs the ClusterRole in deploy/kubernetes/gpufleet-node-marks.yaml (nodes: get, list,
+patch), bound to the Kubernetes group the scaler's access entry names; a listing that fails only leaves
+the marks unknown.
 
 Anything that keeps a cluster from being read raises `ClusterUnreadable` (one line, the cluster named,
 never the token); the caller logs one WARNING and falls back to the utilization rules.
@@ -40,11 +44,13 @@ from botocore.signers import RequestSigner
 
 from gpufleet.aws.clients import AWS_FAILURES, Session, error_code, is_loopback
 from gpufleet.aws.kube_http import ApiServer, Connection, HttpProblem, ca_pem
+from gpufleet.domain.defaults import DRAIN_LABEL
 from gpufleet.events.kubernetes import (
     DEFAULT_GPU_RESOURCES,
     ClusterPods,
     ClusterUnreadable,
     DaemonSetPod,
+    NodeListing,
     NodeState,
     PodTally,
     daemonsets_of,
@@ -70,7 +76,7 @@ TIMEOUT_S = 2.0  # to connect, and for each wait on the API server (cut to the t
 # several large or slow clusters cannot let the Lambda be killed before any group is decided.
 TICK_BUDGET_S = 60.0
 DAEMONSETS_PATH = "/apis/apps/v1/daemonsets"
-NODES_PATH = "/api/v1/nodes"  # read only when a group of the cluster consolidates by attrition
+NODES_PATH = "/api/v1/nodes"  # all of them when a group of the cluster consolidates, else only gpufleet's
 DAEMONSET_PAGES = 4  # 2,000 DaemonSets: more than any cluster runs; past it the pods' view is used
 BUDGET_S = 30.0  # one cluster's whole listing: 50k pods at >= 1,024 MB with the API server's own time
 MAX_PODS = 100_000  # distinct pods in one listing: more is not a cluster the scaler can read in a tick
@@ -198,10 +204,12 @@ class PodReader:
         self.timeout_s, self.budget_s = timeout_s, budget_s
         self.max_pods, self.max_pages = max_pods, max_pages
 
-    def read(self, cluster: str, budget_s: float | None = None, *, nodes: bool = False) -> ClusterPods:
+    def read(self, cluster: str, budget_s: float | None = None, *, nodes: bool | NodeListing = False) -> ClusterPods:
         """`budget_s`: this listing's time when less than the reader's own (what a tick has left). `nodes`:
-        also list the cluster's nodes (consolidation's marks); that listing failing leaves the pods read
-        and says why in `nodes_unreadable`."""
+        also list the cluster's nodes (consolidation's marks; True or ALL: every node, DRAINED: only those
+        gpufleet labelled closed); that listing failing leaves the pods read and says why in
+        `nodes_unreadable`."""
+        listing = NodeListing.ALL if nodes is True else NodeListing(nodes or NodeListing.NONE)
         server = self.server(cluster)
         try:
             connection = Connection(server, self.timeout_s, min(self.budget_s, budget_s or self.budget_s))
@@ -209,8 +217,8 @@ class PodReader:
                 pods = self._list(cluster, connection)
                 found = self._daemonsets(connection)
                 update: dict[str, Any] = {} if found is None else {"daemonsets": found}
-                if nodes:
-                    update.update(self._nodes(connection))
+                if listing is not NodeListing.NONE:
+                    update.update(self._nodes(connection, listing is NodeListing.DRAINED))
                 return pods.model_copy(update=update) if update else pods
             finally:
                 connection.close()
@@ -221,11 +229,14 @@ class PodReader:
         """Where the cluster's API is and how to get in (`ClusterAccess.server`)."""
         return self.access.server(cluster)
 
-    def _nodes(self, connection: Connection) -> dict[str, Any]:
-        """`GET /api/v1/nodes`, paged as the pods: each node's cordon and whether gpufleet made it. Any
-        failure (refused: the role lacks the node-marks group's `list`; a timeout; a malformed page) is
-        said, never raised: the pods stay good, only the marks are unknown."""
+    def _nodes(self, connection: Connection, drained: bool = False) -> dict[str, Any]:
+        """`GET /api/v1/nodes`, paged as the pods: each node's cordon and whether gpufleet made it (`drained`:
+        only the nodes that carry gpufleet's label). Any failure (refused: the role lacks the node-marks
+        group's `list`; a timeout; a malformed page) is said, never raised: the pods stay good, only the
+        marks are unknown."""
         query: dict[str, str | int] = {"limit": self.page_size}
+        if drained:
+            query["labelSelector"] = DRAIN_LABEL
         states: dict[str, NodeState] = {}
         for _ in range(self.max_pages):
             try:

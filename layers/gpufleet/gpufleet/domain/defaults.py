@@ -143,6 +143,10 @@ HOST_SILENT_LOOKBACK_MIN = 60
 # no datum (the current minute's too) says anything but 1 (aws.hyperpod.idle_nodes).
 HYPERPOD_IDLE_NAMESPACE = "Slurm"  # the backlog publisher's namespace (its PendingGPUs lives there too)
 HYPERPOD_IDLE_METRIC = "IdleNode"
+# With it, for a node Slurm shows `drained` with a gpufleet reason and no job (the drain gpufleet asked for has
+# landed): HYPERPOD_DRAINED_METRIC = 1, same dimensions. A node gpufleet asked to drain is removable only
+# when the newest landed report says so (aws.hyperpod.drained_nodes): the clock is never trusted for it.
+HYPERPOD_DRAINED_METRIC = "DrainedNode"
 HYPERPOD_IDLE_MINUTES = 5
 HYPERPOD_IDLE_MISSING_OK = 1
 HYPERPOD_PENDING_METRIC = "PendingGPUs"  # the backlog the same publisher puts, per instance group
@@ -161,6 +165,9 @@ NODE_RESOURCE_MAX = float(2**60)  # any other resource: 1 EiB of memory or stora
 # A node gpufleet cordoned carries this annotation (when and why). Only a node with it is ever uncordoned by
 # gpufleet: a node someone else cordoned is left alone.
 DRAIN_ANNOTATION = "gpufleet.io/drained"
+# ...and this label ("true"), so the nodes gpufleet closed are found by one cheap listing
+# (`GET /api/v1/nodes?labelSelector=gpufleet.io/drained`) on clusters where no group consolidates (to reopen them).
+DRAIN_LABEL = "gpufleet.io/drained"
 # The Kubernetes group the scaler's EKS access entry puts it in (template.yaml ScalerEksAccess*), bound by
 # deploy/kubernetes/gpufleet-node-marks.yaml to a ClusterRole of the same name: nodes get, list, patch only.
 NODE_MARKS_GROUP = "gpufleet-node-marks"

@@ -18,11 +18,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from pydantic import Field
 
-from gpufleet.domain.defaults import DRAIN_ANNOTATION
+from gpufleet.domain.defaults import DRAIN_ANNOTATION, DRAIN_LABEL
 from gpufleet.domain.errors import one_line
 from gpufleet.domain.models import Frozen
 from gpufleet.domain.quantity import parse_quantity
@@ -383,9 +384,20 @@ def gpus_held_by_node(
     return held
 
 
+class NodeListing(StrEnum):
+    """Which nodes a cluster read lists: NONE; DRAINED, only those gpufleet labelled closed
+    (`labelSelector=defaults.DRAIN_LABEL`: normally none, so cheap), for clusters where no group
+    consolidates, so gpufleet's cordons are still known and reopened; ALL, for consolidation by attrition."""
+
+    NONE = "none"
+    DRAINED = "drained"
+    ALL = "all"
+
+
 class NodeState(Frozen):
     """A node as consolidation reads it (`GET /api/v1/nodes`): cordoned or not, and whether gpufleet did
-    it (its annotation, `defaults.DRAIN_ANNOTATION`, is on the node)."""
+    it (its label `defaults.DRAIN_LABEL` or its annotation `defaults.DRAIN_ANNOTATION` is on the node: an
+    older gpufleet set the annotation alone)."""
 
     name: str
     unschedulable: bool = False
@@ -408,7 +420,7 @@ def node_states(items: Iterable[Any]) -> dict[str, NodeState]:
             out[name] = NodeState(
                 name=name,
                 unschedulable=spec.get("unschedulable") is True,
-                ours=DRAIN_ANNOTATION in _map(meta.get("annotations")),
+                ours=DRAIN_ANNOTATION in _map(meta.get("annotations")) or DRAIN_LABEL in _map(meta.get("labels")),
                 instance_id=tail if provider.startswith("aws://") and tail.startswith("i-") else None,
             )
     return out
@@ -425,8 +437,9 @@ class ClusterPods(Frozen):
     pages: int = Field(default=0, ge=0)  # pages fetched, a restarted listing's included (what it cost)
     daemonsets: tuple[DaemonSetPod, ...] = ()
     gpus_held: dict[str, float] = Field(default_factory=dict)  # node name -> GPUs its unfinished pods ask for
-    # The cluster's nodes by name, when asked for (a group of it consolidates by attrition); None: not
-    # asked, or not readable (`nodes_unreadable` says why: its groups' marks are then unknown).
+    # The cluster's nodes by name, when asked for (all of them when a group of it consolidates by attrition,
+    # else only those gpufleet labelled: `NodeListing`); None: not asked, or not readable
+    # (`nodes_unreadable` says why: its groups' marks are then unknown).
     nodes: dict[str, NodeState] | None = None
     nodes_unreadable: str | None = None
 

@@ -46,7 +46,7 @@ from gpufleet.domain.models import (
     WaitingWork,
 )
 from gpufleet.domain.policy import Consolidation, DemandSource, GroupSettings
-from gpufleet.events.kubernetes import ClusterPods, ClusterUnreadable
+from gpufleet.events.kubernetes import ClusterPods, ClusterUnreadable, NodeListing
 from gpufleet.scaling.core import effective_bounds
 from gpufleet.scaling.demand_share import (
     NodeReadiness,
@@ -101,16 +101,19 @@ class _Warnings:
     def _listing(
         self, read: Callable[..., ClusterPods], cluster: str, resources: Mapping[str, float], attrition: bool
     ) -> ClusterPods:
-        """The cluster's pods (ClusterUnreadable raised), and its nodes when a group of it drains by
-        attrition: a node listing that fails is told once and leaves the marks unknown."""
-        source = f"cluster {cluster}"
-        pods = read(cluster, resources, nodes=True) if attrition else read(cluster, resources)
+        """The cluster's pods (ClusterUnreadable raised), and its nodes: all of them when a group of it
+        drains by attrition, else only those gpufleet labelled closed (so a switch to `consolidate: off`
+        still finds and reopens them). A node listing that fails is told once and leaves the marks unknown."""
+        source, marks = f"cluster {cluster}", f"node marks of cluster {cluster}"
+        pods = read(cluster, resources, nodes=NodeListing.ALL if attrition else NodeListing.DRAINED)
         self._read_well(source)
-        if attrition and pods.nodes is None:
-            why = pods.nodes_unreadable or "the node listing was not read"
-            self._warn_once(f"node marks of {source}", why, "node marks unknown: no node of the cluster drains")
-        elif attrition:
-            self._read_well(f"node marks of {source}")
+        if pods.nodes is not None:
+            self._read_well(marks)
+        elif attrition or pods.nodes_unreadable:
+            said = "no node of the cluster drains" if attrition else "a node gpufleet closed is not reopened"
+            self._warn_once(
+                marks, pods.nodes_unreadable or "the node listing was not read", f"node marks unknown: {said}"
+            )
         return pods
 
     def _running(
@@ -147,7 +150,7 @@ class DemandReader(_Warnings):
 
     sqs: Any
     cloudwatch: Any
-    # cluster, GPU resources[, nodes=True: also its nodes' cordons (a group of it consolidates)] -> its pods
+    # cluster, GPU resources[, nodes=NodeListing: which nodes' cordons to list too] -> its pods
     cluster_pods: Callable[..., ClusterPods]
     # cluster, node group[, allocatable overrides] -> what its nodes offer
     node_shape: Callable[..., NodeShape]
@@ -451,8 +454,8 @@ class _Holdings:
 
 def _holdings(pods: ClusterPods, named: Mapping[str, str], closed: str | None) -> _Holdings:
     """Node names from the GPU nodes EC2 mapped and, when the nodes were listed, from each node's
-    providerID; marks from the listing: our annotation on a cordoned node is gpufleet's, a cordon without
-    it someone else's."""
+    providerID; marks from the listing: our label or annotation on a cordoned node is gpufleet's, a cordon
+    without them someone else's."""
     names = {iid: name for name, iid in named.items()}
     marks: dict[str, NodeMark] = {}
     for node in (pods.nodes or {}).values():
@@ -467,16 +470,15 @@ def _holdings(pods: ClusterPods, named: Mapping[str, str], closed: str | None) -
 
 
 def _with_holdings(obs: GroupObservation, held: _Holdings) -> GroupObservation:
-    """Each instance's node name, GPUs held (0.0 with no GPU pod; None when a GPU pod's node is not known)
-    and mark; the group's marks channel only when its nodes were listed (else unknown: nothing drains)."""
+    """Each instance's node name, GPUs held (0.0 with no GPU pod; None when a GPU pod's node is not known,
+    or when it maps to no node: not registered yet, or not listed; it cannot be marked either) and mark;
+    the group's marks channel only when its nodes were listed (else unknown: nothing drains)."""
     instances = []
     for i in obs.instances:
         name = held.names.get(i.instance_id)
-        gpus = held.gpus.get(name or "", 0.0 if held.known else None)
-        update: dict[str, Any] = {"gpus_held": gpus, "mark": held.marks.get(i.instance_id, NodeMark.NONE)}
-        if name is not None:
-            update["node_name"] = name
-        instances.append(i.model_copy(update=update))
+        gpus = None if name is None else held.gpus.get(name, 0.0 if held.known else None)
+        mark = held.marks.get(i.instance_id, NodeMark.NONE)
+        instances.append(i.model_copy(update={"gpus_held": gpus, "mark": mark, "node_name": name}))
     marks = MarkChannel.KUBERNETES if held.listed else None
     return obs.model_copy(update={"instances": tuple(instances), "marks": marks})
 
