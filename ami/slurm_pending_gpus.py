@@ -49,7 +49,14 @@ shows open gets `scontrol update NodeName=N State=DRAIN Reason="gpufleet: ..."` 
 run to completion, no new job starts; the node reads `draining`, then `drained`); a node drained with a
 reason starting `gpufleet:` (sinfo's `%E`, the reason in full) that is no longer requested gets
 `State=RESUME`. A node drained, down or failed by anyone else is never drained again nor resumed. A node
-gpufleet drained that Slurm shows `drained` (no job left) is idle and closed: IdleNode = 1 for it too.
+gpufleet drained that Slurm shows `drained` (no job left) is idle and closed: IdleNode = 1 for it too, and,
+while gpufleet still asks for its drain, DrainedNode = 1 (same dimensions): the controller removes a node it
+asked to drain only on that word (never because time passed: a drain scontrol failed to apply leaves the node
+open). A node resumed in this run gets no DrainedNode (the sinfo read before the resume is stale for it).
+Before draining a node whose instance id came from the resource file, the id is checked against the SageMaker
+API's node list (ListClusterNodes, the node cache; once per run, only when a drain is to be applied, not with
+--no-api): the file may not be rewritten since a scale-out, and a new node on an address a deleted one freed
+would carry the deleted node's id. A node whose file id the API contradicts is not drained (said).
 Without --marks-table, or when the item cannot be read, nothing is drained or resumed.
 """
 
@@ -65,6 +72,9 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 # The same literal as gpufleet.domain.defaults.HYPERPOD_IDLE_METRIC (this script must not import the
 # controller's layer); tests/unit/test_hyperpod_names.py checks that they agree.
 IDLE_METRIC = "IdleNode"
+# ... and as HYPERPOD_DRAINED_METRIC (tests/unit/test_slurm_marks_names.py): 1 for a node gpufleet still asks to
+# drain that Slurm shows drained with gpufleet's reason and no job, the only word that makes it removable.
+DRAINED_METRIC = "DrainedNode"
 # The same literals as gpufleet.domain.defaults.SLURM_DRAIN_REASON_PREFIX / SLURM_MARKS_KEY_PREFIX and
 # gpufleet.aws.slurm_marks' MARKS_SK / NODE_ATTR_PREFIX (tests/unit/test_slurm_marks_names.py).
 DRAIN_PREFIX = "gpufleet:"
@@ -411,6 +421,11 @@ class SlurmNode:
         return bool(self.states) and all(b in OPEN_STATES for b in self._bases())
 
     @property
+    def drained_by_us(self) -> bool:
+        """Drained by gpufleet with no job left: exactly `drained` (no suffix) on every line."""
+        return bool(self.states) and self.ours and all(s.strip().lower() == "drained" for s in self.states)
+
+    @property
     def idle(self) -> bool:
         """Plainly idle on every line, or drained by gpufleet with no job left (exactly `drained`, no
         suffix, on every line): a node that drains (jobs run) or that someone else drained is not."""
@@ -418,7 +433,7 @@ class SlurmNode:
             return False
         if all(is_idle(s) for s in self.states):
             return True
-        return self.ours and all(s.strip().lower() == "drained" for s in self.states)
+        return self.drained_by_us
 
 
 def parse_sinfo(lines: Iterable[str]) -> Dict[str, SlurmNode]:
@@ -502,18 +517,24 @@ def reconcile(
     found: Sequence[Tuple[str, str, str, str, SlurmNode]],
     wanted: Dict[str, Dict[str, str]],
     scontrol: Callable[[List[str]], Any],
+    verify: Optional[Callable[[str, str], Optional[str]]] = None,
 ) -> List[str]:
     """Make Slurm match the drains gpufleet asks for, per node of a cluster whose marks were read
     (`wanted`: cluster -> instance id -> reason; a cluster missing from it is not touched): a requested node
-    nobody has closed is drained with a gpufleet reason; a node drained with a gpufleet reason and no longer
-    requested is resumed. A node drained, down or failed by someone else is never drained again (its reason
-    stays) nor resumed. Returns what was done; a failed scontrol is said and the next run tries again."""
+    nobody has closed is drained with a gpufleet reason, unless `verify` (Slurm name, instance id) says why
+    the id is not that node's; a node drained with a gpufleet reason and no longer requested is resumed. A
+    node drained, down or failed by someone else is never drained again (its reason stays) nor resumed.
+    Returns what was done; a failed scontrol is said and the next run tries again."""
     done: List[str] = []
     for cluster, _group, instance_id, name, node in found:
         if cluster not in wanted:
             continue
         asked = wanted[cluster].get(instance_id)
         if asked is not None and node.open:
+            doubt = verify(name, instance_id) if verify is not None else None
+            if doubt:
+                print("note: %s (%s) not drained: %s" % (name, instance_id, doubt), file=sys.stderr)
+                continue
             command = ["scontrol", "update", "NodeName=" + name, "State=DRAIN", "Reason=" + drain_reason(asked)]
         elif asked is None and node.ours and node.drain_flagged:
             command = ["scontrol", "update", "NodeName=" + name, "State=RESUME"]
@@ -527,6 +548,18 @@ def reconcile(
     return done
 
 
+def read_wanted(clusters: Iterable[str], read: Callable[[str], Dict[str, str]]) -> Dict[str, Dict[str, str]]:
+    """Each cluster's marks (read_marks); a cluster whose read fails is left out (said): nothing of it is
+    drained, resumed or reported drained."""
+    wanted: Dict[str, Dict[str, str]] = {}
+    for cluster in sorted(set(clusters)):
+        try:
+            wanted[cluster] = read(cluster)
+        except Exception as exc:  # any DynamoDB failure (botocore's errors are not importable here)
+            print("warning: gpufleet's drains for %s unread, none applied: %s" % (cluster, exc), file=sys.stderr)
+    return wanted
+
+
 def apply_marks(
     found: Sequence[Tuple[str, str, str, str, SlurmNode]],
     clusters: Iterable[str],
@@ -534,13 +567,40 @@ def apply_marks(
     scontrol: Callable[[List[str]], Any],
 ) -> List[str]:
     """Read each cluster's marks and reconcile; a cluster whose read fails is left as it is (said)."""
-    wanted: Dict[str, Dict[str, str]] = {}
-    for cluster in sorted(set(clusters)):
+    return reconcile(found, read_wanted(clusters, read), scontrol)
+
+
+class ApiNames:
+    """The SageMaker API's Slurm name -> (group, id), asked at most once a run (named_nodes and the check
+    before a drain share it); a failure is remembered too and raised again."""
+
+    def __init__(self, resolve: Callable[[], Dict[str, Tuple[str, str]]]) -> None:
+        self._resolve = resolve
+        self._found: Optional[Dict[str, Tuple[str, str]]] = None
+        self._error: Optional[Exception] = None
+
+    def __call__(self) -> Dict[str, Tuple[str, str]]:
+        if self._error is not None:
+            raise self._error
+        if self._found is None:
+            try:
+                self._found = self._resolve()
+            except Exception as exc:  # any SageMaker failure (botocore's errors are not importable here)
+                self._error = exc
+                raise
+        return self._found
+
+    def contradicts(self, name: str, instance_id: str) -> Optional[str]:
+        """Why the API says `instance_id` is not node `name`'s (None: it agrees, or does not know the name,
+        or cannot be asked: the file's id is used as before, said)."""
         try:
-            wanted[cluster] = read(cluster)
-        except Exception as exc:  # any DynamoDB failure (botocore's errors are not importable here)
-            print("warning: gpufleet's drains for %s unread, none applied: %s" % (cluster, exc), file=sys.stderr)
-    return reconcile(found, wanted, scontrol)
+            known = self().get(name)
+        except Exception as exc:  # any SageMaker failure
+            print("note: %s's id %s not checked with the API: %s" % (name, instance_id, exc), file=sys.stderr)
+            return None
+        if known and known[1] and known[1] != instance_id:
+            return "the SageMaker API says %s is %s (the resource file is stale)" % (name, known[1])
+        return None
 
 
 def run(command: Sequence[str], env: Optional[Dict[str, str]] = None) -> List[str]:
@@ -616,25 +676,26 @@ def hyperpod_data(
         print("note: resource file unreadable (%s): node ids from the SageMaker API" % exc, file=sys.stderr)
         nodes = NodeMap({})
 
-    def api() -> Dict[str, Tuple[str, str]]:
-        return NodeIds(sagemaker(), args.node_cache).resolve(s.cluster for s in specs)
-
+    api = ApiNames(lambda: NodeIds(sagemaker(), args.node_cache).resolve(s.cluster for s in specs))
     try:
         found = named_nodes(parse_sinfo(sinfo()), nodes, specs, None if args.no_api else api)
     except (OSError, subprocess.SubprocessError) as exc:
         print("warning: idle nodes unknown, none published: %s" % exc, file=sys.stderr)
         found = []
     table = getattr(args, "marks_table", None)
+    wanted: Dict[str, Dict[str, str]] = {}
     if table and found:
         client = (dynamodb or (lambda: _client("dynamodb", args.region)))()
-        for line in apply_marks(
-            found, (s.cluster for s in specs), lambda c: read_marks(client, table, c), scontrol or run
-        ):
+        wanted = read_wanted((s.cluster for s in specs), lambda c: read_marks(client, table, c))
+        verify = None if args.no_api else api.contradicts
+        for line in reconcile(found, wanted, scontrol or run, verify):
             print("gpufleet drain: %s" % line, file=sys.stderr)
     for cluster, group, instance_id, _name, node in found:
+        dims = {"ClusterName": cluster, "InstanceGroupName": group, "InstanceId": instance_id}
         if node.idle:  # nothing for a node that is not: its series costs only the hours it is idle
-            dims = {"ClusterName": cluster, "InstanceGroupName": group, "InstanceId": instance_id}
             data.append(datum(dims, IDLE_METRIC, 1, now))
+        if node.drained_by_us and instance_id in wanted.get(cluster, {}):  # resumed this run: not drained
+            data.append(datum(dims, DRAINED_METRIC, 1, now))
     return data
 
 

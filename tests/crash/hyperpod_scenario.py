@@ -15,10 +15,12 @@ from gpufleet.aws.slurm_marks import SlurmMarker, marks_key
 from gpufleet.domain import defaults
 from gpufleet.domain.models import MarkChannel
 from gpufleet_node import schema
+from rehearsal import calls as recorded
 from rehearsal import moto_hyperpod
 from tests.crash.scenarios import TABLE, _ScalerWorld
 
 GROUP = "hyperpod:slurm-a/gpu-workers"
+DRAINED = defaults.HYPERPOD_DRAINED_METRIC
 DIMS = {"ClusterName": "slurm-a", "InstanceGroupName": "gpu-workers"}
 POLICY = """
 discovery: {asg: false, eks: false}
@@ -102,18 +104,47 @@ class HyperPodScaleIn(_ScalerWorld):
 class HyperPodAttrition(HyperPodScaleIn):
     """The same cluster with `consolidate: attrition`: the first tick asks Slurm to drain the two idle nodes
     (the marks item in the state table, which the controller applies), a later tick removes them once the
-    drain has settled. Whatever call fails, the drains are asked once each, the busy node is never drained
-    or removed, and no drain is left on a node that stays."""
+    drain has landed (Slurm's report says drained by gpufleet). Whatever call fails, the drains are asked once
+    each, the busy node is never drained or removed, no drain is left on a node that stays, and no mark is
+    left for a node that is gone."""
 
-    later_minutes = (6, 20)
+    # A failed close rests the marks MARKS_REST_S (10 min): the tick at 11 asks again, the tick at 20 removes.
+    later_minutes = (defaults.MARKS_REST_S // 60 + 1, 20)
 
     def __init__(self, tmp: Path, now: datetime) -> None:
         attrition = POLICY.replace("    max: 4\n", "    max: 4\n    consolidate: attrition\n    drain_max_share: 100\n")
         super().__init__(tmp, now, attrition)
+        self.until = now + timedelta(minutes=25)
+        self.drained: set[str] = set()
+
+    def later(self, now: datetime) -> None:
+        """The controller's publisher, as far as the tick can tell: a drain asked at T is applied by the run
+        after T and reported (DrainedNode, the idle nodes having no job) from the run after that on."""
+        with recorded.unrecorded():  # the emulated publisher's calls are no crash points
+            item = self.clients.dynamodb.get_item(TableName=TABLE, Key=marks_key("slurm-a")).get("Item", {})
+        asked = {
+            iid: datetime.fromisoformat(item[f"node#{iid}"]["M"]["at"]["S"])
+            for iid in self.idle
+            if f"node#{iid}" in item and iid not in self.drained
+        }
+        data = []
+        for iid, at in asked.items():
+            first = at.replace(second=0, microsecond=0) + timedelta(minutes=2)
+            minutes = int((self.until - first).total_seconds() // 60) + 1
+            dims = {**DIMS, "InstanceId": iid}
+            data += [self._datum(DRAINED, dims, 1, first + timedelta(minutes=m)) for m in range(minutes)]
+            self.drained.add(iid)
+        if data:
+            with recorded.unrecorded():
+                self.clients.cloudwatch.put_metric_data(Namespace=defaults.HYPERPOD_IDLE_NAMESPACE, MetricData=data)
+        super().later(now)
 
     def violations(self) -> list[str]:
         problems = super().violations()
         item = self.clients.dynamodb.get_item(TableName=TABLE, Key=marks_key("slurm-a")).get("Item", {})
         if f"node#{self.busy}" in item:
             problems.append(f"the busy node {self.busy} was asked to drain")
+        left = sorted(k for k in item if k.startswith("node#") and k.removeprefix("node#") not in self.nodes())
+        if left:  # the item is one 400 KB DynamoDB item: a mark nobody removes stays forever
+            problems.append(f"marks of deleted nodes left in the marks item: {left}")
         return problems

@@ -1,7 +1,7 @@
 """The Slurm marks round trip on moto server: SlurmMarker writes the drains gpufleet asks for into the state
 table, two groups of one cluster without overwriting each other; the controller's publisher
 (ami/slurm_pending_gpus.py read_marks) reads exactly that item; HyperPodFleet's observation of a group that
-consolidates by attrition carries them; a reopened node leaves the item."""
+consolidates by attrition carries them; a reopened node leaves the item, and so does a node that is gone."""
 
 from __future__ import annotations
 
@@ -73,9 +73,10 @@ def test_an_attrition_groups_observation_carries_the_marks(aws: str) -> None:
     [obs] = hyperpod.observe([A], attrition={A.key})
     assert obs.marks is MarkChannel.SLURM and all(i.mark is NodeMark.NONE for i in obs.instances)
     first = obs.instances[0].instance_id
-    marker.close(obs, [first], "attrition")
+    marker.close(obs, [first, "i-0deleted00000000"], "attrition")  # a node deleted since (its forget lost)
     [obs] = hyperpod.observe([A], attrition={A.key})
     assert {i.instance_id for i in obs.instances if i.mark is NodeMark.GPUFLEET} == {first}
+    assert sorted(marker.read("slurm-a")) == [first]  # the whole cluster was listed: the gone node's mark left
 
 
 def test_a_missing_table_gives_no_marks_channel(aws: str) -> None:

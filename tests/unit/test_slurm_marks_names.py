@@ -10,6 +10,7 @@ from tests.unit.test_hyperpod_names import _script
 def test_the_marks_item_and_reason_names_are_the_controllers() -> None:
     script = _script()
     assert script.DRAIN_PREFIX == defaults.SLURM_DRAIN_REASON_PREFIX
+    assert script.DRAINED_METRIC == defaults.HYPERPOD_DRAINED_METRIC
     assert script.MARKS_KEY_PREFIX == defaults.SLURM_MARKS_KEY_PREFIX
     assert script.MARKS_SK == slurm_marks.MARKS_SK
     assert script.MARKS_NODE_PREFIX == slurm_marks.NODE_ATTR_PREFIX

@@ -75,7 +75,7 @@ class FakeSageMaker:
 
     def list_cluster_nodes(self, **kw: Any) -> dict[str, Any]:
         self.calls.append(("ListClusterNodes", kw))
-        found = [n for n in self.nodes if kw["InstanceGroupNameContains"] in n["InstanceGroupName"]]
+        found = [n for n in self.nodes if kw.get("InstanceGroupNameContains", "") in n["InstanceGroupName"]]
         start = int(kw.get("NextToken", 0))
         page: dict[str, Any] = {"ClusterNodeSummaries": found[start : start + 2]}
         if start + 2 < len(found):
@@ -101,7 +101,8 @@ LANDED = tuple(range(-defaults.HYPERPOD_IDLE_MINUTES - 1, 0))
 class FakeCloudWatch:
     """Per instance: the IdleNode minutes Slurm's publisher put, oldest first, the last one the newest whole
     minute before NOW (None: no datum that minute); `current`: a datum in the current, partial minute;
-    `reports`: the minutes the group's PendingGPUs landed (its SampleCount is 1 there). It answers as
+    `reports`: the minutes the group's PendingGPUs landed (its SampleCount is 1 there); `drained`: per
+    instance its DrainedNode minutes, as `minutes` (none by default). It answers as
     GetMetricData does: only the minutes in [StartTime, EndTime), newest first, each with its timestamp."""
 
     def __init__(
@@ -110,8 +111,10 @@ class FakeCloudWatch:
         error: str | None = None,
         current: dict[str, float] | None = None,
         reports: tuple[int, ...] = LANDED,
+        drained: dict[str, list[float | None]] | None = None,
     ):
         self.minutes = minutes
+        self.drained = drained or {}
         self.current = current or {}
         self.error = error
         self.reports = reports
@@ -121,11 +124,11 @@ class FakeCloudWatch:
         end = NOW.replace(second=0)
         return {end + timedelta(minutes=k): 1.0 for k in self.reports}
 
-    def series(self, iid: str) -> dict[datetime, float]:
+    def series(self, iid: str, metric: str = defaults.HYPERPOD_IDLE_METRIC) -> dict[datetime, float]:
         end = NOW.replace(second=0)
-        values = self.minutes.get(iid, [])
+        values = (self.drained if metric == defaults.HYPERPOD_DRAINED_METRIC else self.minutes).get(iid, [])
         out = {end - timedelta(minutes=len(values) - i): v for i, v in enumerate(values) if v is not None}
-        if iid in self.current:
+        if metric == defaults.HYPERPOD_IDLE_METRIC and iid in self.current:
             out[end] = self.current[iid]
         return out
 
@@ -140,7 +143,7 @@ class FakeCloudWatch:
                 assert q["MetricStat"]["Stat"] == "SampleCount" and "InstanceId" not in dims
                 found = self.report()
             else:
-                found = self.series(dims["InstanceId"])
+                found = self.series(dims["InstanceId"], q["MetricStat"]["Metric"]["MetricName"])
             stamps = sorted((t for t in found if kw["StartTime"] <= t < kw["EndTime"]), reverse=True)
             values = [found[t] for t in stamps]
             results.append({"Id": q["Id"], "Values": values, "Timestamps": stamps, "StatusCode": "Complete"})

@@ -8,7 +8,9 @@ controller node puts `IdleNode` = 1 each minute for every node Slurm reports IDL
 into a namespace only the scheduler's role may write, in the same PutMetricData call as the group's
 `PendingGPUs` (the marker that a run's report landed). A node is a candidate for removal only if the
 newest landed report (this minute's or the last) called it idle and every recent minute did (idle_nodes);
-anything else, a stale report or an unreadable answer, keeps it (fail closed). Its count is never lowered
+anything else, a stale report or an unreadable answer, keeps it (fail closed). A node gpufleet asked Slurm to
+drain (consolidation by attrition) is one only once that newest report also says Slurm shows it drained by
+gpufleet (`DrainedNode`, drained_nodes): the clock is never trusted for it. Its count is never lowered
 (set_count): only idle nodes go, by id. API facts relied
 on (SageMaker API reference, botocore's sagemaker model):
 - ClusterInstanceStatus (ListClusterNodes' InstanceStatus.Status): Running | Failure | Pending |
@@ -36,7 +38,7 @@ from botocore.exceptions import ClientError
 
 from gpufleet.aws.clients import AWS_FAILURES, chunks, error_code
 from gpufleet.aws.metrics import GpuMetricsReader, MetricsIncomplete, SeriesQuery
-from gpufleet.aws.slurm_marks import RequestedDrain, SlurmMarker
+from gpufleet.aws.slurm_marks import RequestedDrain, SlurmMarker, prune_marks, read_drains
 from gpufleet.domain import defaults
 from gpufleet.domain.models import (
     Action,
@@ -187,25 +189,6 @@ def idle_nodes(
     return idle
 
 
-def read_drains(
-    marker: SlurmMarker, cluster: str, told: set[str], warn: Callable[[str], None]
-) -> dict[str, RequestedDrain] | None:
-    """The drains gpufleet asked of the cluster's controller; None when the item cannot be read (no drain
-    decision is made on guesses), told once per cluster (`told`) until a read works again."""
-    try:
-        drains = marker.read(cluster)
-    except AWS_FAILURES as exc:
-        if cluster not in told:
-            told.add(cluster)
-            warn(
-                f"hyperpod:{cluster}: Slurm marks unreadable ({error_code(exc)}): no node of it is drained "
-                "or resumed until they can be read"
-            )
-        return None
-    told.discard(cluster)
-    return drains
-
-
 @dataclass
 class HyperPodFleet:
     """Reads and changes HyperPod instance groups named by policy rules (no tag discovery: each group
@@ -243,11 +226,26 @@ class HyperPodFleet:
             drains = None
             if self.marker is not None and any(r.key in attrition for r in refs_here):
                 drains = read_drains(self.marker, cluster_name, self._told, self.warn)
+            listed = self._listed(cluster_name, drains)
             for ref in refs_here:
                 if ref.name in groups:
                     marks = drains if ref.key in attrition else None
-                    found.append(_observation(ref, groups[ref.name], tags, self._nodes(cluster_name, ref.name), marks))
+                    nodes = listed(ref.name)
+                    found.append(_observation(ref, groups[ref.name], tags, nodes, marks))
         return found
+
+    def _listed(self, cluster: str, drains: dict[str, RequestedDrain] | None) -> Callable[[str], list[dict[str, Any]]]:
+        """How the cluster's nodes are listed this tick: per group (ListClusterNodes filtered by its name), or,
+        when gpufleet has marks on the cluster, the whole cluster once: a mark whose node no group of the
+        cluster lists is provably gone (deleted, a crash or a failed write between the delete and its
+        forget), and its attribute is removed here (prune_marks), so the marks item never piles up."""
+        if not drains:
+            return functools.partial(self._nodes, cluster)
+        everything = self._nodes(cluster, None)
+        gone = prune_marks(self.marker, cluster, drains, {n["InstanceId"] for n in everything}, self.warn)
+        for iid in gone:
+            drains.pop(iid, None)
+        return lambda group: [n for n in everything if n.get("InstanceGroupName") == group]
 
     def marked(
         self,
@@ -267,9 +265,9 @@ class HyperPodFleet:
             for i in o.instances
             if i.in_service and (candidates is None or i.instance_id in candidates.get(o.ref.key, ()))
         ]
-        idle, closed = self._idle(asked, now) if asked else (set(), {})
+        word = self._idle(asked, now, _asked_drains(ours)) if asked else SlurmWord()
         return [
-            _with_marks(o, _settled(o, idle, now), closed.get(o.ref.key)) if o.ref.kind is GroupKind.HYPERPOD else o
+            _with_marks(o, word, word.closed.get(o.ref.key)) if o.ref.kind is GroupKind.HYPERPOD else o
             for o in observations
         ]
 
@@ -293,53 +291,33 @@ class HyperPodFleet:
             if not token:
                 return tags
 
-    def _nodes(self, cluster: str, group: str) -> list[dict[str, Any]]:
-        """Every node of the group (all pages). The filter is a substring match: the exact name is kept."""
+    def _nodes(self, cluster: str, group: str | None) -> list[dict[str, Any]]:
+        """Every node of the group (all pages); group None: every node of the cluster. The filter is a
+        substring match: the exact name is kept."""
         nodes: list[dict[str, Any]] = []
         token: str | None = None
         while True:
-            args: dict[str, Any] = {
-                "ClusterName": cluster,
-                "InstanceGroupNameContains": group,
-                "MaxResults": defaults.LIST_CLUSTER_NODES_MAX_RESULTS,
-            }
+            args: dict[str, Any] = {"ClusterName": cluster, "MaxResults": defaults.LIST_CLUSTER_NODES_MAX_RESULTS}
+            if group is not None:
+                args["InstanceGroupNameContains"] = group
             if token:
                 args["NextToken"] = token
             page = self.sagemaker.list_cluster_nodes(**args)
-            nodes.extend(n for n in page.get("ClusterNodeSummaries", []) if n.get("InstanceGroupName") == group)
+            nodes.extend(
+                n for n in page.get("ClusterNodeSummaries", []) if group is None or n.get("InstanceGroupName") == group
+            )
             token = page.get("NextToken")
             if not token:
                 return nodes
 
     def _idle(
-        self, running: Sequence[tuple[GroupRef, str]], now: datetime | None = None
-    ) -> tuple[set[str], dict[str, str]]:
-        """The Running nodes Slurm has called idle through the window (idle_nodes says the rule), and per
-        group key why that cannot be told (then none of its nodes is): the read failed, or no report of
-        the group landed in the current or the previous minute (stale)."""
-        if not running:
-            return set(), {}
-        end = minute_of(now or self.now())
-        keys = {ref.key for ref, _ in running}
-        try:
-            minutes, reports = read_report(self.cloudwatch, self.namespace, running, end)
-        except AWS_FAILURES as exc:
-            why = f"GetMetricData failed ({error_code(exc)}): which nodes Slurm calls idle is unknown"
-            return set(), dict.fromkeys(keys, why)
-        except MetricsIncomplete as exc:
-            return set(), dict.fromkeys(keys, f"{exc}: which nodes Slurm calls idle is unknown")
-        idle: set[str] = set()
-        closed: dict[str, str] = {}
-        for key in sorted(keys):
-            if report_minute(reports[key], end) is None:
-                closed[key] = (
-                    f"Slurm's idle report is stale: none landed at {end - timedelta(minutes=1):%H:%M} or "
-                    f"{end:%H:%M} UTC (is the controller node's publisher running?)"
-                )
-                continue
-            nodes = {iid: minutes[iid] for ref, iid in running if ref.key == key}
-            idle |= idle_nodes(nodes, reports[key], end)
-        return idle, closed
+        self,
+        running: Sequence[tuple[GroupRef, str]],
+        now: datetime | None = None,
+        asked: Mapping[str, datetime] | None = None,
+    ) -> SlurmWord:
+        """Slurm's word on the Running nodes (slurm_word), read now."""
+        return slurm_word(self.cloudwatch, self.namespace, running, minute_of(now or self.now()), asked or {})
 
     # ---- changing ----
 
@@ -383,8 +361,8 @@ class HyperPodFleet:
         if obs.scale_in_closed is None and now_idle & set(decision.victims):
             # Read Slurm's word again right before the delete, by the same rule (a minute may have
             # passed since the observation: a retry, a slow tick); unreadable now keeps every node.
-            reread, closed = self._idle([(obs.ref, v) for v in decision.victims if v in now_idle])
-            now_idle = set() if closed else now_idle & reread
+            word = self._idle([(obs.ref, v) for v in decision.victims if v in now_idle], None, _asked_drains([obs]))
+            now_idle = set() if word.closed else now_idle & word.removable
         victims = [v for v in decision.victims if v in now_idle]
         kept = [v for v in decision.victims if v not in now_idle]
         if obs.scale_in_closed is not None:
@@ -400,6 +378,10 @@ class HyperPodFleet:
                 else:
                     refused.append(f"{failed['NodeId']} ({failed.get('Code')}: {failed.get('Message', '')})")
         text = f"BatchDeleteClusterNodes {obs.ref.key} {', '.join(done)}" if done else "victims already gone"
+        if done and obs.marks is MarkChannel.SLURM and self.marker is not None:
+            # The deleted nodes' marks go with them (a failure here is said, never fails the delete: the
+            # next delete or observation of the cluster prunes them).
+            prune_marks(self.marker, obs.ref.cluster or "", dict.fromkeys(done), set(), self.warn)
         if kept:
             text += f"; kept {', '.join(kept)} (no longer idle by Slurm, or not in service)"
         if refused:
@@ -409,19 +391,27 @@ class HyperPodFleet:
 
 # Slurm's report, as the controller node's publisher puts it (ami/slurm_pending_gpus.py --hyperpod).
 IDLE_NODE = schema.Metric(defaults.HYPERPOD_IDLE_METRIC, "Count", "1 each minute Slurm calls the node idle")
+DRAINED_NODE = schema.Metric(
+    defaults.HYPERPOD_DRAINED_METRIC, "Count", "1 each minute Slurm shows the node drained by gpufleet, no job"
+)
 REPORT_LANDED = schema.Metric(
     defaults.HYPERPOD_PENDING_METRIC, "Count", "the group's backlog, sent with its run's IdleNode data"
 )
 
 
 def read_report(
-    cloudwatch: Any, namespace: str, running: Sequence[tuple[GroupRef, str]], end: datetime
-) -> tuple[dict[str, dict[datetime, float]], dict[str, set[datetime]]]:
+    cloudwatch: Any,
+    namespace: str,
+    running: Sequence[tuple[GroupRef, str]],
+    end: datetime,
+    asked: Collection[str] = (),
+) -> tuple[dict[str, dict[datetime, float]], dict[str, dict[datetime, float]], dict[str, set[datetime]]]:
     """Slurm's report in one strict GetMetricData read (GpuMetricsReader: calls of at most 500 queries,
     60 s periods), each datum keyed by its minute, from the window's minutes before the current one
     (`end`) to the current one's end (a datum the publisher put in it counts too): per node the Minimum of
-    its IdleNode, per group the minutes its report landed (the SampleCount of its PendingGPUs: one query
-    per group). A result GetMetricData did not complete raises MetricsIncomplete (nothing is idle then)."""
+    its IdleNode, per node gpufleet asked to drain (`asked`) the Minimum of its DrainedNode too, per group
+    the minutes its report landed (the SampleCount of its PendingGPUs: one query per group). A result
+    GetMetricData did not complete raises MetricsIncomplete (nothing is idle then)."""
     start, stop = end - timedelta(minutes=defaults.HYPERPOD_IDLE_MINUTES), end + timedelta(minutes=1)
     groups = {ref.key: ref for ref, _ in running}
     queries = [
@@ -438,16 +428,79 @@ def read_report(
         )
         for ref, iid in running
     ]
+    queries += [
+        SeriesQuery(
+            f"d:{iid}",
+            DRAINED_NODE,
+            tuple({**ref.metric_dimensions, schema.DIM_INSTANCE_ID: iid}.items()),
+            "Minimum",
+            namespace,
+        )
+        for ref, iid in running
+        if iid in asked
+    ]
     points = GpuMetricsReader(cloudwatch).fetch_points(queries, start, stop, strict=True)
     reports = {key: {minute_of(at) for at, value in points[f"g:{key}"] if value > 0} for key in groups}
-    minutes: dict[str, dict[datetime, float]] = {}
-    for _, iid in running:
-        series: dict[datetime, float] = {}
-        for at, value in points[f"n:{iid}"]:
-            if series.get(minute_of(at), 1.0) == 1.0:  # two data in one minute: a not-1 sticks
-                series[minute_of(at)] = value
-        minutes[iid] = series
-    return minutes, reports
+    minutes = {iid: _by_minute(points[f"n:{iid}"]) for _, iid in running}
+    drained = {iid: _by_minute(points[f"d:{iid}"]) for _, iid in running if iid in asked}
+    return minutes, drained, reports
+
+
+def _by_minute(points: Iterable[tuple[datetime, float]]) -> dict[datetime, float]:
+    """Each datum by its minute; two data in one minute: a not-1 sticks."""
+    series: dict[datetime, float] = {}
+    for at, value in points:
+        if series.get(minute_of(at), 1.0) == 1.0:
+            series[minute_of(at)] = value
+    return series
+
+
+def drained_nodes(
+    drained: Mapping[str, Mapping[datetime, float]], asked: Mapping[str, datetime], newest: datetime
+) -> set[str]:
+    """The nodes gpufleet asked to drain that Slurm itself shows drained by gpufleet, no job: DrainedNode 1
+    in the newest landed report minute (`newest`), a report made after the ask (its minute starts after
+    it). The clock is never trusted: a drain the controller never applied (scontrol failing, a publisher
+    run without --marks-table) or one it resumed since keeps the node open, never removable; a node
+    resumed and asked again counts only once a report after the new ask says drained."""
+    return {iid for iid, at in asked.items() if drained.get(iid, {}).get(newest) == 1.0 and at < newest}
+
+
+def slurm_word(
+    cloudwatch: Any,
+    namespace: str,
+    running: Sequence[tuple[GroupRef, str]],
+    end: datetime,
+    asked: Mapping[str, datetime],
+) -> SlurmWord:
+    """The Running nodes Slurm has called idle through the window (idle_nodes says the rule); of them the
+    removable ones (a node gpufleet asked to drain, `asked`: id -> when, only once the newest landed report
+    says Slurm shows it drained by gpufleet: drained_nodes); and per group key why that cannot be told
+    (then none of its nodes is): the read failed, or no report of the group landed in the current or the
+    previous minute (stale). `end`: the current minute."""
+    if not running:
+        return SlurmWord()
+    keys = {ref.key for ref, _ in running}
+    try:
+        minutes, drained, reports = read_report(cloudwatch, namespace, running, end, asked)
+    except AWS_FAILURES as exc:
+        why = f"GetMetricData failed ({error_code(exc)}): which nodes Slurm calls idle is unknown"
+        return SlurmWord(closed=dict.fromkeys(keys, why))
+    except MetricsIncomplete as exc:
+        return SlurmWord(closed=dict.fromkeys(keys, f"{exc}: which nodes Slurm calls idle is unknown"))
+    word = SlurmWord()
+    for key in sorted(keys):
+        newest = report_minute(reports[key], end)
+        if newest is None:
+            word.closed[key] = (
+                f"Slurm's idle report is stale: none landed at {end - timedelta(minutes=1):%H:%M} or "
+                f"{end:%H:%M} UTC (is the controller node's publisher running?)"
+            )
+            continue
+        idle = idle_nodes({iid: minutes[iid] for ref, iid in running if ref.key == key}, reports[key], end)
+        word.idle |= idle
+        word.removable |= {i for i in idle if i not in asked} | drained_nodes(drained, asked, newest) & idle
+    return word
 
 
 def _running(node: dict[str, Any]) -> bool:
@@ -472,7 +525,7 @@ def _observation(
         node_observation(n, False, NodeMark.GPUFLEET if drains and n["InstanceId"] in drains else NodeMark.NONE)
         for n in nodes
     )
-    if drains:  # when each drain was asked: Slurm's idle report counts only once the drain has settled
+    if drains:  # when each drain was asked: only a report made after it can show the drain (drained_nodes)
         asked = {iid: d.at or datetime.min.replace(tzinfo=UTC) for iid, d in drains.items()}
         instances = tuple(i.model_copy(update={"marked_at": asked.get(i.instance_id)}) for i in instances)
     instance_type = ec2_type(group.get("InstanceType"))
@@ -490,30 +543,44 @@ def _observation(
     )
 
 
-def _settled(obs: GroupObservation, idle: set[str], now: datetime) -> set[str]:
-    """Idle nodes, less those gpufleet asked Slurm to drain too recently for the report to show the drain:
-    until the controller has applied it, a job may still land on the node (SLURM_DRAIN_SETTLE_S)."""
-    settle = timedelta(seconds=defaults.SLURM_DRAIN_SETTLE_S)
-    fresh = {i.instance_id for i in obs.instances if i.marked_at is not None and now - i.marked_at < settle}
-    return idle - fresh
+@dataclass
+class SlurmWord:
+    """What Slurm's report says of the nodes read: `idle` (no job: it holds no GPU), of them `removable`
+    (idle, and, for a node gpufleet asked to drain, shown drained by gpufleet), and per group key why it
+    cannot be told (`closed`)."""
+
+    idle: set[str] = field(default_factory=set)
+    removable: set[str] = field(default_factory=set)
+    closed: dict[str, str] = field(default_factory=dict)
 
 
-def _with_marks(obs: GroupObservation, idle: set[str], closed: str | None) -> GroupObservation:
-    """A node Slurm has not called idle runs work (never a victim); with the report unreadable, every
-    node does and the group is closed for scale-in. GPUs held: Slurm's report says idle or not, never a
-    partial allocation, so a node running work holds all its GPUs (the group's GPUs per node, when its demand
-    says) and an idle one none; unknown when the report is unreadable."""
+def _asked_drains(observations: Iterable[GroupObservation]) -> dict[str, datetime]:
+    """Instance id -> when gpufleet asked Slurm to drain it, for the nodes the observations mark GPUFLEET."""
+    return {
+        i.instance_id: i.marked_at or datetime.min.replace(tzinfo=UTC)
+        for o in observations
+        for i in o.instances
+        if i.mark is NodeMark.GPUFLEET
+    }
+
+
+def _with_marks(obs: GroupObservation, word: SlurmWord, closed: str | None) -> GroupObservation:
+    """A node that is not removable runs work (never a victim); with the report unreadable, every node does
+    and the group is closed for scale-in. GPUs held, from Slurm's idle word alone (a node gpufleet asked to
+    drain that is idle but not yet shown drained holds none, though it is not yet removable): Slurm's report
+    says idle or not, never a partial allocation, so a node running work holds all its GPUs (the group's
+    GPUs per node, when its demand says) and an idle one none; unknown when the report is unreadable."""
     per_node = obs.demand.gpus_per_node if obs.demand is not None else None
 
     def held(iid: str) -> float | None:
         if closed is not None:
             return None
-        return 0.0 if iid in idle else per_node
+        return 0.0 if iid in word.idle else per_node
 
     instances = tuple(
         i.model_copy(
             update={
-                "runs_gpu_work": closed is not None or i.instance_id not in idle,
+                "runs_gpu_work": closed is not None or i.instance_id not in word.removable,
                 "gpus_held": held(i.instance_id),
             }
         )

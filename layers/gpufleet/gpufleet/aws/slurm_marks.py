@@ -12,17 +12,20 @@ is no longer requested; a node drained or down by someone else is never touched 
 
 Each node is its own top-level attribute so that two groups of one cluster, closed or reopened by two
 invocations at once, never overwrite each other: an UpdateItem SETs or REMOVEs only its own nodes'
-attributes, atomically. A node closed again keeps its first time (`if_not_exists`).
+attributes, atomically. A node closed again keeps its first time (`if_not_exists`). A node's attribute is
+removed when gpufleet reopens it, when it deletes it (HyperPodFleet.delete_nodes) and, for a node a crash or a
+failed write left behind, when an observation lists the whole cluster without it (HyperPodFleet.observe): the
+item holds only nodes that exist, far below DynamoDB's 400 KB item limit (about 80 bytes a node).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gpufleet.aws.clients import chunks
+from gpufleet.aws.clients import AWS_FAILURES, chunks, error_code
 from gpufleet.domain import defaults
 from gpufleet.domain.models import GroupObservation
 
@@ -101,18 +104,66 @@ class SlurmMarker:
         ids = sorted(set(instance_ids))
         if not ids:
             return "no node to resume"
-        for batch in chunks(ids, PER_CALL):
+        self.forget(self._cluster(obs), ids)
+        return f"Slurm resume asked of {obs.ref.key}'s controller for {', '.join(ids)} (applied within a minute)"
+
+    def forget(self, cluster: str, instance_ids: Collection[str]) -> None:
+        """Remove the nodes' attributes from the cluster's item (a node without one: nothing changes). Used to
+        withdraw a drain (reopen) and to drop the marks of nodes that are gone (HyperPodFleet): the item is one
+        DynamoDB item, at most 400 KB, and a mark nobody removes would stay in it forever. Raises on a failed
+        write."""
+        for batch in chunks(sorted(set(instance_ids)), PER_CALL):
             names = {f"#n{i}": NODE_ATTR_PREFIX + iid for i, iid in enumerate(batch)}
             self.dynamodb.update_item(
                 TableName=self.table,
-                Key=marks_key(self._cluster(obs)),
+                Key=marks_key(cluster),
                 UpdateExpression="REMOVE " + ", ".join(names),
                 ExpressionAttributeNames=names,
             )
-        return f"Slurm resume asked of {obs.ref.key}'s controller for {', '.join(ids)} (applied within a minute)"
 
     @staticmethod
     def _cluster(obs: GroupObservation) -> str:
         if not obs.ref.cluster:
             raise ValueError(f"{obs.ref.key}: a Slurm mark needs the group's HyperPod cluster")
         return obs.ref.cluster
+
+
+def read_drains(
+    marker: SlurmMarker, cluster: str, told: set[str], warn: Callable[[str], None]
+) -> dict[str, RequestedDrain] | None:
+    """The drains gpufleet asked of the cluster's controller; None when the item cannot be read (no drain
+    decision is made on guesses), told once per cluster (`told`) until a read works again."""
+    try:
+        drains = marker.read(cluster)
+    except AWS_FAILURES as exc:
+        if cluster not in told:
+            told.add(cluster)
+            warn(
+                f"hyperpod:{cluster}: Slurm marks unreadable ({error_code(exc)}): no node of it is drained "
+                "or resumed until they can be read"
+            )
+        return None
+    told.discard(cluster)
+    return drains
+
+
+def prune_marks(
+    marker: SlurmMarker | None,
+    cluster: str,
+    drains: Mapping[str, Any],
+    listed: Collection[str],
+    warn: Callable[[str], None],
+) -> set[str]:
+    """Remove the marks of the nodes in `drains` that `listed` (every node of the cluster) lacks: they are
+    gone. Returns them; a failed write is said and changes nothing (the next delete or observation retries)."""
+    gone = set(drains) - set(listed)
+    if not gone or marker is None:
+        return gone
+    try:
+        marker.forget(cluster, gone)
+    except AWS_FAILURES as exc:
+        warn(
+            f"hyperpod:{cluster}: marks of gone nodes {', '.join(sorted(gone))} not removed "
+            f"({error_code(exc)}): retried later"
+        )
+    return gone
