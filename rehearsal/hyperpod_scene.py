@@ -12,13 +12,22 @@ PendingGPUs}, gpus_per_node: 8}`).
   cgroup as Slurm's cgroup/v2 plugin makes it, and squeue (an injected runner, squeue's `%A|%a|%P` format)
   names the job's account and partition. Their usage records go to CloudWatch Logs.
 - Job 1041 ends at minute 11; job 1042 of account vision (1 node) starts on node B at once. Slurm reports A
-  idle: the backlog publisher puts IdleNode for A each minute. After five idle minutes the scaler removes A
-  by id (BatchDeleteClusterNodes [emulated]) and keeps B, whose GPUs run job 1042.
+  idle: the backlog publisher puts IdleNode for A each minute.
+- Consolidation by attrition (issue 31; the rule has `consolidate: attrition`, `drain_max_share: 100`): after
+  five idle minutes the tick asks Slurm to drain A (SlurmMarker: the marks item in the state table); the
+  publisher, run with `--marks-table`, applies it the next minute (`scontrol update ... State=DRAIN
+  Reason=gpufleet: ...` on rehearsal.slurm_emulation's EmulatedSlurm, kept in step with the jobs). An
+  operator drains B (its own reason): gpufleet never touches it. A's ask is withdrawn (SlurmMarker.reopen, as
+  the core's reopen calls it; the scene calls it: no waiting job here would make the core reopen A) and the
+  publisher resumes A; the next tick asks again. The tick of the minute the publisher applies that drain
+  removes nothing (its report was read before the drain: no DrainedNode for A yet); the next one, whose
+  report says A is drained by gpufleet and idle (DrainedNode=1), removes A by id (BatchDeleteClusterNodes
+  [emulated]) and keeps B, whose GPUs run job 1042.
 - `gpufleet report --by account` charges the jobs' GPU-hours to nlp and vision, group hyperpod:ml-cluster/gpu.
 - Job 1042 leaks host memory on B (the publisher's host reader reads a /proc/meminfo the scene rewrites each
   minute): the OOM guard, on its host-screening minute, warns for B's host memory.
 
-[emulated]: moto runs no HyperPod node and no Slurm: the scene plays slurmctld (squeue, sinfo), the nodes'
+[emulated]: moto runs no HyperPod node and no Slurm: the scene plays slurmctld (squeue, sinfo, scontrol), the nodes'
 processes and HyperPod's resource file. Clock: simulated, from 09:00 on the rehearsal's day (moto's Logs
 clock follows it, GPUFLEET_MOTO_LOGS_NOW); HyperPod nodes carry no LaunchTime the scaler reads, and the
 adapter's idle window is read on the tick's clock (HyperPodFleet.now, set per tick as
@@ -43,7 +52,7 @@ import boto3
 from aws_lambda_powertools import Logger, Metrics
 
 from gpufleet.domain import defaults
-from gpufleet.domain.models import GroupKind, GroupRef
+from gpufleet.domain.models import GroupKind, GroupRef, MarkChannel
 from gpufleet.runtime import build_guard
 from gpufleet_node import schema
 from gpufleet_node.attribution import Attributor
@@ -56,7 +65,8 @@ from gpufleet_node.slurm_jobs import SlurmJobs
 from gpufleet_node.tracker import UsageTracker
 from rehearsal import fleet, moto_hyperpod
 from rehearsal.scenario import START
-from rehearsal.trust_scene import TrustResult, TrustScenes
+from rehearsal.slurm_emulation import EmulatedSlurm
+from rehearsal.trust_scene import TABLE, TrustResult, TrustScenes
 
 ROOT = Path(__file__).resolve().parents[1]
 GROUP = GroupRef(kind=GroupKind.HYPERPOD, cluster="ml-cluster", name="gpu")
@@ -67,13 +77,17 @@ EVERY_S = 10  # the node publishers' simulated sampling
 # minutes: job 1041 ends and 1042 starts (staging its data: GPUs idle); the scale-in tick; 1042's GPUs busy;
 # the guard's run (a host-screening minute)
 JOB2_AT, SCALE_IN, JOB2_GPUS, GUARD = 11, 16, 18, 25
+# consolidation by attrition (issue 31): an operator drains B; A's ask withdrawn (resumed the next minute) and
+# asked again; A removed once Slurm's report says the drain landed (DrainedNode)
+OTHER_DRAIN, WITHDRAW, REDRAIN, SETTLING, REMOVE = 17, 18, 19, 20, 21
+OTHER_REASON = "ops: ECC check after job 1042"
 END = GUARD  # the nodes publish minutes 1 .. END-1
 IPS = ("10.1.28.64", "10.1.28.65")  # the GPU nodes' addresses in the cluster's subnet [emulated]
 USERS = {2001: "alice", 2002: "bob"}  # [emulated passwd]
 MEM_TOTAL_KB = 2_097_152_000  # ml.p5.48xlarge: 2 TiB
 RULE = (
     f"  - name: {GROUP.name}\n    kind: hyperpod\n    cluster: {GROUP.cluster}\n    min: 0\n    max: 4\n"
-    "    scale_out_cooldown_s: 0\n    scale_in_cooldown_s: 0\n"
+    "    scale_out_cooldown_s: 0\n    scale_in_cooldown_s: 0\n    consolidate: attrition\n    drain_max_share: 100\n"
     "    demand: {metric: {namespace: Slurm, metric_name: PendingGPUs}, gpus_per_node: 8}\n"
 )
 
@@ -107,11 +121,26 @@ def backlog_publisher() -> ModuleType:
 
 
 class Slurm:
-    """[emulated slurmctld] squeue's and sinfo's answers, in their real formats, from the scene's jobs."""
+    """[emulated slurmctld] squeue's answers from the scene's jobs; sinfo and scontrol from an EmulatedSlurm
+    (rehearsal.slurm_emulation) whose nodes follow the jobs (allocated while one runs there, else idle)."""
 
     def __init__(self) -> None:
         self.jobs = {j.job_id: j for j in JOBS}
-        self.nodes: list[str] = []  # registered Slurm nodes
+        self.emulated = EmulatedSlurm()
+
+    @property
+    def nodes(self) -> list[str]:
+        """The registered Slurm nodes."""
+        return sorted(self.emulated.nodes)
+
+    def register(self, names: Sequence[str]) -> None:
+        for name in names:
+            self.emulated.add(name, partitions=(PARTITION,))
+
+    def deregister(self, name: str) -> None:
+        """A node HyperPod removed leaves the cluster's slurm.conf [emulated]."""
+        self.emulated.nodes.pop(name, None)
+        self.emulated.partitions.pop(name, None)
 
     def pending(self) -> list[str]:
         """`squeue --states=PENDING --noheader --Format=JobID:0|,NumNodes:0|,...` (the backlog publisher's)."""
@@ -122,9 +151,12 @@ class Slurm:
         ]
 
     def sinfo(self) -> list[str]:
-        """`sinfo -N -h -o '%N|%T'`: allocated or idle."""
+        """`sinfo -N -h -o '%N|%T|%E'`: each node allocated or idle by the jobs, its drain flag and reason
+        as scontrol left them."""
         busy = {n for j in self.jobs.values() for n in j.on}
-        return [f"{n}|{'allocated' if n in busy else 'idle'}" for n in self.nodes]
+        for name in self.emulated.nodes:
+            self.emulated.set_base(name, "allocated" if name in busy else "idle")
+        return self.emulated.sinfo()
 
     def squeue_jobs(self, argv: Sequence[str]) -> list[str]:
         """`squeue --noheader --format=%A|%a|%P --jobs=ID,...` (the node publisher's SlurmJobs)."""
@@ -204,6 +236,9 @@ class HyperPodScene(TrustScenes):
     def run(self) -> TrustResult:
         self.setup()
         self.scene = "hyperpod"
+        self.drains: list[dict[str, Any]] = []  # the ticks that asked Slurm to drain A
+        self.reopened = ""
+        self.settling: dict[str, Any] = {}  # the tick before A's drain settled
         self.sm = boto3.client("sagemaker")
         boto3.client("logs").create_log_group(logGroupName=schema.USAGE_LOG_GROUP)  # what the stack creates
         self.dir = self.out / "hyperpod"
@@ -243,6 +278,7 @@ class HyperPodScene(TrustScenes):
         what SNS delivered of it shown."""
         now = T0 + timedelta(minutes=minute, seconds=30)
         scaler.ctx.fleet.hyperpod.now = lambda: now  # the idle window on the scene's clock
+        scaler.ctx.executor.actuator.markers[MarkChannel.SLURM].now = lambda: now  # the drain asks' time
         decision = self.tick(scaler, now, minute, GROUP)
         for told in self.notify(now + timedelta(seconds=10)) + self.notify(now + timedelta(seconds=50)):
             self.say(minute, f"[SNS] {told.subject}")
@@ -290,10 +326,20 @@ class HyperPodScene(TrustScenes):
         target = f"{GROUP.cluster}:{GROUP.name}={PARTITION}"
         cache = str(self.out / "hyperpod-node-cache.json")
         args = self.backlog._parser().parse_args(
-            ["--hyperpod", target, "--resource-config", str(self.config), "--node-cache", cache]
+            ["--hyperpod", target, "--resource-config", str(self.config), "--node-cache", cache, "--marks-table", TABLE]
         )
         at = T0 + timedelta(minutes=minute)  # the file names every node's id: the SageMaker API is not asked
-        data = self.backlog.hyperpod_data(args, self.slurm.pending(), self.slurm.sinfo, at, lambda: self.sm)
+        emulated = self.slurm.emulated
+        done = len(emulated.calls)
+        with contextlib.redirect_stderr(io.StringIO()):  # its "gpufleet drain: ..." notes: the calls are shown
+            data = self.backlog.hyperpod_data(
+                args, self.slurm.pending(), self.slurm.sinfo, at, lambda: self.sm,
+                dynamodb=lambda: self.clients.dynamodb, scontrol=emulated.scontrol,
+            )  # fmt: skip
+        for call in emulated.calls[done:]:
+            self.say(minute, f"slurm_pending_gpus.py --marks-table {TABLE}: `{' '.join(call)}` [emulated Slurm]")
+        if emulated.calls[done:]:
+            self.say(minute, f"[emulated Slurm] $ sinfo -N -h -o '%N|%T|%E': {'; '.join(self.slurm.sinfo())}")
         self.clients.cloudwatch.put_metric_data(Namespace=args.namespace, MetricData=data)
         said = [
             f"{d['MetricName']}"
@@ -305,7 +351,7 @@ class HyperPodScene(TrustScenes):
 
     def start_nodes(self, nodes: list[str]) -> None:
         self.node = {iid: Node(self.dir / iid, iid, self.config, self.slurm, self.clients) for iid in nodes}
-        self.slurm.nodes = [slurm_name(ip) for ip in IPS]
+        self.slurm.register([slurm_name(ip) for ip in IPS])
         job = self.slurm.jobs["1041"]
         job.on = list(self.slurm.nodes)
         for n in self.node.values():
@@ -318,7 +364,8 @@ class HyperPodScene(TrustScenes):
                  "each GPU's process to it by its cgroup (/system.slice/slurmstepd.scope/job_1041/...)")  # fmt: skip
 
     def story(self, scaler: Any) -> dict[str, Any]:
-        """Minutes 1 .. SCALE_IN: the job, the switch to job 1042 on B, A idle; the scale-in tick."""
+        """Minutes 1 .. END-1: the job, the switch to job 1042 on B, A idle; A drained by attrition, its ask
+        withdrawn and resumed, drained again; B drained by someone else; A removed once its drain settled."""
         cut: dict[str, Any] = {}
         for minute in range(1, END):
             at = T0 + timedelta(minutes=minute)
@@ -327,6 +374,12 @@ class HyperPodScene(TrustScenes):
             if minute == JOB2_GPUS:
                 self.node[self.b].run(self.slurm.jobs["1042"])
                 self.say(minute, f"[emulated Slurm] job 1042's data staged: its tasks run on {self.b}'s 8 GPUs")
+            if minute == OTHER_DRAIN:
+                self.slurm.emulated.drain_by_someone(slurm_name(IPS[1]), OTHER_REASON)
+                self.say(minute, f"[emulated Slurm] an operator drains {slurm_name(IPS[1])} ({self.b}): `scontrol "
+                         f"update NodeName={slurm_name(IPS[1])} State=DRAIN Reason=\"{OTHER_REASON}\"`")  # fmt: skip
+            if minute == WITHDRAW:
+                self.withdraw(scaler)
             said = self.publish_backlog(minute)
             if minute in (1, JOB2_AT, SCALE_IN):
                 self.say(minute, f"slurm_pending_gpus.py --hyperpod {GROUP.cluster}:{GROUP.name}={PARTITION}: "
@@ -335,15 +388,33 @@ class HyperPodScene(TrustScenes):
             b.memory(40.0 if minute < JOB2_AT else 58.0 + 2.0 * (minute - JOB2_AT))  # job 1042 leaks host memory
             for n in self.node.values():
                 n.minute(at)
-            if minute == SCALE_IN:
-                cut = self.tick_at(scaler, SCALE_IN)
-                left = self.nodes()
-                if self.a not in left:
-                    self.node.pop(self.a).pub.finish(at + timedelta(seconds=59))
-                self.say(SCALE_IN, f"nodes left: {', '.join(left)}; {self.b} kept: Slurm reports "
-                         f"{slurm_name(IPS[1])} allocated (job 1042): no IdleNode for it, so it runs work")  # fmt: skip
+            if minute in (SCALE_IN, REDRAIN):
+                self.drains.append(self.tick_at(scaler, minute))
+            if minute == SETTLING:
+                self.settling = self.tick_at(scaler, minute)
+            if minute == REMOVE:
+                cut = self.remove_tick(scaler, minute, at)
         for n in self.node.values():
             n.pub.finish(T0 + timedelta(minutes=END))
+        return cut
+
+    def withdraw(self, scaler: Any) -> None:
+        """The ask on A withdrawn as the core's reopen withdraws it (FleetActuator -> SlurmMarker.reopen: the
+        attribute REMOVEd from the marks item), here called by the scene: the next publisher minute resumes A."""
+        marker = scaler.ctx.executor.actuator.markers[MarkChannel.SLURM]
+        [obs] = scaler.ctx.fleet.hyperpod.observe([GROUP], attrition={GROUP.key})
+        self.reopened = marker.reopen(obs, [self.a])
+        self.say(WITHDRAW, f"[scene] A's drain ask withdrawn with SlurmMarker.reopen (what the core's reopen "
+                 f"calls): '{self.reopened}'")  # fmt: skip
+
+    def remove_tick(self, scaler: Any, minute: int, at: datetime) -> dict[str, Any]:
+        cut = self.tick_at(scaler, minute)
+        left = self.nodes()
+        if self.a not in left:
+            self.node.pop(self.a).pub.finish(at + timedelta(seconds=59))
+            self.slurm.deregister(slurm_name(IPS[0]))
+        self.say(minute, f"nodes left: {', '.join(left)}; {self.b} kept: Slurm reports {slurm_name(IPS[1])} "
+                 f"draining (job 1042 runs; drained by an operator): no IdleNode for it, so it runs work")  # fmt: skip
         return cut
 
     def switch_jobs(self) -> None:
@@ -416,8 +487,9 @@ class HyperPodScene(TrustScenes):
         self._ok(
             removed,
             GROUP,
-            f"at minute {SCALE_IN}, {self.a} idle by Slurm for 5 min removed by id (BatchDeleteClusterNodes "
-            f"[emulated]); {self.b}, running Slurm job 1042 with every GPU idle too, kept: '{cut.get('reason', '')}'",
+            f"at minute {REMOVE}, {self.a}, drained by gpufleet and idle by Slurm, removed by id once Slurm's report "
+            f"showed the drain landed (BatchDeleteClusterNodes [emulated]); {self.b}, running Slurm job 1042 with "
+            f"every GPU idle too, kept: '{cut.get('reason', '')}'",
             f"scale-in {cut.get('action')} {cut.get('outcome')} victims {cut.get('victims')} ({cut.get('reason')}; "
             f"{cut.get('detail')}), left {left}",
         )
@@ -433,6 +505,32 @@ class HyperPodScene(TrustScenes):
             GROUP,
             f"host memory leak on {self.b}: OOM guard {host}",
             f"guard at risk {warned}",
+        )
+        self._verify_marks()
+
+    def _verify_marks(self) -> None:
+        """The drains: each drain tick asked for A alone by attrition; the publisher drained A, resumed it once
+        its ask was withdrawn, drained it again, and never touched B, which an operator drained."""
+        a, b = slurm_name(IPS[0]), slurm_name(IPS[1])
+        asked = [(d.get("drain"), "by attrition" in d.get("reason", "")) for d in self.drains]
+        calls = [" ".join(c[2:4]) for c in self.slurm.emulated.calls]
+        want = [f"NodeName={a} State=DRAIN", f"NodeName={a} State=RESUME", f"NodeName={a} State=DRAIN"]
+        other = self.slurm.emulated.nodes[b]
+        self._ok(
+            asked == [([self.a], True)] * 2 and calls == want and not self.settling.get("victims", ["?"]),
+            GROUP,
+            f"consolidate: attrition: minute {SCALE_IN}'s tick asked Slurm to drain {self.a} (the state table's marks "
+            f"item); the controller's publisher ran `scontrol update NodeName={a} State=DRAIN Reason=gpufleet: ...`, "
+            f"then `State=RESUME` once the ask was withdrawn (SlurmMarker.reopen), then drained it again "
+            f"(minute {REDRAIN}'s ask) [emulated Slurm]; minute {SETTLING}'s tick, before Slurm's report showed that "
+            f"drain landed (no DrainedNode for {a} yet), removed nothing",
+            f"drain asks {asked}, scontrol calls {calls}, minute {SETTLING}'s victims {self.settling.get('victims')}",
+        )
+        self._ok(
+            other.drain and other.reason == OTHER_REASON,
+            GROUP,
+            f"{b} ({self.b}), drained by an operator ('{OTHER_REASON}'), left drained: gpufleet resumed only its own",
+            f"{b}: drain {other.drain}, reason '{other.reason}'",
         )
 
 

@@ -94,13 +94,23 @@ def test_rehearsal_meets_its_expected_outcomes(tmp_path: Path) -> None:
         # a HyperPod Slurm cluster (rehearsal/hyperpod_scene.py, issue 30): emulated UpdateCluster, nodes, Slurm
         "hyperpod:ml-cluster/gpu: Slurm/PendingGPUs 16 (job 1041, 2 nodes x 8 GPUs) -> scale-out 0 -> 2 "
         "(UpdateCluster [emulated])",
-        "idle by Slurm for 5 min removed by id (BatchDeleteClusterNodes [emulated]); i-",
+        "hyperpod:ml-cluster/gpu: at minute 21, i-",
+        "drained by gpufleet and idle by Slurm, removed by id once Slurm's report showed the drain landed "
+        "(BatchDeleteClusterNodes [emulated]); i-",
         ", running Slurm job 1042 with every GPU idle too, kept: 'no GPUs waiting (metric Slurm/PendingGPUs): 1 idle "
         "node(s) not needed: scale in 2 -> 1, terminating i-",
         "hyperpod:ml-cluster/gpu: `gpufleet report --by account`: nlp 2.67 GPU-h, vision 0.93 GPU-h, group "
         "hyperpod:ml-cluster/gpu",
         "hyperpod:ml-cluster/gpu: host memory leak on i-",
         ": OOM guard warning: host memory 84.0% used; rising 2.00 %/min over 8 min, full in ~8 min",
+        # ... by attrition through Slurm (issue 31): drained, resumed when its ask was withdrawn, drained, removed
+        "hyperpod:ml-cluster/gpu: consolidate: attrition: minute 16's tick asked Slurm to drain i-",
+        "the controller's publisher ran `scontrol update NodeName=ip-10-1-28-64 State=DRAIN Reason=gpufleet: ...`, "
+        "then `State=RESUME` once the ask was withdrawn (SlurmMarker.reopen), then drained it again (minute 19's "
+        "ask) [emulated Slurm]; minute 20's tick, before Slurm's report showed that drain landed (no DrainedNode "
+        "for ip-10-1-28-64 yet), removed nothing",
+        "hyperpod:ml-cluster/gpu: ip-10-1-28-65 (i-",
+        "drained by an operator ('ops: ECC check after job 1042'), left drained: gpufleet resumed only its own",
         # consolidation by attrition (rehearsal/consolidation_scene.py, issue 31): cordon, attrition, reopen
         "eks:ml/serve-gpu: 4 nodes, none empty, 16 GPUs of work: the tick at minute 2 cordoned the 2 emptiest (i-",
         "by attrition: 4 serving node(s) hold 16 GPUs of work, which 2 node(s) hold packed; closed to new work and "
@@ -143,5 +153,12 @@ def test_rehearsal_meets_its_expected_outcomes(tmp_path: Path) -> None:
     assert "slurm_pending_gpus.py --hyperpod ml-cluster:gpu=gpu: PendingGPUs=0, IdleNode[i-" in timeline
     assert "Slurm job 1041 (alice)     nlp    16         2.7" in timeline
     assert "[SNS] gpufleet [WARNING] hyperpod:ml-cluster/gpu: host memory warning: i-" in timeline
+    assert (
+        "slurm_pending_gpus.py --marks-table gpufleet-state: `scontrol update NodeName=ip-10-1-28-64 State=DRAIN "
+        "Reason=gpufleet: surplus node drained by attrition at 2026-11-23T09:16Z; removed once idle` [emulated Slurm]"
+    ) in timeline
+    assert "ip-10-1-28-64|drained|gpufleet: surplus node drained by attrition" in timeline
+    assert "`scontrol update NodeName=ip-10-1-28-64 State=RESUME` [emulated Slurm]" in timeline
+    assert "ip-10-1-28-65|draining|ops: ECC check after job 1042" in timeline
     posted = sorted((tmp_path / "slack").glob("*.json"))
     assert posted and all(json.loads(p.read_text())["blocks"][0]["type"] == "header" for p in posted)
