@@ -28,3 +28,9 @@ def test_attrition_without_a_way_to_close_nodes_or_under_external_is_a_problem()
 def test_attrition_in_the_defaults_is_checked_on_every_rule() -> None:
     text = "version: 1\ndefaults: {consolidate: attrition}\ngroups:\n  - {kind: asg, name: plain}\n"
     assert any("needs nodes gpufleet can close" in p for p in policy_problems(parse_policy(text, "test")))
+
+
+def test_attrition_in_the_defaults_reaching_tag_discovered_groups_is_a_problem() -> None:
+    text = "version: 1\ndefaults: {consolidate: attrition}\n"  # discovery on: every tagged group gets it
+    [problem] = policy_problems(parse_policy(text, "test"))
+    assert problem.startswith("defaults: consolidate: attrition reaches every tag-discovered group")

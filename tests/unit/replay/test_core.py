@@ -58,7 +58,12 @@ def test_scale_out_follows_the_band_and_the_cooldown_marks_like_the_executor() -
 
 def test_scale_in_removes_only_nodes_idle_for_the_lookback_and_never_disrupts() -> None:
     pods = [Pod(name="a", arrival=0, duration=None), Pod(name="b", arrival=0, duration=20)]
-    for experiment, expected in ((Experiment(utilization_only=True), [(0, 1), (10, 1)]), (Experiment(), [(0, 2)])):
+    cases = (
+        (Experiment(utilization_only=True), [(0, 1), (10, 1)]),
+        (Experiment(consolidation_off=True), [(0, 2)]),
+        (Experiment(), [(1, 2)]),  # attrition: closed first, removed the next minute
+    )
+    for experiment, expected in cases:
         cluster = _cluster(pods, 4)  # spread: a and b on two nodes; 2 of 16 GPUs = 12.5 %
         g = GpufleetController(POLICY, OPTS, 10, experiment)
         removed: list[tuple[int, int]] = []
@@ -69,7 +74,8 @@ def test_scale_in_removes_only_nodes_idle_for_the_lookback_and_never_disrupts() 
             if len(cluster.nodes) < before:
                 removed.append((t, before - len(cluster.nodes)))
         # Utilization only: one idle node per scale-in cooldown (600 s). With the pods known, nothing
-        # waiting: both idle nodes at once; b's node once b is done and the lookback has passed.
+        # waiting: both idle nodes at once (with attrition a minute later: closed first); b's node once b is
+        # done and the lookback has passed.
         assert removed[:2] == [*expected, (25, 1)][:2], experiment
         assert cluster.disrupted == 0
         assert len(cluster.nodes) == 1 and cluster.node_of[0] is not None  # a's node stays

@@ -245,3 +245,23 @@ def test_what_on_call_is_told_of_a_drain_says_what_was_done() -> None:
     assert decision_notes([dry], "us-east-1", NotificationPolicy())[0].title.endswith(
         "would drain 2 node(s) (dry-run) by attrition"
     )
+
+
+def test_a_drained_node_whose_work_runs_on_swaps_with_an_idle_node_that_can_go() -> None:
+    obs = group([node(1, 1, NodeMark.GPUFLEET), node(2, 0)])
+    d = decide(obs, ON.model_copy(update={"min": 1}))  # one node may go: the drained one holds it
+    assert d.drain == ("i-02",) and d.undrain == ("i-01",)
+    assert "reopening i-01 instead (still busy, while an idle node can go now)" in d.reason
+
+
+def test_a_dry_run_shows_the_removal_that_would_follow_the_drain() -> None:
+    obs = group([node(1, 8), node(2, 0), node(3, 0)])
+    d = decide(obs, ON.model_copy(update={"dry_run": True}))
+    assert d.action is Action.SCALE_IN and set(d.victims) == {"i-02", "i-03"}
+
+
+def test_a_lowered_max_removes_closed_idle_nodes_by_id_never_a_bare_count() -> None:
+    obs = group([node(1, 8), node(2, 8), node(3, 0, NodeMark.GPUFLEET), node(4, 0)])
+    d = decide(obs, ON.model_copy(update={"max": 2}))
+    assert d.action is Action.SCALE_IN and d.victims == ("i-03",)  # by id; i-04 is closed first, then goes
+    assert "i-04" in d.drain

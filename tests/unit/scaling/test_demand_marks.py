@@ -124,6 +124,9 @@ def test_a_node_listing_that_fails_leaves_the_marks_unknown_and_the_demand_worki
     assert [(i.node_name, i.gpus_held) for i in obs.instances] == [("n1", 3.0), *[(None, None)] * 3]
     [(message, extra)] = told.warnings
     assert "node marks unknown" in message and "403" in extra["cause"]
+    # An idle node may be one gpufleet cordoned (no pod lands there, nothing reopens it): none is room, so
+    # the 8-GPU pod gets a launch instead of waiting on it.
+    assert obs.demand.free_gpus == ()
 
 
 def test_without_attrition_only_gpufleets_labelled_nodes_are_listed_and_its_cordons_are_known() -> None:

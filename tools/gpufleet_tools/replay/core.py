@@ -117,9 +117,11 @@ class GpufleetController:
     ) -> None:
         self.experiment = experiment or Experiment()
         self.name = str(RunName.GPUFLEET) + (f" [{self.experiment.label}]" if self.experiment.label else "")
-        self.settings = group_settings(policy)
-        if self.experiment.consolidation_off:
-            self.settings = self.settings.model_copy(update={"consolidate": Consolidation.OFF})
+        # The replayed group is an EKS group with a Kubernetes source, so it consolidates by attrition (what
+        # docs/consolidation.md recommends there) unless the experiment replays it without (or without a source).
+        off = self.experiment.consolidation_off or self.experiment.utilization_only  # no source: no marks
+        way = Consolidation.OFF if off else Consolidation.ATTRITION
+        self.settings = group_settings(policy).model_copy(update={"consolidate": way})
         self.options = options
         self.max_nodes = max_nodes
         self.lookback = max(1, policy.metric_lookback_s // 60)

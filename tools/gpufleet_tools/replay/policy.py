@@ -40,7 +40,6 @@ defaults:
   scale_in_step: "50%"
   scale_in_cooldown_s: 300
   idle: {gpu_utilization: 5, memory_percent: 10}
-  consolidate: attrition
 """
 
 BATCH_POLICY_YAML = """\
@@ -54,7 +53,6 @@ defaults:
   scale_in_step: "50%"
   scale_in_cooldown_s: 300
   idle: {gpu_utilization: 5, memory_percent: 10}
-  consolidate: attrition
 """
 
 

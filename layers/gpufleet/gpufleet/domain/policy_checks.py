@@ -190,6 +190,17 @@ def _consolidation_problems(policy: FleetPolicy) -> list[str]:
             )
         if merged.get("owner") == Owner.EXTERNAL:
             problems.append(f"{label}: consolidate: attrition under owner: external only advises: set one of them")
+    d = policy.defaults
+    if (
+        d.consolidate is Consolidation.ATTRITION
+        and policy.discovery.enabled
+        and (d.demand is None or d.demand.kubernetes is None)
+    ):
+        problems.append(
+            "defaults: consolidate: attrition reaches every tag-discovered group, and without a demand: "
+            "{kubernetes: ...} source in the defaults gpufleet cannot close their nodes: they would never scale "
+            "in (set it per rule, on groups with a Kubernetes source)"
+        )
     return problems
 
 

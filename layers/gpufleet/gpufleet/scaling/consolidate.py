@@ -29,7 +29,6 @@ Nothing here removes a node: a closed node is removed by the scaler's ordinary r
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -63,14 +62,20 @@ class MarkPlan(Frozen):
     def empty(self) -> bool:
         return not (self.drain or self.undrain or self.note)
 
-    def observed(self, obs: GroupObservation) -> GroupObservation:
+    def observed(self, obs: GroupObservation, dry_run: bool = False) -> GroupObservation:
         """The group as the rest of the core decides on it: the nodes opened here count as open, and
-        their room is offered to the waiting work (so no node is launched for what they take)."""
-        if not self.undrain:
+        their room is offered to the waiting work (so no node is launched for what they take). In a dry
+        run the nodes it would close count as closed, so it shows the removal that would follow."""
+        if not self.undrain and not (dry_run and self.drain):
             return obs
-        opened = set(self.undrain)
+        opened, shut = set(self.undrain), set(self.drain) if dry_run else set()
         instances = tuple(
-            i.model_copy(update={"mark": NodeMark.NONE}) if i.instance_id in opened else i for i in obs.instances
+            i.model_copy(update={"mark": NodeMark.NONE})
+            if i.instance_id in opened
+            else i.model_copy(update={"mark": NodeMark.GPUFLEET})
+            if i.instance_id in shut
+            else i
+            for i in obs.instances
         )
         demand = obs.demand
         if demand is not None and self.room:
@@ -126,7 +131,15 @@ def plan_marks(
         why = resting or ("its nodes cannot be marked" if obs.marks is None else "what waits for it is unknown")
         return MarkPlan(note=f"consolidate: attrition is on, but {why}: nothing drains, no node is removed")
     per_node = d.gpus_per_node
-    serving = [i for i in obs.instances if i.in_service and i.mark is not NodeMark.OTHER]
+    # An instance Kubernetes does not know as a node (never registered, its node object deleted) holds no
+    # pod and cannot be marked: it is left out, so it neither blocks nor counts toward the drains.
+    serving = [
+        i
+        for i in obs.instances
+        if i.in_service
+        and i.mark is not NodeMark.OTHER
+        and (i.node_name is not None or obs.marks is not MarkChannel.KUBERNETES)
+    ]
     closed = [i for i in serving if i.mark is NodeMark.GPUFLEET]
     if d.waiting:
         opened, room = _reopen_for(d, closed, per_node, booting)
@@ -140,42 +153,67 @@ def plan_marks(
     work = sum(h or 0.0 for h in holding)
     need = math.ceil(work / per_node - _EPSILON)
     cap = math.floor(len(serving) * settings.drain_max_share / 100 + _EPSILON)
-    chosen = _closing(serving, closed, min(removable, len(serving) - need), cap, per_node, obs.marks)
+    chosen = _closing(serving, closed, (removable, len(serving) - need, cap), per_node)
+    swap_out, swap_in = _swaps(serving, closed, set(chosen), per_node)
+    chosen += swap_in
     if not chosen:
         return MarkPlan()
     why = (
         f"draining {_listed(chosen)} by attrition: {len(serving)} serving node(s) hold {gpus_text(work)} of work, "
         f"which {need} node(s) hold packed; closed to new work and removed once idle, nothing evicted"
     )
-    return MarkPlan(drain=chosen, note=why)
+    if swap_out:
+        why += f"; reopening {_listed(swap_out)} instead (still busy, while an idle node can go now)"
+    return MarkPlan(drain=chosen, undrain=swap_out, note=why)
+
+
+def _swaps(
+    serving: Sequence[InstanceObservation], closed: Sequence[InstanceObservation], chosen: set[str], per_node: float
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Idle open nodes left open only because closed busy nodes use up what may be removed (a drained node
+    whose work runs on and on): each swaps with the fullest such busy node, which reopens, so the idle node
+    goes next tick instead of never."""
+    idle = [
+        i.instance_id
+        for i in serving
+        if i.mark is NodeMark.NONE
+        and i.instance_id not in chosen
+        and not i.protected_from_scale_in
+        and held(i, per_node) == 0.0
+    ]
+    busy = [i for i in closed if (held(i, per_node) or 0.0) > 0]
+    if not idle or not busy:
+        return (), ()
+    count = min(len(idle), len(busy))
+    return _fullest(busy, count, per_node), tuple(sorted(idle)[:count])
 
 
 def _closing(
     serving: Sequence[InstanceObservation],
     closed: Sequence[InstanceObservation],
-    surplus: int,
-    cap: int,
+    limits: tuple[int, int, int],
     per_node: float,
-    channel: MarkChannel | None,
 ) -> tuple[str, ...]:
-    """The emptiest open nodes, up to `surplus` closed in all (the nodes beyond what holds all the work,
-    packed, and above what the group keeps). An idle node is always closed (it is removed next tick); a
-    node with work only while fewer than `cap` (drain_max_share) nodes with work are closed. A node the
-    channel cannot name (a Kubernetes instance not registered as a node yet) is not a candidate."""
-    candidates = [
-        i
-        for i in serving
-        if i.mark is NodeMark.NONE
-        and not i.protected_from_scale_in
-        and (i.node_name is not None or channel is not MarkChannel.KUBERNETES)
-    ]
+    """Open nodes to close, emptiest first, within `limits` = (removable: the nodes above what the group
+    keeps; surplus: the nodes beyond what holds all the work, packed; cap: drain_max_share of the serving
+    nodes). An idle node is closed whenever it is removable: it holds nothing, and it goes next tick, as it
+    would go without attrition. A node with work is closed only while the closed nodes stay within the
+    surplus and fewer than `cap` nodes with work are closed."""
+    removable, surplus, cap = limits
+    candidates = [i for i in serving if i.mark is NodeMark.NONE and not i.protected_from_scale_in]
     busy = sum(1 for i in closed if (held(i, per_node) or 0.0) > 0)
+    total = len(closed)
+    if (total >= surplus or busy >= cap) and all((held(i, per_node) or 0.0) > 0 for i in candidates):
+        return ()  # the common steady tick: no sort
     chosen: list[str] = []
-    for inst in heapq.nsmallest(max(0, surplus - len(closed)), candidates, key=lambda i: _drain_order(i, per_node)):
+    for inst in sorted(candidates, key=lambda i: _drain_order(i, per_node)):
+        if total >= removable:
+            break
         if (held(inst, per_node) or 0.0) > 0:
-            if busy >= cap:
+            if total >= surplus or busy >= cap:
                 break
             busy += 1
+        total += 1
         chosen.append(inst.instance_id)
     return tuple(chosen)
 

@@ -408,13 +408,14 @@ class _Ctx(_Group):
 
     def bounds_fix(self) -> Decision | None:
         """Desired outside [min, max] or below an open window's desired: put it back inside. A group
-        that shrinks by victims only (HyperPod) is brought down by removing idle nodes, at most down to
-        max: a lower count would let its provider choose which nodes go; with none idle it holds."""
+        that shrinks by victims only (HyperPod), or consolidates by attrition (nothing evicted), is brought
+        down by removing idle nodes, at most down to max: a lower count would let its provider choose which
+        nodes go; with none idle it holds."""
         fix = out_of_bounds(self.bounds, self.obs.desired)
         if fix is None:
             return None
         target, trigger, reason = fix
-        if target < self.obs.desired and self.obs.shrinks_by_victims_only:
+        if target < self.obs.desired and (self.obs.shrinks_by_victims_only or self.closed_only):
             why = f"desired {self.obs.desired} is above max {target} ({trigger.name})"
             return self.scale_in_by(self.obs.desired - target, trigger, why)
         return self.decision(Action.SET_DESIRED, trigger, reason, target)
@@ -633,7 +634,7 @@ def decide_reconcile(
     plan = plan_marks(group.obs, group.settings, ctx.low_water, booting, group.marks_resting())
     if plan.empty:
         return _reconcile(ctx, firing_alarms)
-    return plan.attached(_reconcile(replace(ctx, obs=plan.observed(group.obs)), firing_alarms))
+    return plan.attached(_reconcile(replace(ctx, obs=plan.observed(group.obs, ctx.dry_run)), firing_alarms))
 
 
 def _reconcile(ctx: _Ctx, firing_alarms: Iterable[tuple[str, Direction]]) -> Decision:

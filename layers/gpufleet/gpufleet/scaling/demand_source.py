@@ -255,11 +255,15 @@ class DemandReader(_Warnings):
         assigned = assign(pods.waiting, shapes, room, pods.daemonsets, cutoff)
         if assigned.unfit:
             self._warn_once(f"unfit pods of {source}", assigned.unfit[0].key, "waiting pods fit no group")
-        for obs, _, _ in joined:
+        for obs, settings, _ in joined:
             shape = shapes.get(obs.ref.key)
             if shape is not None:
                 marked = _with_holdings(obs, held)
-                out[obs.ref.key] = _pod_demand(marked, shape, (running, closed, unmapped), assigned, source, run)
+                # Attrition with the cordons unknown: an idle node may be one gpufleet closed (no pod lands
+                # there, and nothing reopens it): none is room, so waiting work gets a launch.
+                blind = settings.consolidate is Consolidation.ATTRITION and not held.listed
+                demand = _pod_demand(marked, shape, (running, closed, unmapped), assigned, source, run)
+                out[obs.ref.key] = _without_room(demand) if blind else demand
         return out
 
     # ---- queues and metrics ----
@@ -530,6 +534,11 @@ def _pod_demand(
         never_ready=starting.notices,
     )
     return obs.model_copy(update={"demand": demand, "instances": instances})
+
+
+def _without_room(obs: GroupObservation) -> GroupObservation:
+    d = obs.demand
+    return obs if d is None else obs.model_copy(update={"demand": d.model_copy(update={"free_gpus": ()})})
 
 
 def _growth(obs: GroupObservation, settings: GroupSettings, now: datetime) -> int:
