@@ -21,18 +21,6 @@ defaults:
   scale_in_cooldown_s: 600
 """
 )
-ATTRITION = parse_policy(
-    """
-metric_lookback_s: 300
-defaults:
-  target: {low: 40, high: 80}
-  scale_out_step: 1
-  scale_out_cooldown_s: 300
-  scale_in_step: 1
-  scale_in_cooldown_s: 600
-  consolidate: attrition
-"""
-)
 
 
 def _cluster(pods: list[Pod], nodes: int) -> Cluster:
@@ -96,12 +84,12 @@ def test_a_node_whose_last_pod_just_left_is_still_busy_for_the_lookback() -> Non
 def test_gpufleet_never_disrupts_a_pod_on_a_random_workload() -> None:
     pods = [Pod(name=f"p{i}", arrival=(i * 7) % 400, duration=5 + (i * 13) % 90, gpus=1 + i % 3) for i in range(200)]
     pods.sort(key=lambda p: p.arrival)
-    for policy, experiment in (
-        (ATTRITION, Experiment()),
-        (POLICY, Experiment()),
-        (ATTRITION, Experiment(proportional_step=True, booting_counted=True)),
+    for experiment in (
+        Experiment(consolidation_off=True),
+        Experiment(proportional_step=True, booting_counted=True),
+        Experiment(),  # the replay's group consolidates by attrition unless told not to
     ):
-        out = run(pods, 500, GpufleetController(policy, OPTS, 30, experiment), OPTS, initial_nodes=1)
+        out = run(pods, 500, GpufleetController(POLICY, OPTS, 30, experiment), OPTS, initial_nodes=1)
         assert out.result.pods_disrupted == 0 and out.result.lost_gpu_hours == 0
     assert out.result.nodes_drained > 0  # consolidation ran: nodes were cordoned, and none was disrupted
 
@@ -135,7 +123,7 @@ def test_consolidation_by_attrition_cordons_the_least_loaded_node_until_it_empti
     pods = [Pod(name="long", arrival=0, duration=None), Pod(name="short", arrival=0, duration=30, milli=500)]
     pods += [Pod(name="late", arrival=5, duration=None)]
     cluster = _cluster(pods, 2)  # spread: one pod per node, 19 %: the core wants to scale in, none is idle
-    g = GpufleetController(ATTRITION, OPTS, 10)
+    g = GpufleetController(POLICY, OPTS, 10)
     g.tick(cluster, 0)
     cordoned = [n for n in cluster.nodes.values() if n.cordoned]
     assert len(cordoned) == 1 and list(cordoned[0].pods) == [1]  # the least loaded: the half-GPU pod

@@ -265,7 +265,10 @@ class HyperPodFleet:
             for i in o.instances
             if i.in_service and (candidates is None or i.instance_id in candidates.get(o.ref.key, ()))
         ]
-        word = self._idle(asked, now, _asked_drains(ours)) if asked else SlurmWord()
+        drains = _asked_drains(ours)
+        word = self._idle(asked, now, drains) if asked else SlurmWord()
+        for line in late_drains(word, drains, now, self._told):
+            self.warn(line)
         return [
             _with_marks(o, word, word.closed.get(o.ref.key)) if o.ref.kind is GroupKind.HYPERPOD else o
             for o in observations
@@ -418,27 +421,13 @@ def read_report(
         SeriesQuery(f"g:{key}", REPORT_LANDED, tuple(ref.metric_dimensions.items()), "SampleCount", namespace)
         for key, ref in groups.items()
     ]
-    queries += [
-        SeriesQuery(
-            f"n:{iid}",
-            IDLE_NODE,
-            tuple({**ref.metric_dimensions, schema.DIM_INSTANCE_ID: iid}.items()),
-            "Minimum",
-            namespace,
-        )
-        for ref, iid in running
-    ]
-    queries += [
-        SeriesQuery(
-            f"d:{iid}",
-            DRAINED_NODE,
-            tuple({**ref.metric_dimensions, schema.DIM_INSTANCE_ID: iid}.items()),
-            "Minimum",
-            namespace,
-        )
-        for ref, iid in running
-        if iid in asked
-    ]
+
+    def node_query(prefix: str, metric: schema.Metric, ref: GroupRef, iid: str) -> SeriesQuery:
+        dims = tuple({**ref.metric_dimensions, schema.DIM_INSTANCE_ID: iid}.items())
+        return SeriesQuery(f"{prefix}:{iid}", metric, dims, "Minimum", namespace)
+
+    queries += [node_query("n", IDLE_NODE, ref, iid) for ref, iid in running]
+    queries += [node_query("d", DRAINED_NODE, ref, iid) for ref, iid in running if iid in asked]
     points = GpuMetricsReader(cloudwatch).fetch_points(queries, start, stop, strict=True)
     reports = {key: {minute_of(at) for at, value in points[f"g:{key}"] if value > 0} for key in groups}
     minutes = {iid: _by_minute(points[f"n:{iid}"]) for _, iid in running}
@@ -552,6 +541,23 @@ class SlurmWord:
     idle: set[str] = field(default_factory=set)
     removable: set[str] = field(default_factory=set)
     closed: dict[str, str] = field(default_factory=dict)
+
+
+def late_drains(word: SlurmWord, asked: Mapping[str, datetime], now: datetime, told: set[str]) -> list[str]:
+    """Nodes Slurm calls idle whose drain gpufleet asked for HYPERPOD_DRAIN_LATE_MIN ago or more and Slurm's
+    report still does not show: they are never removed until it does (is the controller's publisher run
+    with --marks-table? does scontrol fail?). Told once per node (`told`)."""
+    late = timedelta(minutes=defaults.HYPERPOD_DRAIN_LATE_MIN)
+    out = []
+    for iid in sorted(word.idle - word.removable):
+        at = asked.get(iid)
+        if at is not None and now - at >= late and iid not in told:
+            told.add(iid)
+            out.append(
+                f"{iid}: Slurm drain asked at {at:%H:%M} UTC, not in Slurm's report yet: the node stays until it "
+                "is (is the controller's publisher run with --marks-table? does scontrol fail?)"
+            )
+    return out
 
 
 def _asked_drains(observations: Iterable[GroupObservation]) -> dict[str, datetime]:

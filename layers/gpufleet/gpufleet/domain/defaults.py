@@ -183,3 +183,5 @@ SLURM_DRAIN_SETTLE_S = 180
 # After node marks fail (RBAC missing, API refusing), this long nothing drains or reopens and waiting work
 # gets a launch instead of a drained node's room: one failure is told, not retried every minute.
 MARKS_REST_S = 600
+# A drain gpufleet asked of Slurm that the report does not show this many minutes later is told (once).
+HYPERPOD_DRAIN_LATE_MIN = 5

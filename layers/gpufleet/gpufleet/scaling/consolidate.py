@@ -147,12 +147,26 @@ def plan_marks(
     removable = max(0, obs.desired - keep)
     if len(closed) > removable:  # min or a window's desired went up: the fullest go back
         return _plan(_fullest(closed, len(closed) - removable, per_node), (), d)
+    if obs.scale_in_closed or d.closed_for_scale_in:
+        return MarkPlan()
+    return _drain_plan(serving, closed, (removable, settings.drain_max_share), per_node)
+
+
+def _drain_plan(
+    serving: Sequence[InstanceObservation],
+    closed: Sequence[InstanceObservation],
+    bounds: tuple[int, float],
+    per_node: float,
+) -> MarkPlan:
+    """Nothing waits: the nodes to close (rule 2), and a busy closed node swapped for an idle open one.
+    `bounds`: the nodes that may be removed, and drain_max_share (percent)."""
+    removable, share = bounds
     holding = [held(i, per_node) for i in serving]
-    if obs.scale_in_closed or d.closed_for_scale_in or any(h is None for h in holding):
+    if any(h is None for h in holding):
         return MarkPlan()
     work = sum(h or 0.0 for h in holding)
     need = math.ceil(work / per_node - _EPSILON)
-    cap = math.floor(len(serving) * settings.drain_max_share / 100 + _EPSILON)
+    cap = math.floor(len(serving) * share / 100 + _EPSILON)
     chosen = _closing(serving, closed, (removable, len(serving) - need, cap), per_node)
     swap_out, swap_in = _swaps(serving, closed, set(chosen), per_node)
     chosen += swap_in
