@@ -265,3 +265,10 @@ def test_a_lowered_max_removes_closed_idle_nodes_by_id_never_a_bare_count() -> N
     d = decide(obs, ON.model_copy(update={"max": 2}))
     assert d.action is Action.SCALE_IN and d.victims == ("i-03",)  # by id; i-04 is closed first, then goes
     assert "i-04" in d.drain
+
+
+def test_a_holding_that_is_not_a_number_counts_as_a_full_node() -> None:
+    from gpufleet.scaling.consolidate import held
+
+    for odd in (float("nan"), float("inf"), 1e300):
+        assert held(node(1, 0).model_copy(update={"gpus_held": odd}), 8.0) == 8.0

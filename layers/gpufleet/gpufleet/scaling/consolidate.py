@@ -95,9 +95,10 @@ class MarkPlan(Frozen):
 
 
 def held(inst: InstanceObservation, per_node: float) -> float | None:
-    """GPUs a node's work holds: what the source says, else all of them if it runs work, else unknown."""
+    """GPUs a node's work holds: what the source says (a number that is not finite: all of them), else all
+    of them if it runs work, else unknown."""
     if inst.gpus_held is not None:
-        return max(0.0, min(inst.gpus_held, per_node))
+        return max(0.0, min(inst.gpus_held, per_node)) if math.isfinite(inst.gpus_held) else per_node
     return per_node if inst.runs_gpu_work else None
 
 
