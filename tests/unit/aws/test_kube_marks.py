@@ -274,3 +274,12 @@ def test_the_node_listing_gives_each_nodes_cordon_and_instance(served: tuple[Kub
     assert refused.nodes is None and "403" in str(refused.nodes_unreadable)
     assert refused.gpus_held == {NAMES["i-b"]: 2.0}
     assert PodReader(eks, session, override).read("ml").nodes is None  # not asked: not read
+
+
+def test_a_self_managed_asg_whose_rule_names_the_cluster_is_marked_in_that_cluster() -> None:
+    from gpufleet.aws.kube_marks import _default_cluster
+    from gpufleet.domain.models import GroupKind, GroupObservation, GroupRef
+
+    asg = GroupObservation(ref=GroupRef(kind=GroupKind.ASG, name="gpu-spot"), min_size=0, max_size=4, desired=1)
+    assert _default_cluster(asg) is None  # no tag names it
+    assert _default_cluster(asg.model_copy(update={"cluster": "ml"})) == "ml"  # the demand source read it there

@@ -97,7 +97,7 @@ def attach(
 def test_each_node_says_its_name_what_it_holds_and_whose_cordon_it_is() -> None:
     obs, asked = attach(listing(NODES), ATTRITION)
     assert asked == [NodeListing.ALL]  # a group of the cluster consolidates: all its nodes are listed
-    assert obs.marks is MarkChannel.KUBERNETES
+    assert obs.marks is MarkChannel.KUBERNETES and obs.cluster == "ml"
     seen = {i.instance_id: (i.node_name, i.gpus_held, i.mark) for i in obs.instances}
     assert seen == {
         "i-1": ("n1", 3.0, NodeMark.NONE),

@@ -44,8 +44,8 @@ SSAR_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 
 
 class MarkFailed(RuntimeError):
-    """The marks could not be set: one line naming the cluster (never the token). The decision's intent
-    stays recorded and the next invocation finishes it."""
+    """The marks could not be set: one line naming the cluster (never the token). The decision is told as
+    failed; its capacity change is still made, and the marks rest a while (scaling.consolidate)."""
 
 
 def _meta(node: Mapping[str, Any], part: str) -> Mapping[str, Any]:
@@ -64,8 +64,9 @@ def _cordoned(node: Mapping[str, Any]) -> bool:
 
 
 def _default_cluster(obs: GroupObservation) -> str | None:
-    """A managed node group's cluster, else the one a self-managed ASG's tags name."""
-    return obs.ref.cluster or cluster_of(obs.asg_tags)[0]
+    """A managed node group's cluster, else the one the demand source read the group's pods from (a
+    self-managed ASG's: its tags or its rule), else the one its tags name."""
+    return obs.ref.cluster or obs.cluster or cluster_of(obs.asg_tags)[0]
 
 
 class KubernetesMarker:

@@ -308,6 +308,8 @@ class GroupObservation(Frozen):
     shrinks_by_victims_only: bool = False
     # How its nodes are closed to new work (consolidation by attrition); None: they cannot be.
     marks: MarkChannel | None = None
+    # The Kubernetes cluster its nodes join, where a source read it (a self-managed ASG's, from its tags or rule).
+    cluster: str | None = None
 
     @property
     def in_service(self) -> int:

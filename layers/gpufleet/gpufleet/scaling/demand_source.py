@@ -258,7 +258,7 @@ class DemandReader(_Warnings):
         for obs, settings, _ in joined:
             shape = shapes.get(obs.ref.key)
             if shape is not None:
-                marked = _with_holdings(obs, held)
+                marked = _with_holdings(obs, held).model_copy(update={"cluster": cluster})
                 # Attrition with the cordons unknown: an idle node may be one gpufleet closed (no pod lands
                 # there, and nothing reopens it): none is room, so waiting work gets a launch.
                 blind = settings.consolidate is Consolidation.ATTRITION and not held.listed
