@@ -128,7 +128,7 @@ class GpufleetController:
         self.samples: deque[tuple[int, float]] = deque()
         self.state = GroupState()
         self.decisions: dict[Action, int] = dict.fromkeys(Action, 0)
-        self._per_node: dict[str, tuple[tuple[bool, int, bool, int | None], InstanceObservation]] = {}
+        self._per_node: dict[str, tuple[tuple[bool, int, bool, int], InstanceObservation]] = {}
 
     def now(self, t: int) -> datetime:
         return self.options.start + timedelta(minutes=t)
@@ -169,14 +169,15 @@ class GpufleetController:
         """The group's instances as DescribeAutoScalingGroups lists them (Pending while booting, else
         InService; no metrics yet) and, with a demand source, what the EKS reader says of each node: the
         GPUs its pods hold, since when its oldest pod runs, whether it is cordoned. A node's entry is made
-        again only when one of those changes (a 31-day replay asks this 44,640 times)."""
+        again only when its readiness, GPUs held, cordon or pod count change (a 31-day replay asks this
+        44,640 times)."""
         demand = not self.experiment.utilization_only
         start, cache, out = self.options.start, self._per_node, []
         for n in cluster.nodes.values():
-            since = min((cluster.started_at[i] for i in n.pods), default=None) if demand else None
-            key = (n.ready_at > t, n.used if demand else 0, n.cordoned, since)
+            key = (n.ready_at > t, n.used if demand else 0, n.cordoned, len(n.pods))
             hit = cache.get(n.node_id)
             if hit is None or hit[0] != key:
+                since = min((cluster.started_at[i] for i in n.pods), default=None) if demand else None
                 inst = InstanceObservation.model_construct(
                     instance_id=n.node_id,
                     node_name=n.node_id,
