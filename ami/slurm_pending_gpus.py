@@ -560,16 +560,6 @@ def read_wanted(clusters: Iterable[str], read: Callable[[str], Dict[str, str]]) 
     return wanted
 
 
-def apply_marks(
-    found: Sequence[Tuple[str, str, str, str, SlurmNode]],
-    clusters: Iterable[str],
-    read: Callable[[str], Dict[str, str]],
-    scontrol: Callable[[List[str]], Any],
-) -> List[str]:
-    """Read each cluster's marks and reconcile; a cluster whose read fails is left as it is (said)."""
-    return reconcile(found, read_wanted(clusters, read), scontrol)
-
-
 class ApiNames:
     """The SageMaker API's Slurm name -> (group, id), asked at most once a run (named_nodes and the check
     before a drain share it); a failure is remembered too and raised again."""
@@ -662,7 +652,7 @@ def hyperpod_data(
     """The backlog per group, then each node of a mapped group that Slurm calls idle: IdleNode 1 (nothing
     for one a job holds, that drains, ...). None when sinfo fails or no node can be named: saying a
     node is idle when it is not could remove it, so an unknown is never idle. With `--marks-table`, the
-    drains gpufleet asks for are applied first (apply_marks; `dynamodb` makes the client)."""
+    drains gpufleet asks for are applied first (read_wanted, reconcile; `dynamodb` makes the client)."""
     specs = [GroupSpec.parse(text) for text in args.hyperpod]
     totals, unmapped = pending_by_group(lines, specs, args.partition)
     if unmapped:

@@ -168,7 +168,9 @@ def demand_reader(
     readers: dict[frozenset[tuple[str, float]], PodReader] = {}  # one per GPU resource table (its STS client kept)
     budget = TickBudget()
 
-    def cluster_pods(cluster: str, resources: Mapping[str, float], nodes: NodeListing | bool = False) -> ClusterPods:
+    def cluster_pods(
+        cluster: str, resources: Mapping[str, float], nodes: NodeListing = NodeListing.NONE
+    ) -> ClusterPods:
         key = frozenset(resources.items())
         reader = readers.setdefault(key, PodReader(clients.eks, own, overrides, resources))
         return reader.read(cluster, budget.for_cluster(cluster), nodes=nodes)

@@ -166,7 +166,7 @@ def test_an_older_cordon_with_the_annotation_alone_is_still_ours(served: tuple[K
     api, url = served
     _older_cordon(api, NAMES["i-a"])
     _older_cordon(api, NAMES["i-b"])
-    found = reader(url).read("ml", nodes=True)  # the full listing (a group consolidates) knows it
+    found = reader(url).read("ml", nodes=NodeListing.ALL)  # the full listing (a group consolidates) knows it
     assert found.nodes is not None and found.nodes[NAMES["i-a"]].ours
     assert "already: i-a" in marker(url).close(group(), ["i-a"], "surplus")
     assert labelled(api, NAMES["i-a"])  # closed again: it gets the label, so the cheap listing finds it
@@ -260,7 +260,7 @@ def test_the_node_listing_gives_each_nodes_cordon_and_instance(served: tuple[Kub
     api.bind("default", "train-0", NAMES["i-b"])
     session, eks = _clients()
     override = {"ml": KubeEndpoint(url=url, token=SecretStr(TOKEN))}
-    found = PodReader(eks, session, override, page_size=2).read("ml", nodes=True)
+    found = PodReader(eks, session, override, page_size=2).read("ml", nodes=NodeListing.ALL)
     assert found.nodes is not None and found.nodes_unreadable is None
     states = {n: (s.unschedulable, s.ours, bool(s.instance_id)) for n, s in found.nodes.items()}
     assert states == {
@@ -270,7 +270,7 @@ def test_the_node_listing_gives_each_nodes_cordon_and_instance(served: tuple[Kub
     }
     assert found.gpus_held == {NAMES["i-b"]: 2.0}
     api.may = {"get"}  # list refused: the pods still read, the marks are unknown and say why
-    refused = PodReader(eks, session, override).read("ml", nodes=True)
+    refused = PodReader(eks, session, override).read("ml", nodes=NodeListing.ALL)
     assert refused.nodes is None and "403" in str(refused.nodes_unreadable)
     assert refused.gpus_held == {NAMES["i-b"]: 2.0}
     assert PodReader(eks, session, override).read("ml").nodes is None  # not asked: not read

@@ -115,9 +115,11 @@ def ec2_type(instance_type: str | None) -> str | None:
     return instance_type.removeprefix("ml.")
 
 
-def node_observation(node: dict[str, Any], runs_gpu_work: bool, mark: NodeMark = NodeMark.NONE) -> InstanceObservation:
-    """One node; `mark` GPUFLEET when gpufleet has asked Slurm to drain it (aws.slurm_marks). Its Slurm
-    name is its hostname (`ip-A-B-C-D`), when ListClusterNodes gives PrivateDnsHostname."""
+def node_observation(
+    node: dict[str, Any], runs_gpu_work: bool, drain: RequestedDrain | None = None
+) -> InstanceObservation:
+    """One node; `drain`: gpufleet asked Slurm to drain it (aws.slurm_marks), and when. Its Slurm name is
+    its hostname (`ip-A-B-C-D`), when ListClusterNodes gives PrivateDnsHostname."""
     status = str(node.get("InstanceStatus", {}).get("Status", ""))
     lifecycle, healthy = NODE_STATES.get(status, (status or "Unknown", False))
     return InstanceObservation(
@@ -126,7 +128,8 @@ def node_observation(node: dict[str, Any], runs_gpu_work: bool, mark: NodeMark =
         instance_type=ec2_type(node.get("InstanceType")),
         healthy=healthy,
         runs_gpu_work=runs_gpu_work,
-        mark=mark,
+        mark=NodeMark.NONE if drain is None else NodeMark.GPUFLEET,
+        marked_at=None if drain is None else drain.at or datetime.min.replace(tzinfo=UTC),
         node_name=str(node.get("PrivateDnsHostname") or "").split(".")[0] or None,
     )
 
@@ -201,6 +204,7 @@ class HyperPodFleet:
     marker: SlurmMarker | None = None  # the Slurm drains gpufleet asked for (consolidation by attrition)
     warn: Callable[[str], None] = field(default=logging.getLogger(__name__).warning)
     _told: set[str] = field(default_factory=set, init=False, repr=False)  # clusters whose marks read failed
+    _late: set[str] = field(default_factory=set, init=False, repr=False)  # nodes whose unlanded drain was told
 
     # ---- reading ----
 
@@ -208,9 +212,8 @@ class HyperPodFleet:
         """The named groups that exist, with their nodes. A cluster that is gone, or orchestrated by EKS
         (not this adapter's), is skipped. Which nodes Slurm calls idle is not read here: `marked` reads it
         when a scale-in is weighed (with the nodes' GPU metrics), so a steady tick, the OOM guard and
-        spot_watch pay no read per node. `attrition`: the keys of the groups that consolidate by attrition;
-        for those (with a marker) the cluster's Slurm marks are read once and the group's nodes carry them
-        (`marks` SLURM); unreadable, the group has no marks channel (no drain decision) and it is told once."""
+        spot_watch pay no read per node. `attrition`: keys of the groups that consolidate by attrition: their
+        cluster's Slurm marks are read once (unreadable: no marks channel, told once)."""
         by_cluster: dict[str, list[str]] = {}
         for ref in refs:
             if ref.kind is GroupKind.HYPERPOD and ref.cluster:
@@ -267,7 +270,7 @@ class HyperPodFleet:
         ]
         drains = _asked_drains(ours)
         word = self._idle(asked, now, drains) if asked else SlurmWord()
-        for line in late_drains(word, drains, now, self._told):
+        for line in late_drains(word, drains, now, self._late):
             self.warn(line)
         return [
             _with_marks(o, word, word.closed.get(o.ref.key)) if o.ref.kind is GroupKind.HYPERPOD else o
@@ -510,13 +513,8 @@ def _observation(
     attrition): its nodes can be drained through Slurm, and those gpufleet asked to drain say so. A node
     someone else drained is not known here (only the controller sees Slurm's reasons): Slurm does not call it
     idle, so it is never a victim."""
-    instances = tuple(
-        node_observation(n, False, NodeMark.GPUFLEET if drains and n["InstanceId"] in drains else NodeMark.NONE)
-        for n in nodes
-    )
-    if drains:  # when each drain was asked: only a report made after it can show the drain (drained_nodes)
-        asked = {iid: d.at or datetime.min.replace(tzinfo=UTC) for iid, d in drains.items()}
-        instances = tuple(i.model_copy(update={"marked_at": asked.get(i.instance_id)}) for i in instances)
+    # When each drain was asked rides along: only a report made after it can show the drain (drained_nodes).
+    instances = tuple(node_observation(n, False, (drains or {}).get(n["InstanceId"])) for n in nodes)
     instance_type = ec2_type(group.get("InstanceType"))
     floor = int(group.get("MinCount") or 0)
     return GroupObservation(

@@ -50,6 +50,11 @@ class HttpProblem(Exception):
         self.kind, self.reason, self.status, self.document = kind, reason, status, document or {}
         super().__init__(reason)
 
+    @property
+    def said(self) -> str:
+        """The API server's own message in its Status document (first 160 characters; "" when none)."""
+        return str(self.document.get("message") or "")[:160]
+
 
 def ca_pem(data: str) -> str:
     """EKS's certificateAuthority.data (base64 of PEM) as PEM text; ValueError when it is not one."""

@@ -178,7 +178,7 @@ class KubernetesMarker:
 
 
 def _failed(cluster: str, verb: str, problem: HttpProblem) -> MarkFailed:
-    said = str(problem.document.get("message") or "")[:160]
+    said = problem.said
     hint = ""
     if problem.status == 403:
         hint = (

@@ -114,8 +114,7 @@ def eks_token(cluster: str, session: Session, sts: Any = None) -> EksToken:
 
 
 def _refusal(cluster: str, problem: HttpProblem) -> ClusterUnreadable:
-    said = str(problem.document.get("message") or "")[:160]
-    said = f" (the API server: {said})" if said else ""
+    said = f" (the API server: {problem.said})" if problem.said else ""
     if problem.status == 401:
         why = (
             f"401 Unauthorized: cluster {cluster} does not know the function's role; add an EKS access entry for"
@@ -183,7 +182,7 @@ class ClusterAccess:
 
 class PodReader:
     """`read(cluster)`: the cluster's waiting GPU pods and GPU nodes, from one paged listing (and, asked
-    with `nodes=True`, its nodes' cordons)."""
+    with `nodes`, its nodes' cordons)."""
 
     def __init__(
         self,
@@ -204,12 +203,12 @@ class PodReader:
         self.timeout_s, self.budget_s = timeout_s, budget_s
         self.max_pods, self.max_pages = max_pods, max_pages
 
-    def read(self, cluster: str, budget_s: float | None = None, *, nodes: bool | NodeListing = False) -> ClusterPods:
+    def read(
+        self, cluster: str, budget_s: float | None = None, *, nodes: NodeListing = NodeListing.NONE
+    ) -> ClusterPods:
         """`budget_s`: this listing's time when less than the reader's own (what a tick has left). `nodes`:
-        also list the cluster's nodes (consolidation's marks; True or ALL: every node, DRAINED: only those
-        gpufleet labelled closed); that listing failing leaves the pods read and says why in
-        `nodes_unreadable`."""
-        listing = NodeListing.ALL if nodes is True else NodeListing(nodes or NodeListing.NONE)
+        also list the cluster's nodes (consolidation's marks; ALL: every node, DRAINED: only those gpufleet
+        labelled closed); that listing failing leaves the pods read and says why in `nodes_unreadable`."""
         server = self.server(cluster)
         try:
             connection = Connection(server, self.timeout_s, min(self.budget_s, budget_s or self.budget_s))
@@ -217,8 +216,8 @@ class PodReader:
                 pods = self._list(cluster, connection)
                 found = self._daemonsets(connection)
                 update: dict[str, Any] = {} if found is None else {"daemonsets": found}
-                if listing is not NodeListing.NONE:
-                    update.update(self._nodes(connection, listing is NodeListing.DRAINED))
+                if nodes is not NodeListing.NONE:
+                    update.update(self._nodes(connection, nodes is NodeListing.DRAINED))
                 return pods.model_copy(update=update) if update else pods
             finally:
                 connection.close()
@@ -242,8 +241,8 @@ class PodReader:
             try:
                 page = connection.get_json(NODES_PATH, query)
             except HttpProblem as problem:
-                said = str(problem.document.get("message") or "")[:160]
-                return {"nodes_unreadable": f"listing nodes failed: {problem.reason}" + (f" ({said})" if said else "")}
+                said = f" ({problem.said})" if problem.said else ""
+                return {"nodes_unreadable": f"listing nodes failed: {problem.reason}{said}"}
             if page.get("kind") != "NodeList" or not isinstance(page.get("items"), list):
                 return {"nodes_unreadable": "listing nodes failed: the answer is not a NodeList"}
             states.update(node_states(page["items"]))

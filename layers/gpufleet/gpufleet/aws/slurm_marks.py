@@ -87,7 +87,7 @@ class SlurmMarker:
         at = self.now().astimezone(UTC).isoformat()
         value = {"M": {"reason": {"S": clean_reason(reason)}, "at": {"S": at}}}
         for batch in chunks(ids, PER_CALL):
-            names = {f"#n{i}": NODE_ATTR_PREFIX + iid for i, iid in enumerate(batch)}
+            names = _attribute_names(batch)
             sets = ", ".join(f"{n} = if_not_exists({n}, :v)" for n in names)
             self.dynamodb.update_item(
                 TableName=self.table,
@@ -113,7 +113,7 @@ class SlurmMarker:
         DynamoDB item, at most 400 KB, and a mark nobody removes would stay in it forever. Raises on a failed
         write."""
         for batch in chunks(sorted(set(instance_ids)), PER_CALL):
-            names = {f"#n{i}": NODE_ATTR_PREFIX + iid for i, iid in enumerate(batch)}
+            names = _attribute_names(batch)
             self.dynamodb.update_item(
                 TableName=self.table,
                 Key=marks_key(cluster),
@@ -126,6 +126,11 @@ class SlurmMarker:
         if not obs.ref.cluster:
             raise ValueError(f"{obs.ref.key}: a Slurm mark needs the group's HyperPod cluster")
         return obs.ref.cluster
+
+
+def _attribute_names(instance_ids: Sequence[str]) -> dict[str, str]:
+    """Placeholders for the nodes' attribute names (`node#i-...`: '#' is not allowed in an expression)."""
+    return {f"#n{i}": NODE_ATTR_PREFIX + iid for i, iid in enumerate(instance_ids)}
 
 
 def read_drains(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from typing import Any
 
 from gpufleet.domain.models import GroupKind, GroupRef
 from gpufleet.domain.policy import Consolidation, FleetPolicy, GroupRule, GroupSettings, Owner
@@ -39,8 +40,13 @@ def rule_label(index: int, rule: GroupRule) -> str:
     return f"groups[{index}] ({where}{what})"
 
 
+def _setting(rule: GroupSettings, defaults: GroupSettings, name: str) -> Any:
+    """What a rule's group gets for `name`: the rule's own value where it sets one, else the defaults'."""
+    return getattr(rule, name) if name in rule.model_fields_set else getattr(defaults, name)
+
+
 def _bound(rule: GroupSettings, defaults: GroupSettings, name: str) -> int | None:
-    value: int | None = getattr(rule, name) if name in rule.model_fields_set else getattr(defaults, name)
+    value: int | None = _setting(rule, defaults, name)
     return value
 
 
@@ -178,17 +184,16 @@ def _consolidation_problems(policy: FleetPolicy) -> list[str]:
     another autoscaler sizes the group, so gpufleet's drains would only ever be advice."""
     problems = []
     for i, rule in enumerate(policy.groups):
-        merged = {**policy.defaults.model_dump(), **rule.model_dump(include=rule.model_fields_set)}
-        if merged.get("consolidate") != Consolidation.ATTRITION:
+        if _setting(rule, policy.defaults, "consolidate") is not Consolidation.ATTRITION:
             continue
         label = rule_label(i, rule)
-        demand = rule.demand if "demand" in rule.model_fields_set else policy.defaults.demand
+        demand = _setting(rule, policy.defaults, "demand")
         if rule.kind is not GroupKind.HYPERPOD and (demand is None or demand.kubernetes is None):
             problems.append(
                 f"{label}: consolidate: attrition needs nodes gpufleet can close: a demand: {{kubernetes: ...}} "
                 "source (cordon) or a hyperpod group (Slurm drain); without one this group would never scale in"
             )
-        if merged.get("owner") == Owner.EXTERNAL:
+        if _setting(rule, policy.defaults, "owner") is Owner.EXTERNAL:
             problems.append(f"{label}: consolidate: attrition under owner: external only advises: set one of them")
     d = policy.defaults
     if (
