@@ -83,14 +83,17 @@ def group_settings(policy: FleetPolicy) -> GroupSettings:
     return settings.model_copy(update={"dry_run": False})
 
 
-def instance_observation(node: Node, t: int, lookback: int, demand: bool = True) -> InstanceObservation:
-    """What the metrics reader would return for a node: busiest GPU's allocated share (the documented
-    assumption: utilization = allocated share) and memory held by its pods; Pending while booting. With a
-    demand source, a node with a pod on it is known to run GPU work (the EKS reader's bound pods)."""
+def instance_observation(
+    node: Node, t: int, lookback: int, listed: InstanceObservation | None = None
+) -> InstanceObservation:
+    """What the metrics reader adds to a node as listed (`listed`: the EKS reader's view, `listed()`;
+    None: the node alone): the busiest GPU's allocated share (the documented assumption: utilization =
+    allocated share) and memory held by its pods; nothing while it boots."""
+    base = listed or InstanceObservation(
+        instance_id=node.node_id, lifecycle_state="Pending" if node.ready_at > t else "InService"
+    )
     if node.ready_at > t:
-        return InstanceObservation(instance_id=node.node_id, lifecycle_state="Pending")
-    runs = demand and bool(node.pods)
-    mark = NodeMark.GPUFLEET if node.cordoned else NodeMark.NONE
+        return base
     if node.pods:
         share = node.busiest_share()
         util, mem = share, max(share, HELD_MEMORY)
@@ -98,15 +101,7 @@ def instance_observation(node: Node, t: int, lookback: int, demand: bool = True)
         util = mem = RECENTLY_BUSY
     else:
         util = mem = 0.0
-    return InstanceObservation(
-        instance_id=node.node_id,
-        gpu_utilization=util,
-        gpu_memory_percent=mem,
-        runs_gpu_work=runs,
-        gpus_held=node.used / MILLI_PER_GPU if demand else None,
-        mark=mark,
-        node_name=node.node_id,
-    )
+    return base.model_copy(update={"gpu_utilization": util, "gpu_memory_percent": mem})
 
 
 class GpufleetController:
@@ -239,8 +234,10 @@ class GpufleetController:
         settings = self.settings_for_tick(cluster, util, obs.desired)
         decision = self.decide(obs, settings, now)
         if decision.needs_instance_metrics:
-            demand = not self.experiment.utilization_only
-            instances = tuple(instance_observation(n, t, self.lookback, demand) for n in cluster.nodes.values())
+            nodes = cluster.nodes.values()
+            instances = tuple(
+                instance_observation(n, t, self.lookback, i) for n, i in zip(nodes, obs.instances, strict=True)
+            )
             obs = obs.model_copy(update={"instances": instances, "instance_metrics_loaded": True})
             decision = self.decide(obs, settings, now)
         self.decisions[decision.action] += 1
