@@ -12,6 +12,7 @@ from aws_lambda_powertools import Logger, Metrics
 
 from gpufleet.aws.audit import AuditLog
 from gpufleet.aws.fleet import FleetActuator
+from gpufleet.aws.marks import NodeMarker
 from gpufleet.aws.state import StateStore
 from gpufleet.domain.models import (
     Action,
@@ -63,14 +64,20 @@ def _decision(**kw: object) -> Decision:
     return Decision(**(base | kw))  # type: ignore[arg-type]
 
 
-def test_a_refused_cordon_is_told_once_kept_nowhere_and_never_holds_back_a_launch(aws: str) -> None:
+def _world(marker: NodeMarker) -> tuple[fleet.Clients, FleetActuator, StateStore, Executor]:
+    """A managed self-managed ASG of 2 nodes, the state table, and the executor with `marker` for cordons."""
     clients = fleet.Clients.create()
     fleet.create_state_table(clients.dynamodb, TABLE)
     fleet.create_asg(clients, "gpu-selfmanaged", min_size=0, max_size=6, desired=2, tags=fleet.MANAGED_TAG)
-    marker = Refusing()
     actuator = FleetActuator(clients.autoscaling, clients.eks, markers={MarkChannel.KUBERNETES: marker})
     store = StateStore(clients.dynamodb, TABLE)
     executor = Executor(actuator, store, AuditLog(clients.dynamodb, TABLE), Logger(service="t"), Metrics(namespace="T"))
+    return clients, actuator, store, executor
+
+
+def test_a_refused_cordon_is_told_once_kept_nowhere_and_never_holds_back_a_launch(aws: str) -> None:
+    marker = Refusing()
+    clients, _, store, executor = _world(marker)
     ids = [
         i["InstanceId"] for i in clients.autoscaling.describe_auto_scaling_groups()["AutoScalingGroups"][0]["Instances"]
     ]
@@ -129,13 +136,8 @@ def test_an_invocation_that_dies_after_the_cordon_is_finished_by_the_next_never_
     """The intent (with its drain list) is written under the lease before the patch; the invocation dies
     after the patch, before the commit. The next invocation finishes it (the patch again: idempotent) and
     commits; the node is then gpufleet's by its annotation and removed once idle, or reopened."""
-    clients = fleet.Clients.create()
-    fleet.create_state_table(clients.dynamodb, TABLE)
-    fleet.create_asg(clients, "gpu-selfmanaged", min_size=0, max_size=6, desired=2, tags=fleet.MANAGED_TAG)
     marker = Recording()
-    actuator = FleetActuator(clients.autoscaling, clients.eks, markers={MarkChannel.KUBERNETES: marker})
-    store = StateStore(clients.dynamodb, TABLE)
-    executor = Executor(actuator, store, AuditLog(clients.dynamodb, TABLE), Logger(service="t"), Metrics(namespace="T"))
+    _, actuator, store, executor = _world(marker)
     obs = GroupObservation(
         ref=GroupRef(kind=GroupKind.ASG, name="gpu-selfmanaged"),
         min_size=0,
