@@ -27,6 +27,12 @@
   `patches`. `may` holds the verbs on nodes the caller is granted (403 Forbidden for the others), and
   `POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews` answers from it (201, status.allowed).
 
+- Custom resources (Kueue, Volcano: their CRDs' objects, as `kubectl get -o json` shows them):
+  `GET /apis/GROUP/VERSION/PLURAL` lists every object added with `add_object(plural, doc)` for that
+  apiVersion, all namespaces, as a `KINDList` paged by `limit`/`continue`; a plural never added is 404
+  (its CRD is not installed, as the API answers); a plural in `refuse` is 403 Forbidden, worded as the
+  API server words it (the role lacks `list` on it).
+
 Pods are added, bound, finished and removed through methods; `pod()` builds a document the way
 `kubectl run --dry-run=client -o json` would, with the status the scheduler would give it.
 """
@@ -251,6 +257,9 @@ class KubeApi:
     # Called with (api, node name) after a PATCH arrives and before it is applied: another actor's move.
     interfere: Callable[[KubeApi, str], None] | None = None
     _snapshots: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    # (apiVersion, plural) -> (namespace, name) -> object; plurals whose listing is 403 Forbidden
+    _objects: dict[tuple[str, str], dict[tuple[str, str], dict[str, Any]]] = field(default_factory=dict)
+    refuse: set[str] = field(default_factory=set)
     _version: int = 1000
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -289,6 +298,57 @@ class KubeApi:
         """etcd compacted past every listing in progress: their next page is 410 Expired."""
         with self._lock:
             self._snapshots.clear()
+
+    # -- custom resources (Kueue, Volcano)
+    def add_object(self, plural: str, *docs: dict[str, Any]) -> None:
+        """Add (or replace) objects of one custom resource; the resource is served from then on."""
+        with self._lock:
+            for doc in docs:
+                self._version += 1
+                doc = copy.deepcopy(doc)
+                meta = doc.setdefault("metadata", {})
+                meta["resourceVersion"] = str(self._version)
+                key = (str(doc.get("apiVersion")), plural)
+                self._objects.setdefault(key, {})[(meta.get("namespace", ""), meta["name"])] = doc
+
+    def install(self, api_version: str, *plurals: str) -> None:
+        """Serve these resources (their CRDs are installed), with no objects yet."""
+        with self._lock:
+            for plural in plurals:
+                self._objects.setdefault((api_version, plural), {})
+
+    def remove_object(self, plural: str, api_version: str, namespace: str, name: str) -> None:
+        with self._lock:
+            self._objects.get((api_version, plural), {}).pop((namespace, name), None)
+
+    def object_doc(self, plural: str, api_version: str, namespace: str, name: str) -> dict[str, Any]:
+        with self._lock:
+            return copy.deepcopy(self._objects[(api_version, plural)][(namespace, name)])
+
+    def list_objects(self, api_version: str, plural: str, query: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        if plural in self.refuse:
+            group = api_version.split("/")[0]
+            user = "arn:aws:sts::123456789012:assumed-role/gpufleet-scaler/gpufleet"
+            message = (
+                f'{plural}.{group} is forbidden: User "{user}" cannot list resource "{plural}" in API group '
+                f'"{group}" at the cluster scope'
+            )
+            return 403, status(403, "Forbidden", message, details={"group": group, "kind": plural})
+        with self._lock:
+            found = self._objects.get((api_version, plural))
+            if found is None:
+                return 404, status(404, "NotFound", "the server could not find the requested resource")
+            items = [copy.deepcopy(found[k]) for k in sorted(found)]
+            rv = str(self._version)
+        kind = (items[0].get("kind") if items else None) or _KINDS.get(plural, plural.title())
+        start = int(json.loads(base64.b64decode(query["continue"]))["start"]) if query.get("continue") else 0
+        limit = int(query.get("limit") or 0) or len(items) or 1
+        metadata: dict[str, Any] = {"resourceVersion": rv}
+        if start + limit < len(items):
+            metadata["continue"] = _encode({"v": "meta.k8s.io/v1", "rv": int(rv), "start": start + limit})
+            metadata["remainingItemCount"] = len(items) - start - limit
+        page = items[start : start + limit]
+        return 200, {"kind": f"{kind}List", "apiVersion": api_version, "metadata": metadata, "items": page}
 
     # -- the cluster's nodes
     def add_node(self, *docs: dict[str, Any]) -> None:
@@ -482,6 +542,8 @@ def _handler(api: KubeApi) -> type[BaseHTTPRequestHandler]:
                 if behaviour == "garbage":
                     return self._reply(200, b'{"kind": "PodList", "items": [{"metadata": ')
                 return self._reply(code, json.dumps(doc).encode())
+            if parts[0] == "apis" and len(parts) == 4:
+                return self._reply(*_json_answer(api.list_objects(f"{parts[1]}/{parts[2]}", parts[3], query)))
             missing = status(404, "NotFound", "the server could not find the requested resource")
             return self._reply(404, json.dumps(missing).encode())
 
@@ -515,6 +577,17 @@ def _handler(api: KubeApi) -> type[BaseHTTPRequestHandler]:
             )
 
     return Handler
+
+
+# A resource's kind where no object of it was added yet (an empty list still names its kind).
+_KINDS = {
+    "workloads": "Workload",
+    "clusterqueues": "ClusterQueue",
+    "localqueues": "LocalQueue",
+    "resourceflavors": "ResourceFlavor",
+    "podgroups": "PodGroup",
+    "jobs": "Job",
+}
 
 
 def _json_answer(answer: tuple[int, dict[str, Any]]) -> tuple[int, bytes]:

@@ -4,7 +4,8 @@ function's parts from boto3 clients, the policy loader and Powertools."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger, Metrics
@@ -24,7 +25,7 @@ from gpufleet.aws.queue import NotificationQueue, enqueue_or_log
 from gpufleet.aws.slurm_marks import SlurmMarker
 from gpufleet.aws.state import StateStore
 from gpufleet.domain import defaults
-from gpufleet.domain.models import MarkChannel
+from gpufleet.domain.models import MarkChannel, QueuedSource
 from gpufleet.events.kubernetes import ClusterPods, NodeListing
 from gpufleet.events.origin import Origin
 from gpufleet.policy_loading import LastGoodPolicy, policy_loader
@@ -169,11 +170,15 @@ def demand_reader(
     budget = TickBudget()
 
     def cluster_pods(
-        cluster: str, resources: Mapping[str, float], nodes: NodeListing = NodeListing.NONE
+        cluster: str,
+        resources: Mapping[str, float],
+        nodes: NodeListing = NodeListing.NONE,
+        queued: Collection[QueuedSource] = (),
+        now: datetime | None = None,
     ) -> ClusterPods:
         key = frozenset(resources.items())
         reader = readers.setdefault(key, PodReader(clients.eks, own, overrides, resources))
-        return reader.read(cluster, budget.for_cluster(cluster), nodes=nodes)
+        return reader.read(cluster, budget.for_cluster(cluster), nodes=nodes, queued=queued, now=now)
 
     def shape(
         cluster: str, name: str, overrides: Mapping[str, str] | None = None, kind: Any = None, tell: Any = None

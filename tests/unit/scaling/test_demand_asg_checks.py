@@ -52,7 +52,7 @@ class Told:
 def reader(pods: ClusterPods, logger: Told, shape: Any = None) -> tuple[DemandReader, list[str]]:
     listed: list[str] = []
 
-    def cluster_pods(cluster: str, resources: Any, nodes: Any = None) -> ClusterPods:
+    def cluster_pods(cluster: str, resources: Any, nodes: Any = None, **_: Any) -> ClusterPods:
         listed.append(cluster)
         return pods
 

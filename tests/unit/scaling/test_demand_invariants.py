@@ -283,7 +283,7 @@ class Answers:
             raise self.fail["metric"]
         return {"MetricDataResults": [{"Id": "m0", "Values": [4.0], "Timestamps": [NOW]}]}
 
-    def pods(self, cluster: str, resources: Any, nodes: Any = None) -> ClusterPods:
+    def pods(self, cluster: str, resources: Any, nodes: Any = None, **_: Any) -> ClusterPods:
         if self.fail["kubernetes"] is not None:
             error = self.fail["kubernetes"]
             raise ClusterUnreadable(cluster, "down") if isinstance(error, ClientError) else error

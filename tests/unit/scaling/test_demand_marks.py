@@ -78,7 +78,9 @@ def attach(
 ) -> tuple[GroupObservation, list[NodeListing]]:
     asked: list[NodeListing] = []
 
-    def cluster_pods(cluster: str, resources: object, nodes: NodeListing = NodeListing.NONE) -> ClusterPods:
+    def cluster_pods(
+        cluster: str, resources: object, nodes: NodeListing = NodeListing.NONE, **_: object
+    ) -> ClusterPods:
         asked.append(nodes)
         return pods
 
@@ -152,7 +154,9 @@ def test_consolidation_switched_off_reopens_gpufleets_cordon_the_waiting_pod_wou
     reader = DemandReader(
         sqs=None,
         cloudwatch=None,
-        cluster_pods=lambda cluster, resources, nodes=NodeListing.NONE: pods if nodes == "drained" else listing(None),
+        cluster_pods=lambda cluster, resources, nodes=NodeListing.NONE, **_: (
+            pods if nodes == "drained" else listing(None)
+        ),
         node_shape=lambda cluster, nodegroup: NodeShape(gpus=8),
         instances_of=lambda names: {n: IDS[n] for n in names if n in IDS},
         logger=Told(),  # type: ignore[arg-type]

@@ -52,7 +52,9 @@ class Calls:
         self.shaped: list[tuple[Any, ...]] = []
         self.tell: Any = None
 
-    def cluster_pods(self, cluster: str, resources: Mapping[str, float], nodes: object = None) -> ClusterPods:
+    def cluster_pods(
+        self, cluster: str, resources: Mapping[str, float], nodes: object = None, **_: object
+    ) -> ClusterPods:
         self.listed.append(cluster)
         return self.pods
 

@@ -34,7 +34,7 @@ def reader(pods: ClusterPods, instances_of: object) -> DemandReader:
     return DemandReader(
         sqs=None,
         cloudwatch=None,
-        cluster_pods=lambda cluster, resources, nodes=None: pods,
+        cluster_pods=lambda cluster, resources, nodes=None, **_: pods,
         node_shape=lambda cluster, nodegroup: SHAPES[nodegroup],
         instances_of=instances_of,  # type: ignore[arg-type]
         logger=Logger(service="test", level="CRITICAL"),

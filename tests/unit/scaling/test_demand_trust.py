@@ -103,7 +103,7 @@ def reader(**kw: Any) -> DemandReader:
     base: dict[str, Any] = {
         "sqs": FakeSqs(),
         "cloudwatch": None,
-        "cluster_pods": lambda cluster, resources, nodes=None: ClusterPods(cluster=cluster),
+        "cluster_pods": lambda cluster, resources, nodes=None, **_: ClusterPods(cluster=cluster),
         "node_shape": lambda cluster, nodegroup: NodeShape(gpus=8),
         "instances_of": lambda names: {},
         "logger": QUIET,
@@ -220,7 +220,7 @@ def test_an_unreadable_cluster_never_lets_the_band_scale_in_a_node_bound_to_a_gp
     """Before: 5xx/timeout/410 left every node runs_gpu_work=False and the band scaled in the node bound
     to a GPU pod."""
 
-    def down(cluster: str, resources: Any, nodes: Any = None) -> ClusterPods:
+    def down(cluster: str, resources: Any, nodes: Any = None, **_: Any) -> ClusterPods:
         raise ClusterUnreadable(cluster, "HTTP 503 Service Unavailable", "http")
 
     s = GroupSettings(min=0, max=10, demand=DemandSource(kubernetes=KubernetesDemand()))
@@ -241,7 +241,7 @@ def test_an_unmapped_node_name_does_not_launch_a_node_a_tick() -> None:
     )
     s = GroupSettings(min=0, max=10, demand=DemandSource(kubernetes=KubernetesDemand()))
     obs = eks_gpu(5, instances=instances(5), instance_metrics_loaded=True)
-    [(seen, _)] = reader(cluster_pods=lambda c, r, nodes=None: pods).attach([(obs, s)], NOW)
+    [(seen, _)] = reader(cluster_pods=lambda c, r, nodes=None, **_: pods).attach([(obs, s)], NOW)
     d = decide(seen, s)
     assert d.action is Action.HOLD and d.desired == 5
 
@@ -310,11 +310,13 @@ def test_a_node_not_gpu_ready_is_on_the_way_and_past_the_timeout_an_incident_not
 
     state = GroupState(last_scale_out_at=NOW - timedelta(minutes=11), last_scale_out_added=1)
     for age in (10, 12):  # booted, device plugin not up yet: past the 5-minute warm-up, not room, on the way
-        [(seen, _)] = reader(cluster_pods=lambda c, r, nodes=None: pods, readiness=probe(age)).attach([(obs, s)], NOW)
+        [(seen, _)] = reader(cluster_pods=lambda c, r, nodes=None, **_: pods, readiness=probe(age)).attach(
+            [(obs, s)], NOW
+        )
         assert seen.demand is not None and seen.demand.not_ready == ("i-00",) and seen.demand.free_gpus == ()
         d = decide(seen, s, state)
         assert d.action is Action.HOLD and d.desired == 1, d.reason
-    [(late, _)] = reader(cluster_pods=lambda c, r, nodes=None: pods, readiness=probe(16)).attach([(obs, s)], NOW)
+    [(late, _)] = reader(cluster_pods=lambda c, r, nodes=None, **_: pods, readiness=probe(16)).attach([(obs, s)], NOW)
     assert late.demand is not None and late.demand.not_ready == () and late.demand.free_gpus == ()
     [notice] = late.demand.never_ready
     assert "i-00" in notice.text and "16 min" in notice.text
@@ -391,7 +393,7 @@ def test_a_ten_minute_boot_and_a_three_minute_device_plugin_launch_no_duplicate(
         )
         ready = {"i-1": NodeReadiness(launched_at=launched, gpus_reported=age is not None and age >= 13)}
         r = reader(
-            cluster_pods=lambda c, res, nodes=None, pods=pods: pods,
+            cluster_pods=lambda c, res, nodes=None, pods=pods, **_: pods,
             instances_of=lambda names: {"ip-1.ec2.internal": "i-1"},
             readiness=lambda ids, now, young, ready=ready: ready,
         )
@@ -514,7 +516,7 @@ def test_nodes_full_under_custom_hostnames_still_get_waiting_pods_a_node() -> No
     )
     s = GroupSettings(min=0, max=10, demand=DemandSource(kubernetes=KubernetesDemand()))
     obs = eks_gpu(3, instances=instances(3), instance_metrics_loaded=True)
-    [(seen, _)] = reader(cluster_pods=lambda c, r, nodes=None: pods).attach([(obs, s)], NOW)
+    [(seen, _)] = reader(cluster_pods=lambda c, r, nodes=None, **_: pods).attach([(obs, s)], NOW)
     d = decide(seen, s)
     assert (d.action, d.desired) == (Action.SCALE_OUT, 5) and d.victims == ()
 
@@ -546,10 +548,10 @@ def test_a_node_that_never_becomes_ready_stays_overdue_and_is_replaced_once() ->
         probe_calls.append(sorted(ids))
         return {i: NodeReadiness(launched_at=NOW - timedelta(minutes=ages[i])) for i in ids if i in ages}
 
-    [(one, _)] = reader(cluster_pods=lambda c, r, nodes=None: pods, readiness=probe).attach([(group(1), s)], NOW)
+    [(one, _)] = reader(cluster_pods=lambda c, r, nodes=None, **_: pods, readiness=probe).attach([(group(1), s)], NOW)
     assert one.demand is not None and [n.instance_id for n in one.demand.never_ready] == ["i-00"]
     assert decide(one, s).desired == 2  # at 60 min still overdue: its work gets a node that can serve it
-    [(two, _)] = reader(cluster_pods=lambda c, r, nodes=None: pods, readiness=probe).attach([(group(2), s)], NOW)
+    [(two, _)] = reader(cluster_pods=lambda c, r, nodes=None, **_: pods, readiness=probe).attach([(group(2), s)], NOW)
     assert two.demand is not None and {n.instance_id for n in two.demand.never_ready} == {"i-00", "i-01"}
     assert two.demand.not_ready == ("i-01",) and decide(two, s).desired == 2  # replaced once, no third node
 

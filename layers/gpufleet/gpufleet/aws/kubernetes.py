@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -44,7 +44,9 @@ from botocore.signers import RequestSigner
 
 from gpufleet.aws.clients import AWS_FAILURES, Session, error_code, is_loopback
 from gpufleet.aws.kube_http import ApiServer, Connection, HttpProblem, ca_pem
+from gpufleet.aws.queued import QueuedReader
 from gpufleet.domain.defaults import DRAIN_LABEL
+from gpufleet.domain.models import QueuedSource
 from gpufleet.events.kubernetes import (
     DEFAULT_GPU_RESOURCES,
     ClusterPods,
@@ -56,6 +58,7 @@ from gpufleet.events.kubernetes import (
     daemonsets_of,
     node_states,
 )
+from gpufleet.events.queued import merged
 from gpufleet.settings import KubeEndpoint
 
 if TYPE_CHECKING:
@@ -204,11 +207,19 @@ class PodReader:
         self.max_pods, self.max_pages = max_pods, max_pages
 
     def read(
-        self, cluster: str, budget_s: float | None = None, *, nodes: NodeListing = NodeListing.NONE
+        self,
+        cluster: str,
+        budget_s: float | None = None,
+        *,
+        nodes: NodeListing = NodeListing.NONE,
+        queued: Collection[QueuedSource] = (),
+        now: datetime | None = None,
     ) -> ClusterPods:
         """`budget_s`: this listing's time when less than the reader's own (what a tick has left). `nodes`:
         also list the cluster's nodes (consolidation's marks; ALL: every node, DRAINED: only those gpufleet
-        labelled closed); that listing failing leaves the pods read and says why in `nodes_unreadable`."""
+        labelled closed); that listing failing leaves the pods read and says why in `nodes_unreadable`.
+        `queued`: the queueing systems whose jobs count before they are pods (gpufleet.aws.queued), read
+        as of `now`; one that cannot be read is named in `queued_unreadable`, the pods stay good."""
         server = self.server(cluster)
         try:
             connection = Connection(server, self.timeout_s, min(self.budget_s, budget_s or self.budget_s))
@@ -218,7 +229,11 @@ class PodReader:
                 update: dict[str, Any] = {} if found is None else {"daemonsets": found}
                 if nodes is not NodeListing.NONE:
                     update.update(self._nodes(connection, nodes is NodeListing.DRAINED))
-                return pods.model_copy(update=update) if update else pods
+                pods = pods.model_copy(update=update) if update else pods
+                if not queued:
+                    return pods
+                reader = QueuedReader(page_size=self.page_size, max_pages=self.max_pages)
+                return merged(pods, reader.read(connection, queued, self.gpu_resources, now or datetime.now(UTC)))
             finally:
                 connection.close()
         except HttpProblem as problem:

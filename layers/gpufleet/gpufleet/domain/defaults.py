@@ -171,6 +171,8 @@ DRAIN_LABEL = "gpufleet.io/drained"
 # The Kubernetes group the scaler's EKS access entry puts it in (template.yaml ScalerEksAccess*), bound by
 # deploy/kubernetes/gpufleet-node-marks.yaml to a ClusterRole of the same name: nodes get, list, patch only.
 NODE_MARKS_GROUP = "gpufleet-node-marks"
+# The Kubernetes group whose ClusterRole reads queued jobs (Kueue, Volcano): deploy/kubernetes/gpufleet-queued-jobs.yaml
+QUEUED_JOBS_GROUP = "gpufleet-queued-jobs"
 # Slurm: the reason gpufleet gives `scontrol update state=drain`; only a node drained with it is resumed.
 SLURM_DRAIN_REASON_PREFIX = "gpufleet:"
 # At most this share of a group's serving nodes drains at once (policy `drain_max_share`, percent).

@@ -218,6 +218,13 @@ class InstanceObservation(Frozen):
         return self.lifecycle_state == "InService"
 
 
+class QueuedSource(StrEnum):
+    """A queueing system whose jobs count before they are pods (`demand.kubernetes.queued`; events/queued.py)."""
+
+    KUEUE = "kueue"
+    VOLCANO = "volcano"
+
+
 class WaitingWork(Frozen):
     """Work that waits for GPUs: a pod, a job or a queued message (or `count` alike), and what each asks for."""
 
@@ -226,6 +233,9 @@ class WaitingWork(Frozen):
     since: datetime | None = None  # when the longest-waiting of them started waiting, when the source says
     count: int = Field(default=1, ge=1)
     whole_node: bool = False  # needs a node of its own (required anti-affinity to its kind, a hostPort): one per node
+    # The gang it belongs to (a Kueue Workload, a Volcano PodGroup: events/queued.py): all of a gang's work
+    # gets its nodes in one change, or none of it does. Empty: work on its own.
+    gang: str = ""
 
 
 class UnfitWork(Frozen):
@@ -266,6 +276,9 @@ class Demand(Frozen):
     # Nodes launched but not able to serve GPUs yet (no GPUs reported): on the way, not room, not victims.
     not_ready: tuple[str, ...] = ()
     never_ready: tuple[NodeNotice, ...] = ()  # past the GPU-ready timeout: told, and counted as nothing
+    # Queued jobs seen and not counted (waiting for quota, an admission check, ...), and queueing systems
+    # that could not be read: told once each, never asked for (events/queued.py).
+    queue_notes: tuple[UnfitWork, ...] = ()
 
     @property
     def known(self) -> bool:

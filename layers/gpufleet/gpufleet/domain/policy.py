@@ -22,7 +22,7 @@ from pydantic import BaseModel, BeforeValidator, Field, ValidationError, model_v
 from gpufleet.capacity.policy import SpotPolicy
 from gpufleet.domain import defaults
 from gpufleet.domain.errors import PolicyError, describe_validation_error, one_line
-from gpufleet.domain.models import Direction, Frozen, GroupKind, GroupRef
+from gpufleet.domain.models import Direction, Frozen, GroupKind, GroupRef, QueuedSource
 from gpufleet.domain.quantity import is_quantity
 from gpufleet.domain.values import LONE_SURROGATE, is_storable
 from gpufleet.guard.policy import GuardPolicy
@@ -171,6 +171,9 @@ class KubernetesDemand(Frozen):
     # For AMIs that reserve otherwise than the EKS AMI: resource -> allocatable quantity on a fresh node
     # ({"cpu": "3500m", "memory": "13Gi", "ephemeral-storage": "90Gi"}); replaces the computed value.
     allocatable: dict[str, str] | None = Field(default=None, max_length=64)
+    # Queueing systems whose jobs count before they are pods (Kueue Workloads, Volcano PodGroups; docs/
+    # queued-jobs.md). Each is read only where its CRDs are installed; [] reads pods alone.
+    queued: tuple[QueuedSource, ...] = (QueuedSource.KUEUE, QueuedSource.VOLCANO)
 
     @model_validator(mode="after")
     def _units(self) -> Self:

@@ -25,7 +25,7 @@ from pydantic import Field
 
 from gpufleet.domain.defaults import DRAIN_ANNOTATION, DRAIN_LABEL
 from gpufleet.domain.errors import one_line
-from gpufleet.domain.models import Frozen
+from gpufleet.domain.models import Frozen, UnfitWork
 from gpufleet.domain.quantity import parse_quantity
 from gpufleet.domain.values import EARLIEST, LATEST, Timestamp
 
@@ -36,6 +36,8 @@ NVIDIA_GPU = "nvidia.com/gpu"
 # "nvidia.com/mig-1g.10gb": 7).
 DEFAULT_GPU_RESOURCES: Mapping[str, float] = {NVIDIA_GPU: 1.0}
 HOSTNAME_KEY = "kubernetes.io/hostname"
+# The PodGroup a Volcano pod belongs to (volcano.sh: pkg/apis/scheduling/v1beta1 KubeGroupNameAnnotationKey).
+VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 # Resources the API lets a pod set at the pod level (PodLevelResources: cpu, memory, hugepages-*).
 _POD_LEVEL = ("cpu", "memory")
 
@@ -75,6 +77,9 @@ class WaitingPod(Placement):
     priority: int = 0  # spec.priority (from its PriorityClass): below the expendable cut-off it asks for nothing
     one_per_node: bool = False  # required anti-affinity to its own kind per hostname, or a hostPort
     owner: str = ""  # its set: the Deployment, Job, StatefulSet... (a ReplicaSet's hash cut), else its name
+    # The gang it belongs to ("volcano:ns/podgroup", "kueue:ns/workload"; events/queued.py): its pods start
+    # together or not at all, so their nodes come in one change or none. Empty: a pod on its own.
+    gang: str = ""
 
     @property
     def key(self) -> str:
@@ -303,14 +308,17 @@ def waiting_pod(
     if not gpus > 0:
         return None
     others = {k: v for k, v in requests.items() if k not in gpu_resources}
+    namespace = str(meta.get("namespace", "default"))
+    group = str(_map(meta.get("annotations")).get(VOLCANO_GROUP_ANNOTATION) or "")
     return WaitingPod(
-        namespace=str(meta.get("namespace", "default")),
+        namespace=namespace,
         name=str(meta.get("name", "")),
         gpus=gpus,
         since=since,
         priority=_priority(spec),
         one_per_node=_one_per_node(spec, meta),
         owner=_owner(meta),
+        gang=f"volcano:{namespace}/{group}" if group else "",
         **_placement(spec, others),
     )
 
@@ -384,6 +392,13 @@ def gpus_held_by_node(
     return held
 
 
+# What events/queued.py reads a queued pod template with, the same as a pod's.
+gpus_of = _gpus
+placement_of = _placement
+priority_of = _priority
+one_per_node_of = _one_per_node
+
+
 class NodeListing(StrEnum):
     """Which nodes a cluster read lists: NONE; DRAINED, only those gpufleet labelled closed
     (`labelSelector=defaults.DRAIN_LABEL`: normally none, so cheap), for clusters where no group
@@ -442,6 +457,12 @@ class ClusterPods(Frozen):
     # (`nodes_unreadable` says why: its groups' marks are then unknown).
     nodes: dict[str, NodeState] | None = None
     nodes_unreadable: str | None = None
+    # Jobs that wait before they are pods (events/queued.py): their gangs' pods are in `waiting`; what was
+    # seen and not counted is in `queue_notes` (told once each); a queueing system that could not be read
+    # is named in `queued_unreadable`.
+    queue_notes: tuple[UnfitWork, ...] = ()
+    queued_unreadable: tuple[str, ...] = ()
+    queued_gangs: frozenset[str] = frozenset()
 
 
 def cluster_pods(

@@ -43,6 +43,8 @@ from gpufleet.domain.models import (
     MarkChannel,
     NodeMark,
     NodeNotice,
+    QueuedSource,
+    UnfitWork,
     WaitingWork,
 )
 from gpufleet.domain.policy import Consolidation, DemandSource, GroupSettings
@@ -99,13 +101,21 @@ class _Warnings:
         return lambda line: self._warn_once(f"node template of {key}", line, "ASG tags not used for its node shape")
 
     def _listing(
-        self, read: Callable[..., ClusterPods], cluster: str, resources: Mapping[str, float], attrition: bool
+        self,
+        read: Callable[..., ClusterPods],
+        cluster: str,
+        resources: Mapping[str, float],
+        attrition: bool,
+        queued: tuple[frozenset[QueuedSource], datetime] | None = None,
     ) -> ClusterPods:
         """The cluster's pods (ClusterUnreadable raised), and its nodes: all of them when a group of it
         drains by attrition, else only those gpufleet labelled closed (so a switch to `consolidate: off`
-        still finds and reopens them). A node listing that fails is told once and leaves the marks unknown."""
+        still finds and reopens them). A node listing that fails is told once and leaves the marks unknown.
+        `queued`: the queueing systems whose jobs its groups count (and now), read with the pods."""
         source, marks = f"cluster {cluster}", f"node marks of cluster {cluster}"
-        pods = read(cluster, resources, nodes=NodeListing.ALL if attrition else NodeListing.DRAINED)
+        listing = NodeListing.ALL if attrition else NodeListing.DRAINED
+        extra: dict[str, Any] = {"queued": queued[0], "now": queued[1]} if queued and queued[0] else {}
+        pods = read(cluster, resources, nodes=listing, **extra)
         self._read_well(source)
         if pods.nodes is not None:
             self._read_well(marks)
@@ -239,8 +249,9 @@ class DemandReader(_Warnings):
         for _, _, d in joined:
             resources.update(d.kubernetes.gpu_resources if d.kubernetes else {})
         attrition = any(s.consolidate is Consolidation.ATTRITION for _, s, _ in joined)
+        queued = frozenset(q for _, _, d in joined if d.kubernetes for q in d.kubernetes.queued)
         try:
-            pods = self._listing(self.cluster_pods, cluster, resources, attrition)
+            pods = self._listing(self.cluster_pods, cluster, resources, attrition, (queued, run.now))
         except ClusterUnreadable as err:
             return out | {o.ref.key: self._unreadable(o, source, err.cause) for o, _, _ in joined}
         shapes, unknown = _node_shapes(self.node_shape, cluster, joined, self._tell_shape)
@@ -263,6 +274,7 @@ class DemandReader(_Warnings):
                 # there, and nothing reopens it): none is room, so waiting work gets a launch.
                 blind = settings.consolidate is Consolidation.ATTRITION and not held.listed
                 demand = _pod_demand(marked, shape, (running, closed, unmapped), assigned, source, run)
+                demand = _with_queue_notes(demand, cluster, pods)
                 out[obs.ref.key] = _without_room(demand) if blind else demand
         return out
 
@@ -534,6 +546,19 @@ def _pod_demand(
         never_ready=starting.notices,
     )
     return obs.model_copy(update={"demand": demand, "instances": instances})
+
+
+def _with_queue_notes(obs: GroupObservation, cluster: str, pods: ClusterPods) -> GroupObservation:
+    """The cluster's queued jobs that were seen and not counted, and queueing systems it could not read:
+    on every group of the cluster (each is told once, whichever group carries it)."""
+    d = obs.demand
+    unreadable = tuple(
+        UnfitWork(key=f"queued-unreadable/{cluster}/{why}", count=1, text=f"cluster {cluster}: {why}")
+        for why in pods.queued_unreadable
+    )
+    if d is None or not (pods.queue_notes or unreadable):
+        return obs
+    return obs.model_copy(update={"demand": d.model_copy(update={"queue_notes": pods.queue_notes + unreadable})})
 
 
 def _without_room(obs: GroupObservation) -> GroupObservation:

@@ -1,0 +1,154 @@
+"""Read a cluster's queued jobs (glue): each queueing system's objects listed with the pod reader's
+connection, paged like the pods, then read as demand by the pure readers (events/kueue.py,
+events/volcano.py).
+
+Per system, one paged `GET` per resource, cluster-wide:
+- Kueue (`kueue.x-k8s.io/v1beta1`): workloads, clusterqueues, localqueues, resourceflavors;
+- Volcano: `scheduling.volcano.sh/v1beta1` podgroups, and `batch.volcano.sh/v1alpha1` jobs (the tasks'
+  shapes where a PodGroup's owner is a Volcano Job; optional).
+
+A 404 on a system's first resource means its CRDs are not installed: nothing to read, nothing said. A 403
+(AmazonEKSViewPolicy does not cover these resources) says which ClusterRole grants them
+(deploy/kubernetes/gpufleet-queued-jobs.yaml): that system's demand is unknown, told once, and the pods
+are read as before. Any other failure of a system's listing leaves that system unreadable, never the pods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from gpufleet.aws.kube_http import Connection, HttpProblem
+from gpufleet.domain.defaults import QUEUED_JOBS_GROUP
+from gpufleet.domain.models import QueuedSource
+from gpufleet.events.kueue import KueueObjects, kueue_demand
+from gpufleet.events.queued import QueuedDemand
+from gpufleet.events.volcano import VolcanoObjects, volcano_demand
+
+KUEUE = "/apis/kueue.x-k8s.io/v1beta1"
+VOLCANO_SCHEDULING = "/apis/scheduling.volcano.sh/v1beta1"
+VOLCANO_BATCH = "/apis/batch.volcano.sh/v1alpha1"
+GRANT = f"deploy/kubernetes/gpufleet-queued-jobs.yaml (Kubernetes group {QUEUED_JOBS_GROUP})"
+
+
+class NotInstalled(Exception):
+    """The API has no such resource (404): the system's CRDs are not installed."""
+
+
+@dataclass(frozen=True)
+class Resource:
+    path: str  # /apis/GROUP/VERSION/PLURAL
+    kind: str  # the list's kind: WorkloadList
+    optional: bool = False  # a system reads well without it (Volcano Jobs: only the tasks' shapes)
+
+
+def list_all(connection: Connection, resource: Resource, page_size: int, max_pages: int) -> list[Any]:
+    """Every object of one resource, cluster-wide, page by page. NotInstalled on a 404; HttpProblem as
+    the connection raises it; a page of another kind, or past `max_pages`, is malformed."""
+    query: dict[str, str | int] = {"limit": page_size}
+    items: list[Any] = []
+    for _ in range(max_pages):
+        try:
+            page = connection.get_json(resource.path, query)
+        except HttpProblem as problem:
+            if problem.status == 404:
+                raise NotInstalled(resource.path) from None
+            raise
+        if page.get("kind") != resource.kind or not isinstance(page.get("items"), list):
+            raise HttpProblem("malformed", f"the answer to {resource.path} is not a {resource.kind}")
+        items += page["items"]
+        metadata = page.get("metadata")
+        token = metadata.get("continue") if isinstance(metadata, Mapping) else None
+        if not token:
+            return items
+        query["continue"] = str(token)
+    raise HttpProblem("malformed", f"listing {resource.path} ran past {max_pages} pages")
+
+
+def _why(problem: HttpProblem, resource: Resource) -> str:
+    plural = resource.path.rsplit("/", 1)[-1]
+    if problem.status == 403:
+        return f"403 Forbidden listing {plural}: bind the role's access entry to {GRANT}"
+    said = f" ({problem.said})" if problem.said else ""
+    return f"listing {plural} failed: {problem.reason}{said}"
+
+
+@dataclass
+class QueuedReader:
+    """`read(connection, sources, gpu_resources, now)`: one QueuedDemand per system asked for."""
+
+    page_size: int = 500
+    max_pages: int = 200
+
+    def read(
+        self,
+        connection: Connection,
+        sources: Collection[QueuedSource],
+        gpu_resources: Mapping[str, float],
+        now: datetime,
+    ) -> list[QueuedDemand]:
+        readers: dict[QueuedSource, Callable[[Connection, Mapping[str, float], datetime], QueuedDemand]] = {
+            QueuedSource.KUEUE: self._kueue,
+            QueuedSource.VOLCANO: self._volcano,
+        }
+        return [readers[s](connection, gpu_resources, now) for s in QueuedSource if s in sources]
+
+    def _lists(
+        self, connection: Connection, source: QueuedSource, resources: list[Resource]
+    ) -> list[Any] | QueuedDemand:
+        """Each resource's items, or the system's QueuedDemand when it is not installed or not readable."""
+        out: list[Any] = []
+        for i, resource in enumerate(resources):
+            try:
+                out.append(list_all(connection, resource, self.page_size, self.max_pages))
+            except NotInstalled:
+                if i == 0:
+                    return QueuedDemand(source=source, installed=False)
+                if not resource.optional:
+                    return QueuedDemand(source=source, unreadable=f"{resource.path} is not served (404)")
+                out.append(None)
+            except HttpProblem as problem:
+                if problem.kind == "timeout":
+                    raise  # the cluster's budget is spent: the whole read fails as the pods' would
+                if not resource.optional:
+                    return QueuedDemand(source=source, unreadable=_why(problem, resource))
+                out.append(None)
+        return out
+
+    def _kueue(self, connection: Connection, gpu_resources: Mapping[str, float], now: datetime) -> QueuedDemand:
+        found = self._lists(
+            connection,
+            QueuedSource.KUEUE,
+            [
+                Resource(f"{KUEUE}/workloads", "WorkloadList"),
+                Resource(f"{KUEUE}/clusterqueues", "ClusterQueueList"),
+                Resource(f"{KUEUE}/localqueues", "LocalQueueList"),
+                Resource(f"{KUEUE}/resourceflavors", "ResourceFlavorList"),
+            ],
+        )
+        if isinstance(found, QueuedDemand):
+            return found
+        workloads, cluster_queues, local_queues, flavors = found
+        objects = KueueObjects(
+            workloads=workloads or [],
+            cluster_queues=cluster_queues or [],
+            local_queues=local_queues or [],
+            flavors=flavors or [],
+        )
+        return kueue_demand(objects, now, gpu_resources)
+
+    def _volcano(self, connection: Connection, gpu_resources: Mapping[str, float], now: datetime) -> QueuedDemand:
+        found = self._lists(
+            connection,
+            QueuedSource.VOLCANO,
+            [
+                Resource(f"{VOLCANO_SCHEDULING}/podgroups", "PodGroupList"),
+                Resource(f"{VOLCANO_BATCH}/jobs", "JobList", optional=True),
+            ],
+        )
+        if isinstance(found, QueuedDemand):
+            return found
+        podgroups, jobs = found
+        return volcano_demand(VolcanoObjects(podgroups=podgroups or [], jobs=jobs), now, gpu_resources)
