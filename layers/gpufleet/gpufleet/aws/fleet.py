@@ -381,6 +381,13 @@ class FleetActuator:
             )
             if ref.kind is GroupKind.EKS_NODEGROUP:
                 text += "; " + self._update_nodegroup(ref, decision.desired, token)
+            elif decision.desired < decision.current - len(decision.victims):
+                # Launches still owed are cancelled too (a gang's partial launch given back): desired down to
+                # the instances the group holds, so the ASG chooses no instance to terminate.
+                self.autoscaling.set_desired_capacity(
+                    AutoScalingGroupName=ref.name, DesiredCapacity=decision.desired, HonorCooldown=False
+                )
+                text += f"; SetDesiredCapacity {ref.name} = {decision.desired}"
             return text
         return "nothing to apply"
 

@@ -30,7 +30,7 @@ from botocore.exceptions import ClientError
 from gpufleet.aws.clients import chunks
 from gpufleet.domain import defaults
 from gpufleet.domain.keys import joined
-from gpufleet.domain.models import Decision, ForeignChange, GroupState, Outcome
+from gpufleet.domain.models import Decision, ForeignChange, GroupState, Outcome, TriggerKind
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -131,6 +131,7 @@ def _state(item: dict[str, Any]) -> GroupState:
         foreign=tuple(ForeignChange.model_validate_json(e["S"]) for e in item.get("foreign_changes", {}).get("L", [])),
         stand_aside_until=_dt(item, "stand_aside_until"),
         marks_failed_at=_dt(item, "marks_failed_at"),
+        gang_gave_back_at=_dt(item, "gang_gave_back_at"),
     )
 
 
@@ -223,6 +224,9 @@ class StateStore:
             sets.append("marks_failed_at = :marks_at")
         elif done.changes_marks:
             removes.append("marks_failed_at")
+        if done.trigger.kind is TriggerKind.GANG_PARTIAL and done.outcome is not Outcome.FAILED:
+            values[":gang_at"] = {"S": done.at.isoformat()}  # gangs rest from now (scaling.core)
+            sets.append("gang_gave_back_at = :gang_at")
         if done.owed_to:
             names["#owed"] = OWED_PREFIX + done.owed_to
             values[":delta"] = {"N": str(done.desired - done.current)}

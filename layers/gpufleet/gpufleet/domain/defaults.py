@@ -171,6 +171,13 @@ DRAIN_LABEL = "gpufleet.io/drained"
 # The Kubernetes group the scaler's EKS access entry puts it in (template.yaml ScalerEksAccess*), bound by
 # deploy/kubernetes/gpufleet-node-marks.yaml to a ClusterRole of the same name: nodes get, list, patch only.
 NODE_MARKS_GROUP = "gpufleet-node-marks"
+# Gangs (jobs whose pods start together: docs/queued-jobs.md). A gang's nodes are asked in one change; when
+# some of them have not launched this long after that change (EC2 capacity), the nodes that came and sit
+# idle, and those never launched, are given back: Cluster Autoscaler's max-node-provision-time is 15 min,
+# a GPU node boots in 5-10 min, so 10 min is a launch that is not coming. Then gangs rest as long before
+# their nodes are asked again (Cluster Autoscaler backs a failed node group off 5 min, doubling to 30).
+GANG_LAUNCH_TIMEOUT_S = 600
+GANG_REST_S = 600
 # The Kubernetes group whose ClusterRole reads queued jobs (Kueue, Volcano): deploy/kubernetes/gpufleet-queued-jobs.yaml
 QUEUED_JOBS_GROUP = "gpufleet-queued-jobs"
 # Slurm: the reason gpufleet gives `scontrol update state=drain`; only a node drained with it is resumed.

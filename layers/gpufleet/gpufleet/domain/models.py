@@ -144,6 +144,8 @@ class TriggerKind(StrEnum):
     TERMINATION_REQUEST = "termination-request"  # EC2 Auto Scaling asked the custom termination policy
     INTERRUPTION = "interruption"  # a spot interruption warning or rebalance recommendation
     DEMAND = "demand"  # work waiting for GPUs: unschedulable pods, a queue's backlog, a scheduler's metric
+    # A gang's nodes that came partly: what came (idle) and what never launched, given back after a timeout.
+    GANG_PARTIAL = "gang-partial"
 
     @classmethod
     def _missing_(cls, value: object) -> TriggerKind | None:
@@ -440,6 +442,9 @@ class GroupState(Frozen):
     # When node marks (cordon, Slurm drain) last failed: for a while nothing drains, and no drained node's room
     # is counted for waiting work (a launch is asked instead). Cleared by marks that work.
     marks_failed_at: datetime | None = None
+    # When gpufleet last gave back a gang's partial launch: gangs are not launched for again for a while
+    # (defaults.GANG_REST_S), so a capacity shortage does not bill a partial gang every few minutes.
+    gang_gave_back_at: datetime | None = None
 
     def leased_by_other(self, event_id: str, now: datetime) -> bool:
         """Someone else holds the lease (a retry of the same event may take over its own change)."""

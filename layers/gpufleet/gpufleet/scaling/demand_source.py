@@ -263,7 +263,8 @@ class DemandReader(_Warnings):
         held = _holdings(pods, named, closed)
         room = _room(joined, shapes, running | held.other, run.now)
         cutoff = min((d.kubernetes.expendable_priority for _, _, d in joined if d.kubernetes), default=-10)
-        assigned = assign(pods.waiting, shapes, room, pods.daemonsets, cutoff)
+        most = {o.ref.key: effective_bounds(o, s, run.now).max for o, s, _ in joined}
+        assigned = assign(pods.waiting, shapes, room, pods.daemonsets, cutoff, most)
         if assigned.unfit:
             self._warn_once(f"unfit pods of {source}", assigned.unfit[0].key, "waiting pods fit no group")
         for obs, settings, _ in joined:

@@ -287,6 +287,7 @@ def assign(
     room: Mapping[str, float],
     daemonsets: Sequence[DaemonSetPod] = (),
     expendable_priority: int = DEFAULT_EXPENDABLE_PRIORITY,
+    most: Mapping[str, int] | None = None,
 ) -> Assignment:
     """Each waiting pod to one group whose nodes fit it, or told as fitting none.
 
@@ -295,47 +296,120 @@ def assign(
     fewest GPUs per node (the least room left idle) among those with room left, then by key; each pod
     takes its share of a node (1/k where a node holds k such pods, a whole node for one that needs a node
     each), so pods spill to the next group when one is full. Only when no fitting group has room left does
-    a pod go to the one it would have had (it asks there, and that group says it is at max)."""
-    ordered = sorted(shapes.items(), key=lambda ks: (ks[1].gpus, ks[0]))
-    rooms = {key: usable(shape, daemonsets) for key, shape in ordered}
-    left = {key: float(room[key]) if key in room else math.inf for key, _ in ordered}
-    owners: dict[str, list[WaitingWork]] = {}
-    unfit: dict[str, _UnfitSet] = {}
-    verdicts: dict[tuple[object, ...], list[tuple[str, _Verdict]]] = {}
-    expendable = elsewhere = 0
-    for pod in sorted(waiting, key=lambda p: -p.priority):  # stable: the listing's order within a priority
-        if pod.priority < expendable_priority:
-            expendable += 1
-            continue
+    a pod go to the one it would have had (it asks there, and that group says it is at max).
+
+    A gang's pods (`WaitingPod.gang`) go to one group together: one that every member fits, with room for
+    the whole gang where there is one. A gang no single group fits, or one that needs more nodes than a
+    fitting group may ever have (`most`: group key -> its max), is told as fitting none, with the numbers:
+    it would never start, so no node is launched for any of its pods."""
+    return _Assigner(shapes, room, daemonsets, most or {}).run(waiting, expendable_priority)
+
+
+class _Assigner:
+    """The state of one `assign`: each group's room left and each pod kind's verdicts, computed once."""
+
+    def __init__(
+        self,
+        shapes: Mapping[str, NodeShape],
+        room: Mapping[str, float],
+        daemonsets: Sequence[DaemonSetPod],
+        most: Mapping[str, int],
+    ) -> None:
+        self.ordered = sorted(shapes.items(), key=lambda ks: (ks[1].gpus, ks[0]))
+        self.shapes, self.most = shapes, most
+        self.rooms = {key: usable(shape, daemonsets) for key, shape in self.ordered}
+        self.left = {key: float(room[key]) if key in room else math.inf for key, _ in self.ordered}
+        self.owners: dict[str, list[WaitingWork]] = {}
+        self.unfit: dict[str, _UnfitSet] = {}
+        self.verdicts: dict[tuple[object, ...], list[tuple[str, _Verdict]]] = {}
+        self.expendable = self.elsewhere = 0
+
+    def run(self, waiting: Iterable[WaitingPod], expendable_priority: int) -> Assignment:
+        units: dict[str, list[WaitingPod]] = {}
+        for pod in sorted(waiting, key=lambda p: -p.priority):  # stable: the listing's order within a priority
+            if pod.priority < expendable_priority:
+                self.expendable += 1
+                continue
+            units.setdefault(pod.gang or f"\0{len(units)}", []).append(pod)
+        for members in units.values():
+            if members[0].gang:
+                self._gang(members)
+            else:
+                self._single(members[0])
+        told = [UnfitWork(key=key, count=s.count, text=_unfit_text(s)) for key, s in sorted(self.unfit.items())]
+        return Assignment(owners=self.owners, unfit=told, expendable=self.expendable, elsewhere=self.elsewhere)
+
+    def _verdicts(self, pod: WaitingPod) -> list[tuple[str, _Verdict]]:
         kind = (pod.gpus, pod.requests, pod.node_selector, pod.affinity, pod.tolerations)
-        if kind not in verdicts:
-            verdicts[kind] = [(key, _verdict(pod, shape, rooms[key])) for key, shape in ordered]
-        fitting = [key for key, v in verdicts[kind] if v.why is None]
-        if not fitting and verdicts[kind] and all(v.kind == "placement" for _, v in verdicts[kind]):
-            elsewhere += 1  # it selects nodes no managed group has: another autoscaler's pod, not ours to tell
-            continue
+        if kind not in self.verdicts:
+            self.verdicts[kind] = [(key, _verdict(pod, shape, self.rooms[key])) for key, shape in self.ordered]
+        return self.verdicts[kind]
+
+    def _tell(self, pod: WaitingPod, count: int, reasons: dict[str, _Verdict], key: str | None = None) -> None:
+        sig = signature(pod)
+        named = f"gang {pod.gang}" if key and pod.gang else pod.pod_set
+        entry = self.unfit.setdefault(key or f"{pod.pod_set} ({sig})", _UnfitSet(named, sig))
+        entry.count += count
+        entry.reasons = reasons
+        entry.names = {k: shape.name for k, shape in self.ordered}
+
+    def _single(self, pod: WaitingPod) -> None:
+        verdicts = self._verdicts(pod)
+        fitting = [key for key, v in verdicts if v.why is None]
+        if not fitting and verdicts and all(v.kind == "placement" for _, v in verdicts):
+            self.elsewhere += 1  # it selects nodes no managed group has: another autoscaler's pod, not ours to tell
+            return
         if not fitting:
-            sig = signature(pod)
-            entry = unfit.setdefault(f"{pod.pod_set} ({sig})", _UnfitSet(pod.pod_set, sig))
-            entry.count += 1
-            entry.reasons = dict(verdicts[kind])
-            entry.names = {key: shape.name for key, shape in ordered}
-            continue
-        chosen = next((key for key in fitting if left[key] > _EPSILON), fitting[0])
-        share = per_node(pod, shapes[chosen], rooms[chosen])
-        left[chosen] -= 1.0 / share
-        whole = pod.one_per_node or share == 1
-        work = WaitingWork(name=pod.key, gpus=pod.gpus, since=pod.since, whole_node=whole)
-        owners.setdefault(chosen, []).append(work)
-    told = [UnfitWork(key=key, count=s.count, text=_unfit_text(s)) for key, s in sorted(unfit.items())]
-    return Assignment(owners=owners, unfit=told, expendable=expendable, elsewhere=elsewhere)
+            self._tell(pod, 1, dict(verdicts))
+            return
+        chosen = next((key for key in fitting if self.left[key] > _EPSILON), fitting[0])
+        self._place(chosen, [pod])
+
+    def _place(self, chosen: str, pods: Sequence[WaitingPod]) -> None:
+        for pod in pods:
+            share = per_node(pod, self.shapes[chosen], self.rooms[chosen])
+            self.left[chosen] -= 1.0 / share
+            whole = pod.one_per_node or share == 1
+            work = WaitingWork(name=pod.key, gpus=pod.gpus, since=pod.since, whole_node=whole, gang=pod.gang)
+            self.owners.setdefault(chosen, []).append(work)
+
+    def _nodes(self, key: str, pods: Sequence[WaitingPod]) -> float:
+        """Nodes of group `key` the pods take (each its share of a node)."""
+        return sum(1.0 / per_node(p, self.shapes[key], self.rooms[key]) for p in pods)
+
+    def _gang(self, members: list[WaitingPod]) -> None:
+        per_member = [self._verdicts(p) for p in members]
+        if all(v.kind == "placement" for verdicts in per_member for _, v in verdicts) and per_member[0]:
+            self.elsewhere += len(members)
+            return
+        common = [key for key, _ in self.ordered if all(dict(v)[key].why is None for v in per_member)]
+        if not common:
+            worst = next((i for i, v in enumerate(per_member) if all(x.why for _, x in v)), 0)
+            self._tell(members[worst], len(members), dict(per_member[worst]), f"{members[0].gang} (gang)")
+            return
+        needs = {key: math.ceil(self._nodes(key, members) - _EPSILON) for key in common}
+        able = [key for key in common if key not in self.most or needs[key] <= self.most[key]]
+        if not able:
+            self._too_big(members, {key: (needs[key], self.most[key]) for key in common})
+            return
+        chosen = next((key for key in able if self.left[key] + _EPSILON >= needs[key]), able[0])
+        self._place(chosen, members)
+
+    def _too_big(self, members: list[WaitingPod], sizes: Mapping[str, tuple[int, int]]) -> None:
+        """A gang that needs more nodes than any group it fits may have: told, never launched for."""
+        first = members[0]
+        reasons = {
+            key: _Verdict(f"the gang needs {need} nodes, its max is {top}", "gang", ())
+            for key, (need, top) in sizes.items()
+        }
+        self._tell(first, len(members), reasons, f"{first.gang} (gang)")
 
 
 def _unfit_text(s: _UnfitSet) -> str:
     """'3 pods of serving/infer (cpu 4, memory 16Gi, 1 GPU) fit no group: eks:ml/gpu-infer's g5.xlarge has
     3.92 CPU and 14.5 GiB allocatable'. Groups whose nodes are too small come first (the numbers that
     matter), then those it cannot tell, then those it does not select."""
-    rank = {"resources": 0, "undecided": 1, "placement": 2}
+    rank = {"gang": 0, "resources": 0, "undecided": 1, "placement": 2}
     reasons = sorted(s.reasons.items(), key=lambda kv: (rank.get(kv[1].kind, 3), kv[0]))
     parts: list[str] = []
     for key, v in reasons[:_UNFIT_GROUPS_SHOWN]:

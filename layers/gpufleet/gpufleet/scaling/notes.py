@@ -201,8 +201,9 @@ def invalid_policy_note(
 
 def demand_notes(observations: Sequence[GroupObservation], now: datetime, region: str) -> list[Notification]:
     """What the demand path must tell, once each (the notification id is the finding's, so every later
-    tick's copy is the same notification): work that fits no group, with the numbers, and nodes that never
-    became GPU-ready (an incident per instance)."""
+    tick's copy is the same notification): work that fits no group, with the numbers, queued jobs that do
+    not count (waiting for quota, an admission check) or a queueing system that cannot be read, and nodes
+    that never became GPU-ready (an incident per instance)."""
     found: dict[str, tuple[NotificationKind, str, str, str, dict[str, str], str]] = {}
     for obs in observations:
         d = obs.demand
@@ -212,6 +213,10 @@ def demand_notes(observations: Sequence[GroupObservation], now: datetime, region
             title = f"{u.count} {_plural(u.count, 'pod')} fit no group ({d.source}): nothing launched"
             facts = {"source": d.source, "waiting": str(u.count)}
             found.setdefault(f"unfit/{u.key}", (NotificationKind.SCALING, obs.ref.key, title, u.text, facts, "unfit"))
+        for u in d.queue_notes:  # queued jobs seen and not counted (quota, admission checks), systems unreadable
+            title = f"queued jobs not counted as demand ({d.source})"
+            facts = {"source": d.source, "jobs": str(u.count)}
+            found.setdefault(f"queued/{u.key}", (NotificationKind.SCALING, obs.ref.key, title, u.text, facts, "queued"))
         for n in d.never_ready:
             title = f"{obs.ref.key}: {n.instance_id} never became GPU-ready"
             facts = {"instance": n.instance_id}
