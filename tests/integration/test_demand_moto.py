@@ -91,9 +91,16 @@ def test_unschedulable_gpu_pods_scale_a_node_group_out_from_zero_in_one_step(
         r"3 pods \(2x4 GPUs, 1x2\) unschedulable for [45] min: scale out 0 -> 3 \(4 GPUs per node\)", d["reason"]
     ), d["reason"]
     assert nodegroup_desired(train) == 3
-    # One listing each; the nodes only as gpufleet labelled them closed (no group consolidates: cheap).
-    assert [r["path"] for r in kube.requests] == ["/api/v1/pods", "/apis/apps/v1/daemonsets", "/api/v1/nodes"]
-    assert kube.requests[-1]["query"]["labelSelector"] == DRAIN_LABEL
+    # One listing each; the nodes only as gpufleet labelled them closed (no group consolidates: cheap); one
+    # GET per queueing system, which answers 404 where its CRDs are not installed (nothing more is asked).
+    assert [r["path"] for r in kube.requests] == [
+        "/api/v1/pods",
+        "/apis/apps/v1/daemonsets",
+        "/api/v1/nodes",
+        "/apis/kueue.x-k8s.io/v1beta1/workloads",
+        "/apis/scheduling.volcano.sh/v1beta1/podgroups",
+    ]
+    assert kube.requests[2]["query"]["labelSelector"] == DRAIN_LABEL
 
 
 def test_a_node_running_a_gpu_pod_is_never_a_victim(train: Fleet, api: tuple[KubeApi, str]) -> None:
