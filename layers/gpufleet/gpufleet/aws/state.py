@@ -4,7 +4,8 @@ One table, keys pk/sk, TTL attribute `expiration` (shared with the audit, the co
 the incidents and Powertools Idempotency records; `gpufleet local up` creates it from the template):
   GROUP#<key> / STATE                 version, last_scale_out_at, last_scale_in_at, lease_owner, lease_until,
                                       intent (a change begun), intent_attempts, outbox (changes not yet told),
-                                      owed#<spot group> (the fallback ledger)
+                                      owed#<spot group> (the fallback ledger), marks_failed_at,
+                                      gang_gave_back_at (gangs rest after a partial launch given back)
   GROUP#<key> / DECISION#<iso>#<id>   one decision, acted or not (aws/audit.py)
   GROUP#<key> / GUARD | SPOT          the OOM guard's and spot_watch's documents (aws/documents.py)
   INCIDENT / <key>, SILENCE / <id>    the notifier's incidents and silences (aws/incidents.py)
