@@ -98,6 +98,7 @@ def test_unschedulable_gpu_pods_scale_a_node_group_out_from_zero_in_one_step(
         "/apis/apps/v1/daemonsets",
         "/api/v1/nodes",
         "/apis/kueue.x-k8s.io/v1beta1/workloads",
+        "/apis/kueue.x-k8s.io/v1beta2/workloads",
         "/apis/scheduling.volcano.sh/v1beta1/podgroups",
     ]
     assert kube.requests[2]["query"]["labelSelector"] == DRAIN_LABEL

@@ -3,7 +3,7 @@ connection, paged like the pods, then read as demand by the pure readers (events
 events/volcano.py).
 
 Per system, one paged `GET` per resource, cluster-wide:
-- Kueue (`kueue.x-k8s.io/v1beta1`): workloads, clusterqueues, localqueues, resourceflavors;
+- Kueue (`kueue.x-k8s.io/v1beta1`, else `v1beta2`): workloads, clusterqueues, localqueues, resourceflavors;
 - Volcano: `scheduling.volcano.sh/v1beta1` podgroups, and `batch.volcano.sh/v1alpha1` jobs (the tasks'
   shapes where a PodGroup's owner is a Volcano Job; optional).
 
@@ -28,6 +28,7 @@ from gpufleet.events.queued import QueuedDemand
 from gpufleet.events.volcano import VolcanoObjects, volcano_demand
 
 KUEUE = "/apis/kueue.x-k8s.io/v1beta1"
+KUEUE_VERSIONS = (KUEUE, "/apis/kueue.x-k8s.io/v1beta2")
 VOLCANO_SCHEDULING = "/apis/scheduling.volcano.sh/v1beta1"
 VOLCANO_BATCH = "/apis/batch.volcano.sh/v1alpha1"
 GRANT = f"deploy/kubernetes/gpufleet-queued-jobs.yaml (Kubernetes group {QUEUED_JOBS_GROUP})"
@@ -118,16 +119,21 @@ class QueuedReader:
         return out
 
     def _kueue(self, connection: Connection, gpu_resources: Mapping[str, float], now: datetime) -> QueuedDemand:
-        found = self._lists(
-            connection,
-            QueuedSource.KUEUE,
-            [
-                Resource(f"{KUEUE}/workloads", "WorkloadList"),
-                Resource(f"{KUEUE}/clusterqueues", "ClusterQueueList"),
-                Resource(f"{KUEUE}/localqueues", "LocalQueueList"),
-                Resource(f"{KUEUE}/resourceflavors", "ResourceFlavorList"),
-            ],
-        )
+        """v1beta1 first (what Kueue serves through 0.14), then v1beta2 (Kueue's newer API, whose fields
+        this reader uses unchanged) where v1beta1 is no longer served."""
+        for api in KUEUE_VERSIONS:
+            found = self._lists(
+                connection,
+                QueuedSource.KUEUE,
+                [
+                    Resource(f"{api}/workloads", "WorkloadList"),
+                    Resource(f"{api}/clusterqueues", "ClusterQueueList"),
+                    Resource(f"{api}/localqueues", "LocalQueueList"),
+                    Resource(f"{api}/resourceflavors", "ResourceFlavorList"),
+                ],
+            )
+            if not (isinstance(found, QueuedDemand) and not found.installed):
+                break
         if isinstance(found, QueuedDemand):
             return found
         workloads, cluster_queues, local_queues, flavors = found

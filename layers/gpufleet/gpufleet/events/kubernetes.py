@@ -397,6 +397,7 @@ gpus_of = _gpus
 placement_of = _placement
 priority_of = _priority
 one_per_node_of = _one_per_node
+time_of = _time
 
 
 class NodeListing(StrEnum):
