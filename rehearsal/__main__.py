@@ -18,6 +18,7 @@ from rehearsal.hyperpod_scene import HyperPodScene
 from rehearsal.kube_api import KubeApi, kube_api
 from rehearsal.moto import moto_server
 from rehearsal.moto_ext import ENV_LOGS_NOW
+from rehearsal.queued_scene import QueuedScene
 from rehearsal.scenario import SLACK_CHANNEL, START, Rehearsal, write_outputs
 from rehearsal.selfmanaged_scene import SelfManagedScene
 from rehearsal.slack import slack_receiver
@@ -76,7 +77,13 @@ def main() -> int:
         )
         server.reset()
         consolidation = ConsolidationScene(out, kube, TOKEN).run()
-    for scene in (trust, forged, selfmanaged, hyperpod, consolidation):
+        print(
+            "\njobs that wait before they are pods (rehearsal/queued_scene.py): moto reset, a Kueue Workload and a "
+            "Volcano gang in cluster ml [emulated Kubernetes API, Kueue and Volcano objects]"
+        )
+        server.reset()
+        queued = QueuedScene(out, kube, TOKEN).run()
+    for scene in (trust, forged, selfmanaged, hyperpod, consolidation, queued):
         result.lines += ["", *scene.lines]
         result.decisions += scene.decisions
         result.checks += scene.checks

@@ -25,13 +25,15 @@
   `PATCH /api/v1/nodes/NAME` (JSON merge patch or strategic merge patch; a `metadata.resourceVersion` in it
   is a precondition: 409 Conflict when the node changed, as the API server answers), each patch recorded in
   `patches`. `may` holds the verbs on nodes the caller is granted (403 Forbidden for the others), and
-  `POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews` answers from it (201, status.allowed).
+  `POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews` answers from it (201, status.allowed);
+  for a custom resource below it allows get and list unless the plural is in `refuse`.
 
 - Custom resources (Kueue, Volcano: their CRDs' objects, as `kubectl get -o json` shows them):
   `GET /apis/GROUP/VERSION/PLURAL` lists every object added with `add_object(plural, doc)` for that
   apiVersion, all namespaces, as a `KINDList` paged by `limit`/`continue`; a plural never added is 404
   (its CRD is not installed, as the API answers); a plural in `refuse` is 403 Forbidden, worded as the
-  API server words it (the role lacks `list` on it).
+  API server words it (the role lacks `list` on it). `GET /apis/GROUP/VERSION` (discovery) names the
+  plurals served there (an APIResourceList), 404 when none is.
 
 Pods are added, bound, finished and removed through methods; `pod()` builds a document the way
 `kubectl run --dry-run=client -o json` would, with the status the scheduler would give it.
@@ -439,12 +441,34 @@ class KubeApi:
             return 200, copy.deepcopy(merged)
 
     def access_review(self, body: bytes) -> tuple[int, dict[str, Any]]:
-        """A SelfSubjectAccessReview answered from `may` (for nodes; other resources: denied)."""
+        """A SelfSubjectAccessReview answered from `may` for nodes; for a custom resource (Kueue, Volcano),
+        `get` and `list` are allowed unless its plural is in `refuse` (as its listing answers); anything
+        else is denied."""
         review = json.loads(body)
         attributes = review.get("spec", {}).get("resourceAttributes", {})
-        allowed = attributes.get("resource") == "nodes" and attributes.get("verb") in self.may
-        reason = 'RBAC: allowed by ClusterRoleBinding "gpufleet-node-marks"' if allowed else ""
+        resource, verb = attributes.get("resource"), attributes.get("verb")
+        if resource == "nodes":
+            allowed, binding = verb in self.may, "gpufleet-node-marks"
+        else:
+            plurals = {plural for _, plural in self._objects} | set(_KINDS)
+            allowed = resource in plurals and resource not in self.refuse and verb in ("get", "list")
+            binding = "gpufleet-queued-jobs"
+        reason = f'RBAC: allowed by ClusterRoleBinding "{binding}"' if allowed else ""
         return 201, {**review, "status": {"allowed": allowed, "reason": reason}}
+
+    def discovery(self, api_version: str) -> tuple[int, dict[str, Any]]:
+        """`GET /apis/GROUP/VERSION`: the resources served there (an APIResourceList), 404 when none is
+        (no CRD of that group and version installed). Any authenticated caller may read it (the default
+        ClusterRoleBinding system:discovery, to system:authenticated)."""
+        with self._lock:
+            plurals = sorted(plural for version, plural in self._objects if version == api_version)
+        if not plurals:
+            return 404, status(404, "NotFound", "the server could not find the requested resource")
+        resources = [
+            {"name": p, "kind": _KINDS.get(p, p.title()), "namespaced": p not in _CLUSTER_SCOPED, "verbs": _VERBS}
+            for p in plurals
+        ]
+        return 200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": api_version, "resources": resources}
 
     # -- the API
     def list_pods(self, namespace: str | None, query: dict[str, str]) -> tuple[int, dict[str, Any]]:
@@ -542,6 +566,8 @@ def _handler(api: KubeApi) -> type[BaseHTTPRequestHandler]:
                 if behaviour == "garbage":
                     return self._reply(200, b'{"kind": "PodList", "items": [{"metadata": ')
                 return self._reply(code, json.dumps(doc).encode())
+            if parts[0] == "apis" and len(parts) == 3:
+                return self._reply(*_json_answer(api.discovery(f"{parts[1]}/{parts[2]}")))
             if parts[0] == "apis" and len(parts) == 4:
                 return self._reply(*_json_answer(api.list_objects(f"{parts[1]}/{parts[2]}", parts[3], query)))
             missing = status(404, "NotFound", "the server could not find the requested resource")
@@ -588,6 +614,10 @@ _KINDS = {
     "podgroups": "PodGroup",
     "jobs": "Job",
 }
+
+
+_CLUSTER_SCOPED = {"clusterqueues", "resourceflavors"}
+_VERBS = ["delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"]
 
 
 def _json_answer(answer: tuple[int, dict[str, Any]]) -> tuple[int, bytes]:

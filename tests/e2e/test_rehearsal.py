@@ -123,6 +123,13 @@ def test_rehearsal_meets_its_expected_outcomes(tmp_path: Path) -> None:
         "reopening i-",
         "before any launch: waiting pods fit 1 drained node(s) (6 GPUs free)",
         "application/merge-patch+json -> 200: spec.unschedulable false, gpufleet.io/drained removed",
+        # jobs that wait before they are pods (rehearsal/queued_scene.py, issue 32): Kueue, Volcano, gangs whole
+        "eks:ml/train-gpu: a pending Workload of 4 x 8 GPUs, no pod yet: 0 -> 4 in one change",
+        "eks:ml/gang-gpu: a Volcano gang of 4 at max 3 launched nothing, told why: '4 pods of gang ",
+        "volcano:ml/allreduce-",
+        "the gang needs 4 nodes, its max is 3",
+        "eks:ml/train-gpu: admitted, its 4 pods counted once (not with the Workload again): no new node",
+        "1 Workload (16 GPUs) waits for quota in ClusterQueue team-b: nvidia.com/gpu 16 of 16 in use in flavor train",
     ):
         assert expected in out
     assert "FAIL" not in out

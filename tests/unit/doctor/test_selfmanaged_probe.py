@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from gpufleet.domain.models import GroupKind, GroupObservation, GroupRef
+from gpufleet.domain.models import GroupKind, GroupObservation, GroupRef, QueuedSource
 from gpufleet.domain.policy import parse_policy
 from gpufleet_tools.doctor.core import DemandView
 from gpufleet_tools.doctor.service import DemandProbe
@@ -28,6 +28,9 @@ class Probe(DemandProbe):
     def _cluster(self, cluster: str) -> DemandView:
         self.checked.append(cluster)
         return DemandView(group="", source=f"cluster {cluster}", found="the API answers")
+
+    def _queued_jobs(self, cluster: str, system: QueuedSource) -> DemandView:
+        return DemandView(group="", source=f"cluster {cluster}", what=f"queued jobs ({system})", found="stood in for")
 
 
 def obs(ref: GroupRef, tags: dict[str, str] | None = None) -> GroupObservation:

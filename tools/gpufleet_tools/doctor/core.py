@@ -11,7 +11,9 @@ EventBridge rule never sees them); a group's alarm pairs inverted (scale-out at 
 doubled; managed groups no scale-out alarm points at; notification routes that lead nowhere; each group's
 demand source - the cluster (exists, reachable, an access entry with AmazonEKSViewPolicy), the queue, the
 backlog metric (a datum lately); a cluster where a group consolidates by attrition lets nodes be patched
-(a SelfSubjectAccessReview: the cordon's RBAC); a queue-driven group whose workers hold messages while none of its
+(a SelfSubjectAccessReview: the cordon's RBAC); a cluster whose groups count queued jobs (Kueue, Volcano)
+lets each installed system's objects be listed and its access entries carry the group bound to that (one
+review per resource: `queued_jobs_view`); a queue-driven group whose workers hold messages while none of its
 instances is protected from scale-in (nothing marks the busy nodes); two groups reading one queue or one
 metric with no `demand.order` between them. A group name not found comes with the closest the account has.
 """
@@ -199,12 +201,71 @@ def _demand_finding(d: DemandView) -> Finding:
         after = (
             "until fixed the group scales on utilization only"
             if d.what == "demand source"
+            else "until fixed the scaler counts a queued job only once its pods exist"
+            if d.what.startswith("queued jobs")
             else "until fixed no node of the group drains (consolidate: attrition does nothing)"
         )
         return Finding(level=Level.ERROR, subject=d.group, text=f"{d.what} {d.source}: {d.problem}; {after}")
     if d.doubt:
         return Finding(level=Level.WARNING, subject=d.group, text=f"{d.what} {d.source}: {d.doubt}")
     return Finding(level=Level.OK, subject=d.group, text=f"{d.what} {d.source}: {d.found}")
+
+
+class ResourceAccess(Frozen):
+    """One review's answer: may the identity doctor reads with `list` this resource ("workloads.kueue.x-k8s.io")?
+    `optional`: the system reads well without it (Volcano Jobs: only the tasks' shapes)."""
+
+    resource: str
+    allowed: bool
+    optional: bool = False
+    reason: str = ""
+
+
+QUEUED_GRANT = "deploy/kubernetes/gpufleet-queued-jobs.yaml"
+
+
+def queued_jobs_view(
+    cluster: str,
+    system: str,
+    installed: bool,
+    access: tuple[ResourceAccess, ...],
+    whose: str,
+    holders: tuple[str, ...] | None,
+) -> DemandView:
+    """What doctor says of one queueing system's objects on one cluster. AmazonEKSViewPolicy covers no
+    custom resources: the scaler lists them through the Kubernetes group `defaults.QUEUED_JOBS_GROUP`,
+    which QUEUED_GRANT binds to get and list. `access`: one review per resource served; `whose`: whose
+    identity was reviewed (the caller's on EKS); `holders`: the access entries that carry the group (None
+    where that does not apply: a token of the scaler's own, or entries that could not be read)."""
+    source, what = f"cluster {cluster}", f"queued jobs ({system})"
+    if not installed:
+        return DemandView(group="", source=source, what=what, found=f"{system} is not installed: nothing to read")
+    group = defaults.QUEUED_JOBS_GROUP
+    apply = f"kubectl apply -f {QUEUED_GRANT}"
+    entry = f"put the scaler's access entry in the Kubernetes group {group} (the template's ScalerEksAccess* do)"
+    denied = [a.resource for a in access if not a.allowed and not a.optional]
+    if denied:
+        problem = f"{whose} may not list {', '.join(denied)}: {apply}, and {entry}"
+        return DemandView(group="", source=source, what=what, problem=problem)
+    if holders is not None and not holders:
+        problem = (
+            f"list is allowed to {whose}, but no access entry carries the Kubernetes group {group}, so the "
+            f"scaler's role is not in it: {entry}, or `aws eks update-access-entry --cluster-name {cluster} "
+            f"--principal-arn SCALER_ROLE_ARN --kubernetes-groups {defaults.NODE_MARKS_GROUP} {group}` "
+            "(the list replaces the entry's groups)"
+        )
+        return DemandView(group="", source=source, what=what, problem=problem)
+    listed = ", ".join(a.resource for a in access if a.allowed)
+    in_group = f"; the group {group} is on the access entry of {', '.join(holders)}" if holders else ""
+    found = f"list allowed on {listed} ({whose}){in_group}"
+    optional = [a.resource for a in access if not a.allowed and a.optional]
+    if optional:
+        doubt = (
+            f"{found}, but not on {', '.join(optional)}: a gang is read from its PodGroup's minResources, not its "
+            f"tasks' shapes; {apply}"
+        )
+        return DemandView(group="", source=source, what=what, doubt=doubt)
+    return DemandView(group="", source=source, what=what, found=found)
 
 
 def is_backing_asg(g: GroupObservation) -> bool:

@@ -21,13 +21,14 @@ from gpufleet.aws.kube_marks import may_patch_nodes
 from gpufleet.aws.kubernetes import TIMEOUT_S, ClusterAccess, PodReader
 from gpufleet.aws.metrics import group_dimensions
 from gpufleet.domain import defaults
-from gpufleet.domain.models import GroupObservation
+from gpufleet.domain.models import GroupObservation, QueuedSource
 from gpufleet.domain.policy import Consolidation, FleetPolicy
 from gpufleet.events.alarms import described_metrics
 from gpufleet.events.kubernetes import ClusterUnreadable
 from gpufleet.scaling.demand_source import joined_cluster
 from gpufleet.settings import ENV_KUBE_ENDPOINTS, KubeEndpoint, Settings
 from gpufleet_tools.doctor.core import AccountView, AlarmView, DemandView, Presence, reads_gpufleet_metrics
+from gpufleet_tools.doctor.queued_access import queued_jobs_check
 
 _NOT_FOUND = ("ResourceNotFoundException", "NotFound", "NotFoundException")
 
@@ -123,6 +124,7 @@ class DemandProbe:
         out: list[DemandView] = []
         clusters: dict[str, DemandView] = {}
         marks: dict[str, DemandView] = {}  # clusters a group drains by attrition on: may nodes be patched?
+        queued: dict[tuple[str, QueuedSource], DemandView] = {}  # may each system's objects be listed?
         for obs in groups:
             settings = policy.settings_for(obs.ref, obs.tags)
             d = settings.demand if settings else None
@@ -140,6 +142,10 @@ class DemandProbe:
                     if cluster not in marks:
                         marks[cluster] = self._node_marks(cluster)
                     out.append(marks[cluster].model_copy(update={"group": obs.ref.key}))
+                for system in d.kubernetes.queued if clusters[cluster].problem is None else ():  # else: said
+                    if (cluster, system) not in queued:
+                        queued[(cluster, system)] = self._queued_jobs(cluster, system)
+                    out.append(queued[(cluster, system)].model_copy(update={"group": obs.ref.key}))
             elif d.sqs is not None:
                 out.append(self._queue(obs.ref.key, d.sqs.queue_url))
             elif d.metric is not None:
@@ -207,6 +213,9 @@ class DemandProbe:
         return DemandView(
             group="", source=source, what=what, found=f"nodes may be patched ({whose}; {reason or 'allowed'})"
         )
+
+    def _queued_jobs(self, cluster: str, system: QueuedSource) -> DemandView:
+        return queued_jobs_check(self.eks, ClusterAccess(self.eks, self.session, self.overrides), cluster, system)
 
     def _with_token(self, cluster: str, source: str) -> DemandView:
         """A cluster GPUFLEET_KUBE_ENDPOINTS gives a token for (the local stack's API; a cluster outside

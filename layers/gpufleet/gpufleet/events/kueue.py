@@ -359,12 +359,15 @@ class _Notes:
         out = []
         for (where, reason), (count, gpus, detail) in sorted(self.found.items()):
             head = f"{count} Workload{'s' if count != 1 else ''} ({_num(gpus)} GPUs)"
-            out.append(
-                UnfitWork(key=f"kueue:{where}:{reason}", count=count, text=f"{head} {_PHRASES[reason](where, detail)}")
-            )
+            said = _PHRASES[reason](where, detail)
+            if count == 1:  # "1 Workload waits", not "wait"
+                verb, _, rest = said.partition(" ")
+                said = f"{_SINGULAR.get(verb, verb)} {rest}"
+            out.append(UnfitWork(key=f"kueue:{where}:{reason}", count=count, text=f"{head} {said}"))
         return tuple(out)
 
 
+_SINGULAR = {"wait": "waits", "request": "requests", "are": "is", "hold": "holds", "in": "in"}
 _PHRASES = {
     "quota": lambda q, d: f"wait for quota in ClusterQueue {q}: {d}; more nodes would not admit them",
     "uncovered": lambda q, d: (

@@ -2,19 +2,79 @@
 Jobs that own them, for their tasks' shapes) in, as the API lists them; gangs of waiting pods and notes
 out (events/queued.py).
 
-[Being written: the counting rules, with their sources, go here.]
+Field names and rules from Volcano's own code (volcano-sh/apis pkg/apis/scheduling/v1beta1/types.go and
+pkg/apis/batch/v1alpha1/job.go; volcano-sh/volcano pkg/controllers/job/job_controller_actions.go,
+job_controller_util.go, pkg/scheduler/framework/session.go, pkg/scheduler/plugins/gang/gang.go,
+pkg/scheduler/plugins/overcommit/overcommit.go).
+
+A PodGroup is one gang: `spec.minMember` pods start together or none does (`spec.minTaskMember`: the
+least per task; `spec.minResources`: the whole gang's requests). The scheduler's enqueue action moves
+it Pending -> Inqueue only when the cluster's idle resources (x the overcommit factor, 1.2) hold
+`minResources`, and the Volcano Job controller creates no pod before Inqueue. So at min 0 nodes a gang
+stays Pending with no pod for any autoscaler to see (volcano#3804, #3910, #2558): this reader is the
+demand they miss.
+
+Counted, as ONE gang (`volcano:NS/PODGROUP`; each of its pods carries the key):
+- `status.phase` Pending, or no phase yet (a PodGroup the scheduler has not seen; the Job controller
+  treats it as Pending too): the gang waits to be enqueued, no pod exists;
+- `status.phase` Inqueue with `status.running` 0: pods may exist and wait. They carry the PodGroup's name
+  in the `scheduling.k8s.io/group-name` annotation, so they hold the same gang key and
+  events/queued.py `merged` drops them: the gang counts for them. With a pod running the gang is left to
+  its pods (the waiting ones count as pods), else the running ones would be counted twice. The scheduler
+  sets Running once `minMember` pods are bound (session.go getPodGroupPhase), so a bound but not yet
+  running pod of an Inqueue gang is a window of one scheduling session.
+Not counted, nothing said: Running, Unknown (some run, some cannot be placed: those wait as pods),
+Completed, any other phase; a gang whose pods ask for no GPU.
+
+The gang's pods:
+- Its owner (`metadata.ownerReferences`, kind Job, apiVersion batch.volcano.sh/v1alpha1, matched by uid,
+  else by name) found in the Jobs: `spec.tasks[]` (name, replicas, minAvailable, template.spec) give the
+  shapes, and the counts follow the Job controller's own `calcPGMinResources`, so the pods' requests add
+  up to the `minResources` Volcano wrote. Each task's least is `minTaskMember[task]` where the PodGroup
+  gives it, else its `minAvailable`, else its `replicas`. When `minMember` is below the sum of those, the
+  scheduler looks only at `minMember` (job_info.go CheckTaskReady): the first `minMember` pods in task
+  order, each task up to its replicas. Otherwise each task's least, then the rest of `minMember` from the
+  tasks' remaining replicas in task order. Volcano orders tasks by their PriorityClass's value; without
+  the PriorityClasses we order by the template's `spec.priority` where set (stable), else as listed.
+- No Job (not installed, not readable, or not its owner): `minResources` / `minMember` as equal pods.
+  The quota keys Volcano writes there beside the resources (`pods`, `count/pods`, `requests.*`,
+  `limits.*`: the quota pod usage, controllers/util CalTaskRequests) are dropped; a resource given only as
+  `requests.NAME` is read as NAME. Each GPU resource per pod rounds up to whole units (12 GPUs over 8 pods
+  is 2 each: a GPU cannot be split across pods, so the gang may ask a little more than it said); other
+  resources divide exactly. No GPU in `minResources`: not GPU demand.
+- Priority: Volcano resolves `priorityClassName` to a value; PriorityClasses are not read here, so a pod
+  takes its task template's `spec.priority`, else 0.
+- `since`: the PodGroup's creationTimestamp. The gang plugin rewrites the `Unschedulable` condition with
+  lastTransitionTime = now at every scheduling session the gang is not ready (gang.go), so that time says
+  when it was last tried, not since when it waits; it is the fallback without a creationTimestamp.
+
+Told (one note per PodGroup, with numbers), seen and not counted: `minMember` 0 or below, or above
+MAX_QUEUED_PODS, with GPUs asked; a Job whose tasks' replicas cannot make `minMember` (its webhook refuses
+that; the gang could never start). The total is capped at MAX_QUEUED_PODS: whole gangs past it are not
+counted, and told in one note.
+
+Known limit: a Pending gang held by its Queue's `spec.capability` (not by nodes) is counted too; Queues are
+not read, so nodes may come that the queue will not let it use.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from gpufleet.domain.models import QueuedSource
-from gpufleet.events.kubernetes import DEFAULT_GPU_RESOURCES
-from gpufleet.events.queued import QueuedDemand
+from gpufleet.domain.models import QueuedSource, UnfitWork
+from gpufleet.domain.quantity import parse_quantity
+from gpufleet.domain.values import EARLIEST, LATEST
+from gpufleet.events.kubernetes import DEFAULT_GPU_RESOURCES, WaitingPod, gpus_of, pod_requests, priority_of
+from gpufleet.events.queued import MAX_QUEUED_PODS, QueuedDemand, gang_key, template_pods
+
+JOB_API = "batch.volcano.sh/v1alpha1"
+COUNTED = frozenset({"", "Pending"})  # and Inqueue with no pod running
+INQUEUE = "Inqueue"
+_QUOTA_ONLY = ("pods", "count/")  # quota keys in minResources that are not a pod's requests
 
 
 @dataclass(frozen=True)
@@ -25,8 +85,247 @@ class VolcanoObjects:
     jobs: list[Any] | None = None
 
 
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Mapping[str, Any]]:
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
+
+
+def _int(value: Any, default: int = 0) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _time(text: Any) -> datetime | None:
+    """An RFC 3339 time in UTC, or None (unparsable, or outside what a timestamp keeps)."""
+    if not isinstance(text, str):
+        return None
+    try:
+        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    at = at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+    return at.astimezone(UTC) if EARLIEST <= at < LATEST else None
+
+
+def _since(pg: Mapping[str, Any]) -> datetime | None:
+    """creationTimestamp, else the Unschedulable condition's time (module docstring: why not that first)."""
+    created = _time(_map(pg.get("metadata")).get("creationTimestamp"))
+    if created is not None:
+        return created
+    for c in _list(_map(pg.get("status")).get("conditions")):
+        if c.get("type") == "Unschedulable" and c.get("status") == "True":
+            return _time(c.get("lastTransitionTime"))
+    return None
+
+
+def _counted(pg: Mapping[str, Any]) -> bool:
+    status = _map(pg.get("status"))
+    phase = status.get("phase") or ""
+    if not isinstance(phase, str):
+        return False
+    if phase in COUNTED:
+        return True
+    return phase == INQUEUE and _int(status.get("running")) == 0
+
+
+def _jobs_index(jobs: list[Any] | None) -> dict[tuple[str, str, str], Mapping[str, Any]]:
+    """Volcano Jobs by ("uid", UID, "") and ("name", namespace, name)."""
+    found: dict[tuple[str, str, str], Mapping[str, Any]] = {}
+    for job in _list(jobs):
+        meta = _map(job.get("metadata"))
+        if meta.get("uid"):
+            found[("uid", str(meta["uid"]), "")] = job
+        found[("name", str(meta.get("namespace") or ""), str(meta.get("name") or ""))] = job
+    return found
+
+
+def _owner_job(
+    pg: Mapping[str, Any], namespace: str, jobs: Mapping[tuple[str, str, str], Mapping[str, Any]]
+) -> Mapping[str, Any] | None:
+    for ref in _list(_map(pg.get("metadata")).get("ownerReferences")):
+        if ref.get("kind") != "Job" or ref.get("apiVersion") != JOB_API:
+            continue
+        job = jobs.get(("uid", str(ref["uid"]), "")) if ref.get("uid") else None
+        return job or jobs.get(("name", namespace, str(ref.get("name") or "")))
+    return None
+
+
+@dataclass(frozen=True)
+class _Task:
+    name: str
+    replicas: int
+    least: int  # minTaskMember, else minAvailable, else replicas (capped at replicas)
+    spec: Mapping[str, Any]
+
+
+def _tasks(job: Mapping[str, Any], min_task_member: Mapping[str, Any]) -> list[_Task]:
+    """The Job's tasks in Volcano's order: by template priority, highest first, stable (module docstring)."""
+    out = []
+    for t in _list(_map(job.get("spec")).get("tasks")):
+        name = str(t.get("name") or "")
+        replicas = max(0, _int(t.get("replicas")))
+        given = min_task_member.get(name)
+        least = _int(given, -1) if given is not None else _int(t.get("minAvailable"), replicas)
+        spec = _map(_map(t.get("template")).get("spec"))
+        out.append(_Task(name, replicas, min(max(0, least if least >= 0 else replicas), replicas), spec))
+    return sorted(out, key=lambda t: -priority_of(t.spec))
+
+
+def task_counts(tasks: list[_Task], min_member: int) -> list[int] | None:
+    """Pods per task for a gang of `min_member`, as the Job controller's calcPGMinResources counts them;
+    None when the tasks' replicas cannot make `min_member`."""
+    if sum(t.replicas for t in tasks) < min_member:
+        return None
+    left = min_member
+    if min_member < sum(t.least for t in tasks):  # only minMember counts: the first pods in task order
+        counts = []
+        for t in tasks:
+            counts.append(min(left, t.replicas))
+            left -= counts[-1]
+        return counts
+    counts = [t.least for t in tasks]
+    left -= sum(counts)
+    for i, t in enumerate(tasks):
+        extra = min(left, t.replicas - t.least)
+        counts[i] += extra
+        left -= extra
+    return counts
+
+
+def _resource_name(key: str) -> str | None:
+    """The resource a minResources key names, or None for a quota-only key (`pods`, `count/pods`,
+    `limits.cpu`)."""
+    if key.startswith("limits.") or key == "pods" or key.startswith("count/"):
+        return None
+    return key.removeprefix("requests.")
+
+
+def _number(value: float) -> str:
+    """A quantity the API's parser reads back: '17179869184.0', '1e+20'; past a float, '1e400' (inf)."""
+    return repr(float(value)) if math.isfinite(value) else "1e400"
+
+
+def _whole(units: float) -> float:
+    return float(math.ceil(units - 1e-9)) if math.isfinite(units) else units
+
+
+def even_spec(min_resources: Mapping[str, Any], min_member: int, gpu_resources: Mapping[str, float]) -> dict[str, Any]:
+    """One pod's template: `minResources` / `minMember`, GPU resources rounded up to whole units."""
+    totals: dict[str, float] = {}
+    for key, text in min_resources.items():
+        name = _resource_name(str(key))
+        if name is not None and (name not in totals or name == key):  # `nvidia.com/gpu` wins over `requests.`
+            totals[name] = parse_quantity(text)
+    per_pod = {
+        name: _number(_whole(v / min_member) if name in gpu_resources else v / min_member)
+        for name, v in totals.items()
+        if v > 0
+    }
+    return {"containers": [{"name": "gang", "resources": {"requests": per_pod}}]}
+
+
+def _gpus_said(spec: Mapping[str, Any], gpu_resources: Mapping[str, float]) -> float:
+    """The GPUs `minResources` names for the whole gang (plain or `requests.` key, whichever is larger)."""
+    said = _map(spec.get("minResources"))
+    return sum(
+        max(parse_quantity(said.get(r)), parse_quantity(said.get(f"requests.{r}"))) / per_gpu
+        for r, per_gpu in gpu_resources.items()
+    )
+
+
+def _note(key: str, text: str) -> UnfitWork:
+    return UnfitWork(key=f"{key}:{text.split(':')[0]}", count=1, text=text)
+
+
+def _job_pods(
+    pg: Mapping[str, Any], job: Mapping[str, Any], key: str, gpu_resources: Mapping[str, float]
+) -> list[WaitingPod] | UnfitWork | None:
+    """The gang's pods from its Job's tasks; None when the Job lists no task (minResources then)."""
+    meta, spec = _map(pg.get("metadata")), _map(pg.get("spec"))
+    namespace, min_member = str(meta.get("namespace") or ""), _int(spec.get("minMember"))
+    tasks = _tasks(job, _map(spec.get("minTaskMember")))
+    if not tasks:
+        return None
+    counts = task_counts(tasks, min_member)
+    if counts is None:
+        replicas = sum(t.replicas for t in tasks)
+        text = f"unreachable: PodGroup {key} needs minMember {min_member} pods, its Job's tasks have {replicas}"
+        return _note(key, text)
+    job_name = str(_map(job.get("metadata")).get("name") or meta.get("name") or "")
+    pods: list[WaitingPod] = []
+    for task, count in zip(tasks, counts, strict=True):
+        pods += template_pods(
+            task.spec,
+            gang=key,
+            namespace=namespace,
+            name=f"{job_name}-{task.name}",
+            count=count,
+            since=_since(pg),
+            gpu_resources=gpu_resources,
+        )
+    return pods
+
+
+def _gang(
+    pg: Mapping[str, Any], jobs: Mapping[tuple[str, str, str], Mapping[str, Any]], gpu_resources: Mapping[str, float]
+) -> list[WaitingPod] | UnfitWork | None:
+    """One PodGroup's waiting pods (empty: no GPU asked), a note on why it is not counted, or None (not
+    waiting, or not a PodGroup)."""
+    meta, spec = _map(pg.get("metadata")), _map(pg.get("spec"))
+    namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    if not name or not _counted(pg):
+        return None
+    key = gang_key(QueuedSource.VOLCANO, namespace, name)
+    min_member = _int(spec.get("minMember"))
+    job = _owner_job(pg, namespace, jobs)
+    if not 0 < min_member <= MAX_QUEUED_PODS:
+        asks = _gpus_said(spec, gpu_resources) > 0 or (
+            job is not None and any(gpus_of(pod_requests(t.spec), gpu_resources) > 0 for t in _tasks(job, {}))
+        )
+        bound = f"0 < minMember <= {MAX_QUEUED_PODS}"
+        text = f"absurd: PodGroup {key} asks for GPUs with minMember {min_member} (counted only {bound})"
+        return _note(key, text) if asks else None
+    found = _job_pods(pg, job, key, gpu_resources) if job is not None else None
+    if found is not None:
+        return found
+    per_pod = even_spec(_map(spec.get("minResources")), min_member, gpu_resources)
+    return template_pods(
+        per_pod,
+        gang=key,
+        namespace=namespace,
+        name=name,
+        count=min_member,
+        since=_since(pg),
+        gpu_resources=gpu_resources,
+    )
+
+
 def volcano_demand(
     objects: VolcanoObjects, now: datetime, gpu_resources: Mapping[str, float] = DEFAULT_GPU_RESOURCES
 ) -> QueuedDemand:
-    """The PodGroups that count as demand, as gangs of waiting pods, and notes on those that do not."""
-    return QueuedDemand(source=QueuedSource.VOLCANO)
+    """The PodGroups that count as demand, as gangs of waiting pods, and notes on those that do not
+    (module docstring). Oldest first, whole gangs only, up to MAX_QUEUED_PODS pods."""
+    jobs = _jobs_index(objects.jobs)
+    podgroups = sorted(_list(objects.podgroups), key=lambda pg: _since(pg) or now)
+    waiting: list[WaitingPod] = []
+    gangs: set[str] = set()
+    notes: list[UnfitWork] = []
+    cut_gangs = cut_pods = 0
+    for pg in podgroups:
+        found = _gang(pg, jobs, gpu_resources)
+        if isinstance(found, UnfitWork):
+            notes.append(found)
+        elif found and len(waiting) + len(found) > MAX_QUEUED_PODS:
+            cut_gangs, cut_pods = cut_gangs + 1, cut_pods + len(found)
+        elif found:
+            waiting += found
+            gangs.add(found[0].gang)
+    if cut_gangs:
+        text = (
+            f"cut: {cut_gangs} waiting PodGroups ({cut_pods} pods) not counted: the queued pods are capped "
+            f"at {MAX_QUEUED_PODS}"
+        )
+        notes.append(UnfitWork(key="volcano:cut", count=cut_gangs, text=text))
+    return QueuedDemand(source=QueuedSource.VOLCANO, waiting=tuple(waiting), gangs=frozenset(gangs), notes=tuple(notes))
