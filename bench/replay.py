@@ -1,6 +1,7 @@
 """Replay benchmarks: decision quality on the DLRM trace and the synthetic bursty workload, the policy
 sweep behind the README's recommended values, boot-delay and placement sensitivity, and the wall time of a
-whole 31-day replay with every baseline. `python -m bench.replay` runs only these (`--quick`: the bursty
+whole 31-day replay with every baseline, and gangs under injected partial launches (training trace).
+`python -m bench.replay` runs only these (`--quick`: the bursty
 workload's first day and a sample of DLRM's first hours, plots to bench/out/quick/).
 
 The plots land in bench/replay-dlrm.png, bench/replay-bursty.png and bench/replay-bursty-pack.png
@@ -16,8 +17,8 @@ from pathlib import Path
 
 from gpufleet.domain.policy import FleetPolicy, parse_policy
 from gpufleet_tools.replay.baselines import ClusterAutoscaler, oracle
-from gpufleet_tools.replay.core import GpufleetController
-from gpufleet_tools.replay.model import Placement, ReplayOptions, RunName, Trace
+from gpufleet_tools.replay.core import Experiment, GpufleetController
+from gpufleet_tools.replay.model import CapacityShortage, Placement, ReplayOptions, RunName, Trace
 from gpufleet_tools.replay.plot import plot
 from gpufleet_tools.replay.policy import Workload, derived_max, recommended_policy
 from gpufleet_tools.replay.report import compare, goal_rows, notes, table
@@ -125,6 +126,41 @@ def boot_sensitivity(trace: Trace, boots: tuple[int, ...] = (2, 5, 10, 15)) -> l
     return rows
 
 
+def gang_rows(trace: Trace, policy: FleetPolicy) -> list[str]:
+    """Gangs on the training trace: gpufleet (with consolidation by attrition, its replayed default, and
+    without), and Cluster
+    Autoscaler, both placements, with and without the
+    injected capacity shortage (CapacityShortage's stated defaults): node-hours vs the oracle, waiting,
+    partially billed gang node-minutes, gangs started and their mean wait."""
+    short = CapacityShortage()
+    rows = [
+        "| placement | partial launches | policy | node-h vs oracle | pending GPU-min "
+        "| partially billed gang node-min | gangs started | mean gang wait min |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
+    ]
+    pods, _ = fitting(trace.pods, trace.horizon, ReplayOptions().gpus_per_node)
+    gangs = len({p.gang for p in pods if p.gang})
+    for placement in Placement:
+        for shortage in (None, short):
+            options = ReplayOptions(placement=placement, shortage=shortage)
+            best = oracle(pods, trace.horizon, options)
+            top = derived_max(max(best.timeline.nodes), options.min_nodes, None)
+            runs: list[Controller] = [
+                GpufleetController(policy, options, top),
+                GpufleetController(policy, options, top, Experiment(consolidation_off=True)),
+                ClusterAutoscaler(options, top),
+            ]
+            for c in runs:
+                r = run(pods, trace.horizon, c, options, initial_nodes=best.timeline.nodes[0]).result
+                wait = "-" if r.gang_wait_minutes is None else f"{r.gang_wait_minutes:,.1f}"
+                rows.append(
+                    f"| {placement} | {'injected' if shortage else 'none'} | {c.name} "
+                    f"| {r.node_hours / best.result.node_hours:.3f}x | {r.pending_gpu_minutes:,.0f} "
+                    f"| {r.gang_partial_node_minutes:,.0f} | {r.gangs_started} of {gangs} | {wait} |"
+                )
+    return [*rows, "", f"Injected partial launches: {short.label} (seed {short.seed}), the same for every run."]
+
+
 def bench_replay(quick: bool = False, out: Path | None = None) -> list[str]:
     """Every replay benchmark; `quick`: small traces (QUICK_*) and two boot delays. Plots go
     to `out` when given, else next to bench/README.md."""
@@ -146,6 +182,7 @@ def bench_replay(quick: bool = False, out: Path | None = None) -> list[str]:
     training, label = traces["training"], "synthetic training cluster (seed 13)"
     rows += _comparison_rows(label, training, batch, ReplayOptions(), "replay-training.png", plots)
     rows += _comparison_rows(label, training, batch, pack, "replay-training-pack.png", plots)
+    rows += [f"### Gangs and partial launches ({label}, batch policy)", "", *gang_rows(training, batch), ""]
     rows += ["### Policy sweep (gpufleet alone, spread)", "", *policy_sweep(traces), ""]
     boots = (2, 5) if quick else (2, 5, 10, 15)
     rows += ["### Boot delay (synthetic bursty, batch policy)", "", *boot_sensitivity(bursty, boots), ""]

@@ -68,6 +68,7 @@ GLUE: dict[str, str] = {
     "gpufleet_tools.replay.service": "the replay's glue: files, CloudWatch history, matplotlib, tqdm, the clock",
     "gpufleet_tools.replay.plot": "draws the replay's capacity.png with matplotlib",
     "gpufleet_tools.doctor.service": "reads an account through the AWS adapters for the doctor's checks",
+    "gpufleet_tools.doctor.queued_access": "asks a cluster's API (discovery, access reviews) for the queued-jobs check",
     "gpufleet_tools.report.reader": "reads usage records from CloudWatch Logs: threads, a rate limit, tqdm",
     "gpufleet_tools.report.identity": "the node publisher's workload model (gpufleet_node.workload, not shared)",
     "gpufleet_tools.report.chart": "draws the report's PNG with matplotlib",

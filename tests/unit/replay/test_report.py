@@ -23,6 +23,9 @@ KEYS = {
     "nodes_drained",
     "nodes_undrained",
     "not_ranked",
+    "gang_partial_node_minutes",
+    "gangs_started",
+    "gang_wait_minutes",
 }
 
 

@@ -169,3 +169,15 @@ def test_no_gang_is_ever_asked_for_in_part(sizes, singles, room, free) -> None:
     assert pack(waiting_sizes(taken, 8), 8, free, 0).new_nodes <= room  # every gang taken fits whole
     if not plan.capped:
         assert not refused
+
+
+def test_a_partial_gang_is_given_back_under_consolidation_by_attrition_too() -> None:
+    """Attrition removes only nodes gpufleet closed; the nodes a partial gang launched never ran its work,
+    so they go back without being closed first (the replay found 0 given back before this)."""
+    from gpufleet.domain.policy import Consolidation
+
+    obs = observe(4, gang("g", 4), listed=3)
+    asked = NOW - timedelta(seconds=defaults.GANG_LAUNCH_TIMEOUT_S + 60)
+    s = GroupSettings(min=0, max=10, target=TargetBand(low=30, high=80), consolidate=Consolidation.ATTRITION)
+    d = decide_reconcile(obs, s, GroupState(last_scale_out_at=asked), NOW, event_id="tick")
+    assert (d.action, d.desired, len(d.victims)) == (Action.SCALE_IN, 0, 3)

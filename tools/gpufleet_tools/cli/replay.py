@@ -29,6 +29,12 @@ def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
     p.add_argument("--min-nodes", type=int, default=1, help="the group's min (default 1)")
     p.add_argument("--max-nodes", type=int, help="the group's max (default 1.5x the peak)")
     p.add_argument("--tt-target", type=float, default=70.0, help="asg-target-tracking's target GPU %%")
+    p.add_argument(
+        "--capacity-shortage",
+        type=float,
+        metavar="SHARE",
+        help="inject partial launches: this share of 60-min slots starts at most 1 node (docs/replay.md)",
+    )
     p.add_argument("--seed", type=int, default=13, help="seed of the synthetic traces and tie-breaks (default 13)")
     p.add_argument("--experiments", action="store_true", help="also run the labelled gpufleet experiments")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -41,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from gpufleet.domain.errors import describe_validation_error
-    from gpufleet_tools.replay.model import Placement, ReplayOptions, ReplayRequest
+    from gpufleet_tools.replay.model import CapacityShortage, Placement, ReplayOptions, ReplayRequest
     from gpufleet_tools.replay.service import main
 
     try:
@@ -64,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
                 max_nodes=args.max_nodes,
                 tt_target=args.tt_target,
                 seed=args.seed,
+                shortage=None if args.capacity_shortage is None else CapacityShortage(share=args.capacity_shortage),
             ),
         )
     except ValidationError as exc:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from gpufleet_tools.replay import shortage
 from gpufleet_tools.replay.model import MILLI_PER_GPU, Pod, ReplayOptions, RunName, RunOutcome, RunResult, Timeline
 from gpufleet_tools.replay.simulate import Cluster, Node, TieBreaker, default_termination
 
@@ -105,11 +106,11 @@ class AsgTargetTracking:
         self.low = self.low + 1 if metric < self.LOW_RATIO * target else 0
         warm = max(self.WARMUP_MINUTES, self.options.boot_minutes)
         counted = [n for n in cluster.ready if t - n.launched_at >= warm]
-        desired = len(cluster.nodes)
+        desired = cluster.desired
         if self.high >= self.HIGH_POINTS and counted:
             wanted = min(self.max_nodes, math.ceil(len(counted) * metric / target))
             if wanted > desired:
-                cluster.launch(wanted - desired, t)
+                shortage.raise_desired(cluster, wanted - desired, t)
                 cluster.actions += 1
             return
         if self.low >= self.LOW_POINTS and len(counted) == desired:
@@ -130,40 +131,72 @@ class ClusterAutoscaler:
       threshold) and whose pods all fit elsewhere is unneeded; unneeded for 10 minutes
       (scale-down-unneeded-time) it is removed: empty nodes up to 10 at a time, one non-empty node per
       loop, its pods evicted (they restart elsewhere); nothing is removed within 10 minutes of a
-      scale-up (scale-down-delay-after-add)."""
+      scale-up (scale-down-delay-after-add);
+    - on AWS a scale-up is not atomic: the AWS provider's `AtomicIncreaseSize` "is not implemented"
+      (cloudprovider/aws/aws_cloud_provider.go), so CA raises the ASG by n (`IncreaseSize`) and keeps the
+      k < n instances that come. Nodes asked for count as upcoming until max-node-provision-time (15 min,
+      FAQ's parameter table); then the scale-up has failed: CA lowers the target by the missing ones
+      (`DecreaseTargetSize`, which only drops requests not yet fulfilled) and backs the node group off,
+      exponentially from 5 min to at most 30 min (initial-/max-node-group-backoff-duration flags, main.go),
+      the backoff forgotten after 3 h without a failure (NodeGroupBackoffResetTimeout). Gang pods it sees
+      as pods: what fits the ready nodes' free room (its filter-out-schedulable step) asks for no node, so
+      after a failure it asks only for what the kept nodes cannot hold; kept nodes that stay empty are
+      removed as unneeded like any other."""
 
     name = str(RunName.CLUSTER_AUTOSCALER)
     THRESHOLD, UNNEEDED_MINUTES, DELAY_AFTER_ADD, MAX_EMPTY_BULK = 0.5, 10, 10, 10
+    PROVISION_MINUTES, BACKOFF_MINUTES, BACKOFF_MAX_MINUTES, BACKOFF_RESET_MINUTES = 15, 5, 30, 180
 
     def __init__(self, options: ReplayOptions, max_nodes: int) -> None:
         self.options = options
         self.max_nodes = max_nodes
         self.unneeded: dict[str, int] = {}
         self.last_add = -(10**9)
+        self.backoff_until = self.last_failure = -(10**9)
+        self.backoff = 0
+        self.failures = 0
 
     def tick(self, cluster: Cluster, t: int) -> None:
-        if self.scale_up(cluster, t):
+        self.give_up(cluster, t)
+        if t >= self.backoff_until and self.scale_up(cluster, t):
             self.last_add = t
         elif t - self.last_add >= self.DELAY_AFTER_ADD:
             self.scale_down(cluster, t)
+
+    def give_up(self, cluster: Cluster, t: int) -> None:
+        """A scale-up whose nodes did not all come within max-node-provision-time has failed: drop the
+        missing ones and back the group off (5, 10, 20, 30, 30 ... min; reset after 3 h without failure)."""
+        if not cluster.asg.asked or t - cluster.asg.asked[0] < self.PROVISION_MINUTES:
+            return
+        shortage.cancel(cluster, cluster.asg.missing)
+        cluster.actions += 1
+        self.backoff = 0 if t - self.last_failure >= self.BACKOFF_RESET_MINUTES else self.backoff
+        self.backoff = min(self.BACKOFF_MAX_MINUTES, 2 * self.backoff if self.backoff else self.BACKOFF_MINUTES)
+        self.last_failure, self.backoff_until = t, t + self.backoff
+        self.failures += 1
 
     def scale_up(self, cluster: Cluster, t: int) -> bool:
         if not cluster.pending:
             return False
         pods = sorted((cluster.pods[i] for i in cluster.pending), key=lambda p: -p.demand_milli)
+        room = [_copy(n) for n in cluster.ready if not n.cordoned] if cluster.gangs.members else []
         bins: list[Node] = []
         for pod in pods:
             if pod.gpus > self.options.gpus_per_node:
+                continue
+            if pod.gang and (free := next((n for n in room if n.fits(pod)), None)) is not None:
+                reserve(free, pod)  # filter-out-schedulable: the scheduler could place it (not the gang)
                 continue
             home = next((b for b in bins if b.fits(pod)), None)
             if home is None:
                 home = Node("template", self.options.gpus_per_node, t, t, 0)
                 bins.append(home)
             reserve(home, pod)
-        new = min(len(bins) - len(cluster.booting), self.max_nodes - len(cluster.nodes))
+        upcoming = len(cluster.booting) + cluster.asg.missing
+        new = min(len(bins) - upcoming, self.max_nodes - cluster.desired)
         if new <= 0:
             return False
-        cluster.launch(new, t)
+        shortage.raise_desired(cluster, new, t)
         cluster.actions += 1
         return True
 

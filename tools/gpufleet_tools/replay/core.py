@@ -12,10 +12,15 @@ Signals: reconcile ticks only. The policy's alarms are CloudWatch alarms that st
 same metric does not, so the replay relies on the target band (docs/replay.md says so).
 
 Demand: the group's pending pods reach the core as the EKS reader hands them over (`Demand` on the
-observation: each pod's GPUs, how long the oldest has waited, 8 GPUs per node), so the waiting work
+observation: each pod's GPUs, how long the oldest has waited, 8 GPUs per node; a gang's pods as one
+`WaitingWork` carrying `gang=<job id>`, as events/queued.py hands a Volcano PodGroup or a Kueue Workload
+over), so the waiting work
 drives scale-out, blocks scale-in and a node with a pod on it is never a victim - the same decision path
 as the scaler's. The `utilization-only` experiment replays the rules alone, as for a group without a
 demand source (what gpufleet did before it could see waiting work).
+
+Partial launches (`ReplayOptions.shortage`, shortage.py): the observation shows them as AWS does:
+desired counts the instances asked for and not launched yet, `instances` lists only those launched.
 
 Consolidation by attrition runs as the scaler runs it: each node says what its pods hold (GPUs) and
 whether it is cordoned, the core's `MarkPlan` (scaling/consolidate.py) closes and reopens nodes, and the
@@ -47,10 +52,12 @@ from gpufleet.domain.models import (
     InstanceObservation,
     MarkChannel,
     NodeMark,
+    TriggerKind,
     WaitingWork,
 )
 from gpufleet.domain.policy import Consolidation, FleetPolicy, GroupSettings, Step
 from gpufleet.scaling.core import decide_reconcile
+from gpufleet_tools.replay import shortage
 from gpufleet_tools.replay.model import MILLI_PER_GPU, ReplayOptions, RunName
 from gpufleet_tools.replay.simulate import Cluster, Node, default_termination
 
@@ -194,19 +201,26 @@ class GpufleetController:
         (as the reader counts InService nodes without a GPU pod)."""
         if self.experiment.utilization_only:
             return None
-        oldest: dict[float, int] = {}
-        counts: Counter[float] = Counter()
+        oldest: dict[tuple[float, str], int] = {}
+        counts: Counter[tuple[float, str]] = Counter()
         pods = cluster.pods
         for i in cluster.pending:
-            gpus = pods[i].demand_milli / MILLI_PER_GPU
-            counts[gpus] += 1
+            key = (pods[i].demand_milli / MILLI_PER_GPU, pods[i].gang)
+            counts[key] += 1
             arrival = pods[i].arrival
-            if arrival < oldest.get(gpus, arrival + 1):
-                oldest[gpus] = arrival
+            if arrival < oldest.get(key, arrival + 1):
+                oldest[key] = arrival
         start, per_node = self.options.start, float(self.options.gpus_per_node)
         waiting = tuple(
-            WaitingWork.model_construct(name="pending", gpus=g, since=start + timedelta(minutes=oldest[g]), count=n)
-            for g, n in counts.items()
+            WaitingWork.model_construct(
+                name=gang or "pending",
+                gpus=g,
+                since=start + timedelta(minutes=oldest[g, gang]),
+                count=n,
+                whole_node=False,
+                gang=gang,
+            )
+            for (g, gang), n in counts.items()
         )
         return Demand.model_construct(
             source="replay",
@@ -225,7 +239,7 @@ class GpufleetController:
             ref=GROUP,
             min_size=self.options.min_nodes,
             max_size=self.max_nodes,
-            desired=len(cluster.nodes),
+            desired=cluster.desired,
             gpu_utilization=util,
             instances=self.listed(cluster, t),
             demand=self.demand(cluster),
@@ -248,23 +262,28 @@ class GpufleetController:
 
     def apply(self, decision: Decision, cluster: Cluster, t: int) -> None:
         """What Executor.execute + FleetActuator.apply + StateStore.commit do with a decided change: nodes
-        reopened first, the capacity change, then nodes closed (node marks alone start no cooldown)."""
+        reopened first, the capacity change (desired lowered below the victims cancels launches still owed,
+        as a gang's partial launch given back does), then nodes closed (node marks alone start no cooldown)."""
         for node_id in decision.undrain:
             cluster.cordon(cluster.nodes[node_id], False)
         for node_id in decision.drain:
             cluster.cordon(cluster.nodes[node_id])
         if not decision.changes_capacity:
             return
+        lower = decision.current - decision.desired - len(decision.victims)
         if decision.victims:
             cluster.terminate(decision.victims, t)
         elif decision.desired > decision.current:
-            cluster.launch(decision.desired - decision.current, t)
-        else:  # lowered without named victims (above max): the ASG's termination policy picks
-            cluster.terminate(default_termination(cluster, decision.current - decision.desired, t), t)
+            shortage.raise_desired(cluster, decision.desired - decision.current, t)
+        if lower > 0:  # desired lowered past the victims: launches still owed go first, then the ASG picks
+            rest = lower - shortage.cancel(cluster, lower)
+            cluster.terminate(default_termination(cluster, rest, t), t)
         cluster.actions += 1
         stamp: dict[str, object] = {
             "last_scale_out_at" if decision.raises_capacity else "last_scale_in_at": decision.at
         }
+        if decision.trigger.kind is TriggerKind.GANG_PARTIAL:  # gangs rest from now (StateStore.commit)
+            stamp["gang_gave_back_at"] = decision.at
         if decision.raises_capacity:
             stamp["last_scale_out_added"] = decision.desired - decision.current
         self.state = self.state.model_copy(update={**stamp, "version": self.state.version + 1})

@@ -53,6 +53,9 @@ class Pod(Frozen):
     duration: int | None = Field(default=None, ge=1)
     gpus: int = Field(default=1, ge=1)
     milli: int = Field(default=MILLI_PER_GPU, ge=1, le=MILLI_PER_GPU)
+    # The gang (job) it belongs to: a gang's pods start together or not at all, as Volcano's and Kueue's
+    # gang scheduling place them. Empty: a pod on its own.
+    gang: str = ""
 
     @property
     def whole(self) -> bool:
@@ -74,6 +77,26 @@ class Trace(Frozen):
     skipped: int = 0  # rows without a GPU request (CPU-only pods, DLRM CPU nodes)
 
 
+class CapacityShortage(Frozen):
+    """Injected EC2 capacity shortage, the same for every run of a replay (seeded, never drawn per run).
+
+    Time is cut into slots of `window_minutes`; each slot is short with probability `share` (drawn from
+    `seed` and the slot's number, so the same slots are short whatever the controller does). In a short
+    slot at most `nodes` new instances start, all launches together; an ASG asked for more keeps its
+    desired capacity and retries every minute, so the missing instances start when capacity returns
+    (unless desired is lowered first). What the core reads is what AWS shows: desired counts the missing
+    instances, the instance list only those launched."""
+
+    share: float = Field(default=0.25, ge=0, le=1)
+    window_minutes: int = Field(default=60, ge=1)
+    nodes: int = Field(default=1, ge=0)
+    seed: int = 13
+
+    @property
+    def label(self) -> str:
+        return f"{self.share:.0%} of {self.window_minutes}-min slots start at most {self.nodes} node(s)"
+
+
 class ReplayOptions(Frozen):
     """One replay's fixed world: node shape, boot delay, price, scheduler placement, group bounds."""
 
@@ -86,6 +109,7 @@ class ReplayOptions(Frozen):
     start: datetime = DEFAULT_START
     tt_target: float = Field(default=70.0, gt=0, lt=100)  # asg-target-tracking's target value (GPU %)
     seed: int = 13
+    shortage: CapacityShortage | None = None  # injected partial launches; None: every launch is whole
 
     @property
     def node_milli(self) -> int:
@@ -147,6 +171,12 @@ class RunResult(Frozen):
     nodes_drained: int = 0
     nodes_undrained: int = 0
     not_ranked: str | None = None
+    # Gangs (pods sharing `Pod.gang`): node-minutes billed for nodes launched for a gang while it could not
+    # start with fewer nodes than it needs (gangs.py says how nodes are counted), gangs that started, and
+    # their mean wait from arrival to start (None: no gang started).
+    gang_partial_node_minutes: float = 0.0
+    gangs_started: int = 0
+    gang_wait_minutes: float | None = None
 
 
 class Timeline(Frozen):

@@ -253,6 +253,23 @@ def table(results: Sequence[RunResult], oracle_hours: float) -> list[str]:
     return rows
 
 
+def gang_table(results: Sequence[RunResult], oracle_hours: float) -> list[str]:
+    """Gangs per run: node-hours vs the oracle, waiting, node-minutes billed for a gang that could not
+    start yet with part of its nodes (gangs.py), gangs started and their mean wait."""
+    rows = [
+        "| policy | vs oracle | pending GPU-min | partially billed gang node-min | gangs started | gang wait min |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        ratio = f"{r.node_hours / oracle_hours:.3f}x" if oracle_hours and not r.not_ranked else "-"
+        wait = "-" if r.gang_wait_minutes is None else f"{r.gang_wait_minutes:,.1f}"
+        rows.append(
+            f"| {r.name} | {ratio} | {r.pending_gpu_minutes:,.0f} | {r.gang_partial_node_minutes:,.0f} "
+            f"| {r.gangs_started:,} | {wait} |"
+        )
+    return rows
+
+
 def report_md(c: Comparison) -> str:
     o = c.options
     days = c.horizon / 1440
@@ -261,10 +278,15 @@ def report_md(c: Comparison) -> str:
         "",
         f"{c.pods:,} GPU pods over {days:.1f} days; {o.gpus_per_node} GPUs per node, boot {o.boot_minutes} min, "
         f"${o.node_price:g}/node-hour, placement {o.placement}; group min {o.min_nodes}, max {c.max_nodes}, "
-        f"{c.initial_nodes} nodes up at the start.",
+        f"{c.initial_nodes} nodes up at the start."
+        + (f" Injected capacity shortage: {o.shortage.label} (seed {o.shortage.seed})." if o.shortage else ""),
         "",
         *table([r.result for r in c.runs], c.result(RunName.ORACLE).node_hours),
     ]
+    simulated = [r.result for r in c.runs if r.result.name != RunName.ORACLE]
+    if any(r.gangs_started or r.gang_partial_node_minutes for r in simulated):
+        lines += ["", "Gangs (pods that start together or not at all):", ""]
+        lines += gang_table(simulated, c.result(RunName.ORACLE).node_hours)
     if found := notes(c):
         lines += ["", *found]
     if c.experiments:

@@ -22,6 +22,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from gpufleet_tools.replay import gangs, shortage
 from gpufleet_tools.replay.model import MILLI_PER_GPU, Placement, Pod, ReplayOptions, RunOutcome, RunResult, Timeline
 
 ZONES = 3  # an ASG balances its instances across (here: three) Availability Zones
@@ -97,6 +98,13 @@ class Cluster:
         self.actions = 0
         self.dirty = True
         self.now = 0
+        self.gangs = gangs.GangBook(pods, options.gpus_per_node)
+        self.asg = shortage.Asg(options.shortage)
+
+    @property
+    def desired(self) -> int:
+        """The group's desired capacity: its instances plus those asked for and not launched yet."""
+        return len(self.nodes) + self.asg.missing
 
     # ---- capacity ----
 
@@ -120,22 +128,34 @@ class Cluster:
             (self.ready if ready_at <= t else self.booting).append(node)
             started.append(node)
         self.dirty = True
+        if not booted:
+            self.gangs.earmark(started, self)
         return started
 
     def terminate(self, node_ids: Sequence[str], t: int) -> int:
-        """Remove nodes now; every pod on them is disrupted and re-queued. Returns the pods disrupted."""
-        hit = 0
+        """Remove nodes now; every pod on them is disrupted and re-queued, and with a gang's pod the rest
+        of its gang (the job dies with one of its workers). Returns the pods disrupted."""
+        hit: list[int] = []
         for node_id in node_ids:
             node = self.nodes.pop(node_id)
             (self.ready if node in self.ready else self.booting).remove(node)
+            self.gangs.forget(node)
+            hit += sorted(node.pods)
             for i in sorted(node.pods):
-                self._stop(i, node)
-                self.disrupted += 1
-                self.lost_milli_minutes += (t - self.started_at[i]) * self.pods[i].demand_milli
-                self.started_at[i] = -1
-                self._enqueue(i)
-                hit += 1
-        return hit
+                self._disrupt(i, node, t)
+        for gang in dict.fromkeys(self.pods[i].gang for i in hit if self.pods[i].gang):
+            for j in self.gangs.members[gang]:
+                if (home := self.node_of[j]) is not None:
+                    self._disrupt(j, home, t)
+                    hit.append(j)
+        return len(hit)
+
+    def _disrupt(self, i: int, node: Node, t: int) -> None:
+        self._stop(i, node)
+        self.disrupted += 1
+        self.lost_milli_minutes += (t - self.started_at[i]) * self.pods[i].demand_milli
+        self.started_at[i] = -1
+        self._enqueue(i)
 
     def cordon(self, node: Node, on: bool = True) -> None:
         """Stop (or resume) placing new pods on a node; what runs there stays. Counted per run."""
@@ -152,7 +172,7 @@ class Cluster:
         self.pending_milli += self.pods[i].demand_milli
         self.dirty = True
 
-    def _start(self, i: int, node: Node, t: int) -> None:
+    def start(self, i: int, node: Node, t: int) -> None:
         pod = self.pods[i]
         slots = node.slots(pod)
         share = MILLI_PER_GPU if pod.whole else pod.milli
@@ -197,8 +217,15 @@ class Cluster:
             return
         keep: list[int] = []
         whole_fail = share_fail = MILLI_PER_GPU * 1000
+        placed: dict[str, bool] = {}
         for i in self.pending:
             pod = self.pods[i]
+            if pod.gang:  # its first waiting member places the whole gang or none of it (gangs.py)
+                if pod.gang not in placed:
+                    placed[pod.gang] = gangs.place(self, pod.gang, t)
+                if not placed[pod.gang]:
+                    keep.append(i)
+                continue
             need = pod.gpus if pod.whole else pod.milli
             if need >= (whole_fail if pod.whole else share_fail):
                 keep.append(i)
@@ -211,13 +238,14 @@ class Cluster:
                 )
                 continue
             self.pending_milli -= pod.demand_milli
-            self._start(i, node, t)
+            self.start(i, node, t)
         self.pending = keep
         self.dirty = False
 
     def advance(self, t: int) -> None:
         """Minute t: booted nodes join, finished pods leave, new pods arrive, the scheduler runs."""
         self.now = t
+        shortage.retry(self, t)
         if self.booting and min(n.ready_at for n in self.booting) <= t:
             joined = [n for n in self.booting if n.ready_at <= t]
             self.booting = [n for n in self.booting if n.ready_at > t]
@@ -231,6 +259,7 @@ class Cluster:
             self._enqueue(self.next_arrival)
             self.next_arrival += 1
         self.schedule(t)
+        self.gangs.tally(t)
 
     def utilization(self) -> float | None:
         """The group's average GPU utilization this minute (allocated share of InService GPUs), or None
@@ -315,4 +344,7 @@ def summarize(name: str, cluster: Cluster, timeline: Timeline, options: ReplayOp
         cost_usd=round(node_hours * options.node_price, 2),
         nodes_drained=cluster.drained,
         nodes_undrained=cluster.undrained,
+        gang_partial_node_minutes=float(cluster.gangs.partial_node_minutes),
+        gangs_started=len(cluster.gangs.started),
+        gang_wait_minutes=cluster.gangs.mean_wait(),
     )

@@ -266,20 +266,23 @@ SWEEP_JOBS, SWEEP_MEDIAN = (30, 60), 90.0  # one hyper-parameter sweep each week
 
 
 def _training_job(rng: Rng, name: str, arrival: int) -> list[Pod]:
-    """One job: its GPUs (a gang of 8-GPU pods above 8, arriving together), a log-normal run time."""
+    """One job: its GPUs (a gang of 8-GPU pods above 8, arriving together, `gang` = the job's name), a
+    log-normal run time."""
     x = rng.random()
     gpus = next(g for share, g in TRAIN_SHAPES if x < share)
     median = TRAIN_LARGE_MEDIAN if gpus >= 8 else TRAIN_SMALL_MEDIAN
     minutes = min(TRAIN_MAX_MINUTES, max(2, int(rng.lognormvariate(math.log(median), TRAIN_SIGMA))))
     members = max(1, gpus // 8)
     per_pod = gpus // members
-    return [Pod(name=f"{name}-{m}", arrival=arrival, duration=minutes, gpus=per_pod) for m in range(members)]
+    gang = name if members > 1 else ""
+    return [Pod(name=f"{name}-{m}", arrival=arrival, duration=minutes, gpus=per_pod, gang=gang) for m in range(members)]
 
 
 def training_trace(rng: Rng, days: int = 7) -> Trace:
     """A training cluster's week (starting Monday): working-day submissions of mostly short 1-GPU jobs and
-    a few multi-node gangs (16 and 32 GPUs as 2 and 4 pods of 8, which the replay's scheduler places
-    independently), and a daily sweep of 30-60 one-GPU trials. Seeded by the caller's rng."""
+    a few multi-node gangs (16 and 32 GPUs as 2 and 4 pods of 8 sharing `Pod.gang`, the job's name: the
+    replay's scheduler starts a gang's pods together or not at all), and a daily sweep of 30-60 one-GPU
+    trials. Seeded by the caller's rng."""
     horizon = days * 1440
     pods: list[Pod] = []
     t = 0.0

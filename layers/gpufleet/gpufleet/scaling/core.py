@@ -461,7 +461,9 @@ def _gang_give_back(self: _Ctx) -> Decision | None:
         return self.decision(Action.SCALE_IN, trigger, f"{why}: choosing idle nodes", needs_instance_metrics=True)
     listed = self.obs.desired - part.missing
     room = max(0, listed - self.low_water)
-    choice = choose_scale_in_victims(self.obs.instances, room, self.settings.idle, self.closed_only)
+    # Not only nodes gpufleet closed (consolidation by attrition): those a partial gang launched never ran
+    # its work; one that took other work since holds GPUs (runs_gpu_work) and is never a victim.
+    choice = choose_scale_in_victims(self.obs.instances, room, self.settings.idle, closed_only=False)
     victims = choice.victims if room else ()
     target = max(self.low_water, listed - len(victims))
     if target >= self.obs.desired:
