@@ -28,7 +28,7 @@ from gpufleet.domain.models import GroupKind, GroupRef
 from gpufleet_node import schema
 from rehearsal import fleet
 from rehearsal.kube_api import node, pod
-from rehearsal.trust_scene import TrustResult, TrustScenes
+from rehearsal.trust_scene import TrustResult, TrustScenes, run_alone
 
 SERVE = GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster="ml", name="serve-gpu")
 INSTANCE_TYPE, GPUS = "p4d.24xlarge", 8
@@ -227,24 +227,8 @@ def _marked(body: dict[str, Any], on: bool) -> bool:
 
 
 def main() -> int:
-    """`python -m rehearsal.consolidation_scene [OUT]`: this scene alone on its own moto server (a few
-    seconds); exits 1 when an expected outcome does not happen."""
-    import sys
-    from pathlib import Path
-
-    from rehearsal.kube_api import KubeApi, kube_api
-    from rehearsal.moto import moto_server
-
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else "demo-out")
-    out.mkdir(parents=True, exist_ok=True)
-    token = "gpufleet-rehearsal-token"
-    with moto_server(out / "moto-consolidation.log"), kube_api(KubeApi(tokens={token})) as kube:
-        result = ConsolidationScene(out, kube, token).run()
-    for check in result.checks:
-        print(f"  ok    {check}")
-    for failure in result.failures:
-        print(f"  FAIL  {failure}")
-    return 1 if result.failures else 0
+    """`python -m rehearsal.consolidation_scene [OUT]`: this scene alone (`run_alone`)."""
+    return run_alone(ConsolidationScene, "consolidation")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from rehearsal import fleet
 from rehearsal import kueue_objects as kq
 from rehearsal import volcano_objects as vc
 from rehearsal.kube_api import pod
-from rehearsal.trust_scene import Told, TrustResult, TrustScenes
+from rehearsal.trust_scene import Told, TrustResult, TrustScenes, run_alone
 
 TRAIN = GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster="ml", name="train-gpu")
 GANG = GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster="ml", name="gang-gpu")
@@ -167,24 +167,8 @@ class QueuedScene(TrustScenes):
 
 
 def main() -> int:
-    """`python -m rehearsal.queued_scene [OUT]`: this scene alone on its own moto server (a few seconds);
-    exits 1 when an expected outcome does not happen."""
-    import sys
-    from pathlib import Path
-
-    from rehearsal.kube_api import KubeApi, kube_api
-    from rehearsal.moto import moto_server
-
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else "demo-out")
-    out.mkdir(parents=True, exist_ok=True)
-    token = "gpufleet-rehearsal-token"
-    with moto_server(out / "moto-queued.log"), kube_api(KubeApi(tokens={token})) as kube:
-        result = QueuedScene(out, kube, token).run()
-    for check in result.checks:
-        print(f"  ok    {check}")
-    for failure in result.failures:
-        print(f"  FAIL  {failure}")
-    return 1 if result.failures else 0
+    """`python -m rehearsal.queued_scene [OUT]`: this scene alone (`run_alone`)."""
+    return run_alone(QueuedScene, "queued")
 
 
 if __name__ == "__main__":

@@ -383,3 +383,23 @@ class TrustScenes:
             f"told once in 3 ticks: '{told[0].subject if told else ''}: {text}'",
             f"scale-outs at minutes {outs}, {len(told)} notification(s) {[n.subject for n in told]}",
         )
+
+
+def run_alone(scene: type[TrustScenes], name: str) -> int:
+    """`python -m rehearsal.<name>_scene [OUT]`: one scene alone on its own moto server and loopback
+    Kubernetes API (a few seconds); its expected outcomes printed; 1 when one does not happen."""
+    import sys
+
+    from rehearsal.kube_api import KubeApi, kube_api
+    from rehearsal.moto import moto_server
+
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "demo-out")
+    out.mkdir(parents=True, exist_ok=True)
+    token = "gpufleet-rehearsal-token"
+    with moto_server(out / f"moto-{name}.log"), kube_api(KubeApi(tokens={token})) as kube:
+        result = scene(out, kube, token).run()
+    for check in result.checks:
+        print(f"  ok    {check}")
+    for failure in result.failures:
+        print(f"  FAIL  {failure}")
+    return 1 if result.failures else 0

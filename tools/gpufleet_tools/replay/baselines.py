@@ -16,6 +16,7 @@ import math
 from collections.abc import Sequence
 
 from gpufleet_tools.replay import shortage
+from gpufleet_tools.replay.gangs import reserve
 from gpufleet_tools.replay.model import MILLI_PER_GPU, Pod, ReplayOptions, RunName, RunOutcome, RunResult, Timeline
 from gpufleet_tools.replay.simulate import Cluster, Node, TieBreaker, default_termination
 
@@ -222,16 +223,6 @@ class ClusterAutoscaler:
             cluster.actions += 1
             for k in empty + busy:
                 self.unneeded.pop(k, None)
-
-
-def reserve(node: Node, pod: Pod) -> None:
-    """Book a pod on a copy of a node (the autoscaler's simulation), like the scheduler would."""
-    share = MILLI_PER_GPU if pod.whole else pod.milli
-    for g in node.slots(pod):
-        if node.free[g] == MILLI_PER_GPU:
-            node.free_whole -= 1
-        node.free[g] -= share
-    node.used += pod.demand_milli
 
 
 def movable(cluster: Cluster, node: Node, room: dict[str, Node], leaving: set[str]) -> bool:

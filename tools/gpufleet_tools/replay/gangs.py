@@ -121,12 +121,13 @@ def plan(cluster: Cluster, members: Sequence[int]) -> list[Node] | None:
         seen, node = (max if pack else min)(fits, key=lambda pair: pair[0].used)
         if seen is node:
             seen = copies[node.node_id] = _copy(node)
-        _book(seen, pod)
+        reserve(seen, pod)
         chosen.append(node)
     return chosen
 
 
-def _book(node: Node, pod: Pod) -> None:
+def reserve(node: Node, pod: Pod) -> None:
+    """Book a pod on a copy of a node (an autoscaler's simulation, a gang's trial), like the scheduler would."""
     share = MILLI_PER_GPU if pod.whole else pod.milli
     for g in node.slots(pod):
         if node.free[g] == MILLI_PER_GPU:
