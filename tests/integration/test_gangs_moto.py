@@ -33,7 +33,8 @@ from rehearsal import fleet
 
 NOW = datetime(2026, 11, 27, 9, 30, tzinfo=UTC)
 TABLE = "gangs-state"
-GANG = tuple(WaitingWork(name=f"ml/train[{i}]", gpus=8, gang="kueue:ml/train") for i in range(4))
+SINCE = NOW - timedelta(minutes=15)  # the gang waited before the launch it gives back
+GANG = tuple(WaitingWork(name=f"ml/train[{i}]", gpus=8, gang="kueue:ml/train", since=SINCE) for i in range(4))
 
 
 def test_a_partial_gang_is_given_back_and_gangs_rest(aws: str) -> None:

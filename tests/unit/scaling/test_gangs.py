@@ -96,7 +96,7 @@ def test_the_older_gang_that_fits_is_taken_whole_and_the_other_refused() -> None
 
 
 def test_a_partial_launch_is_given_back_after_the_timeout() -> None:
-    obs = observe(4, gang("g", 4), listed=3)  # EC2 started 3 of the 4, all idle: the gang cannot start
+    obs = observe(4, gang("g", 4, waited_min=15), listed=3)  # EC2 started 3 of the 4, all idle: the gang cannot start
     asked = NOW - timedelta(seconds=defaults.GANG_LAUNCH_TIMEOUT_S + 60)
     d = tick(obs, GroupState(last_scale_out_at=asked, last_scale_out_added=4))
     assert (d.action, d.current, d.desired) == (Action.SCALE_IN, 4, 0)
@@ -112,7 +112,7 @@ def test_within_the_timeout_the_missing_node_is_still_on_its_way() -> None:
 
 
 def test_a_node_running_work_is_never_given_back_with_the_gang() -> None:
-    obs = observe(4, gang("g", 3), listed=3, busy=1)
+    obs = observe(4, gang("g", 3, waited_min=15), listed=3, busy=1)
     asked = NOW - timedelta(seconds=defaults.GANG_LAUNCH_TIMEOUT_S + 1)
     d = tick(obs, GroupState(last_scale_out_at=asked))
     assert d.action is Action.SCALE_IN and "i-00" not in d.victims and d.desired == 1
@@ -176,8 +176,25 @@ def test_a_partial_gang_is_given_back_under_consolidation_by_attrition_too() -> 
     so they go back without being closed first (the replay found 0 given back before this)."""
     from gpufleet.domain.policy import Consolidation
 
-    obs = observe(4, gang("g", 4), listed=3)
+    obs = observe(4, gang("g", 4, waited_min=15), listed=3)
     asked = NOW - timedelta(seconds=defaults.GANG_LAUNCH_TIMEOUT_S + 60)
     s = GroupSettings(min=0, max=10, target=TargetBand(low=30, high=80), consolidate=Consolidation.ATTRITION)
     d = decide_reconcile(obs, s, GroupState(last_scale_out_at=asked), NOW, event_id="tick")
     assert (d.action, d.desired, len(d.victims)) == (Action.SCALE_IN, 0, 3)
+
+
+def test_a_gang_that_came_after_the_launch_does_not_give_that_launch_back() -> None:
+    """A launch for pods on their own that EC2 half-filled is not cancelled because a gang arrived since
+    (probe R3): only a gang that already waited when the group asked may give its launch back."""
+    obs = observe(4, (*gang("late", 2, waited_min=2),), listed=3)
+    asked = NOW - timedelta(seconds=defaults.GANG_LAUNCH_TIMEOUT_S + 60)
+    d = tick(obs, GroupState(last_scale_out_at=asked))
+    assert d.trigger.kind is not TriggerKind.GANG_PARTIAL and d.desired >= 4
+
+
+def test_capped_a_gang_gets_nodes_of_its_own_not_the_room_a_single_may_take() -> None:
+    """At max, an idle node is not counted for a gang when pods on their own wait too (probe R4): the
+    single would take it at once and the gang never start. Room 2, one idle node, a gang of 3 and a single:
+    the gang cannot have 3 new nodes, so it is refused and the single gets the idle node, nothing launched."""
+    d = tick(observe(1, (*gang("g", 3), single("s")), max_size=3), max_size=3)
+    assert d.desired == 1 and "gang g (3x8 GPUs) needs 3 new node(s), max leaves room for 2" in d.reason

@@ -7,7 +7,8 @@ Per system, one paged `GET` per resource, cluster-wide:
 - Volcano: `scheduling.volcano.sh/v1beta1` podgroups, and `batch.volcano.sh/v1alpha1` jobs (the tasks'
   shapes where a PodGroup's owner is a Volcano Job; optional).
 
-A 404 on a system's first resource means its CRDs are not installed: nothing to read, nothing said. A 403
+A 404 on a system's first resource means its CRDs are not installed: nothing to read, nothing said. A
+failure (a timeout included) leaves that system unreadable and the pods read. A 403
 (AmazonEKSViewPolicy does not cover these resources) says which ClusterRole grants them
 (deploy/kubernetes/gpufleet-queued-jobs.yaml): that system's demand is unknown, told once, and the pods
 are read as before. Any other failure of a system's listing leaves that system unreadable, never the pods.
@@ -16,13 +17,13 @@ are read as before. Any other failure of a system's listing leaves that system u
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from gpufleet.aws.kube_http import Connection, HttpProblem
 from gpufleet.domain.defaults import QUEUED_JOBS_GROUP
-from gpufleet.domain.models import QueuedSource
+from gpufleet.domain.models import QueuedSource, UnfitWork
 from gpufleet.events.kueue import KueueObjects, kueue_demand
 from gpufleet.events.queued import QueuedDemand
 from gpufleet.events.volcano import VolcanoObjects, volcano_demand
@@ -82,6 +83,7 @@ class QueuedReader:
 
     page_size: int = 500
     max_pages: int = 200
+    skipped: list[str] = field(default_factory=list)  # optional resources that could not be read, and why
 
     def read(
         self,
@@ -110,11 +112,10 @@ class QueuedReader:
                 if not resource.optional:
                     return QueuedDemand(source=source, unreadable=f"{resource.path} is not served (404)")
                 out.append(None)
-            except HttpProblem as problem:
-                if problem.kind == "timeout":
-                    raise  # the cluster's budget is spent: the whole read fails as the pods' would
+            except HttpProblem as problem:  # a timeout too: the pods, read already, stay good
                 if not resource.optional:
                     return QueuedDemand(source=source, unreadable=_why(problem, resource))
+                self.skipped.append(_why(problem, resource))
                 out.append(None)
         return out
 
@@ -157,4 +158,9 @@ class QueuedReader:
         if isinstance(found, QueuedDemand):
             return found
         podgroups, jobs = found
-        return volcano_demand(VolcanoObjects(podgroups=podgroups or [], jobs=jobs), now, gpu_resources)
+        demand = volcano_demand(VolcanoObjects(podgroups=podgroups or [], jobs=jobs), now, gpu_resources)
+        if not self.skipped:
+            return demand
+        text = f"{self.skipped[-1]}; gangs' shapes come from their PodGroups' minResources"
+        note = UnfitWork(key=f"volcano:jobs:{text.split(':')[0]}", count=1, text=text)
+        return demand.model_copy(update={"notes": (*demand.notes, note)})

@@ -113,7 +113,14 @@ def merged(pods: ClusterPods, queued: Iterable[QueuedDemand]) -> ClusterPods:
     if not found:
         return pods
     gangs = frozenset().union(*(q.gangs for q in found))
-    waiting = tuple(p for p in pods.waiting if not p.gang or p.gang not in gangs)
+    # A waiting pod of a gang its system read and did not count (a Running PodGroup's extra replicas start
+    # one by one) is a pod on its own; one of a counted gang is left out (the gang counts for it).
+    read = {q.source.value for q in found if q.unreadable is None}
+    waiting = tuple(
+        p if not p.gang or p.gang.split(":", 1)[0] not in read else p.model_copy(update={"gang": ""})
+        for p in pods.waiting
+        if not p.gang or p.gang not in gangs
+    )
     added = tuple(p for q in found for p in q.waiting)
     notes = tuple(n for q in found for n in q.notes)
     unreadable = tuple(f"{q.source.value}: {q.unreadable}" for q in found if q.unreadable)

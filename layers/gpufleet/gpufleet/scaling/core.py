@@ -455,6 +455,9 @@ def _gang_give_back(self: _Ctx) -> Decision | None:
     why = (
         f"gang {part.gang} cannot start: {part.missing} node(s) asked at {part.asked_at:%H:%M} UTC have not "
         f"launched in {minutes} min"
+        if part.missing
+        else f"gang {part.gang} has not started {2 * minutes} min after its nodes were asked, with room for it on"
+        " the group's nodes: something other than nodes holds it (its queue's limits?)"
     )
     free = [i for i in self.obs.instances if i.in_service and not i.runs_gpu_work]
     if free and not self.obs.instance_metrics_loaded:
@@ -469,8 +472,9 @@ def _gang_give_back(self: _Ctx) -> Decision | None:
     if target >= self.obs.desired:
         return None
     reason = (
-        f"{why}: scale in {self.obs.desired} -> {target}, giving back {len(victims)} idle node(s) and the "
-        f"{part.missing} never launched; gangs are asked for again after {defaults.GANG_REST_S // 60} min"
+        f"{why}: scale in {self.obs.desired} -> {target}, giving back {len(victims)} idle node(s)"
+        + (f" and the {part.missing} never launched" if part.missing else "")
+        + f"; gangs are asked for again after {defaults.GANG_REST_S // 60} min"
     )
     return self.decision(Action.SCALE_IN, trigger, reason, target, victims=victims, skipped=choice.skipped)
 

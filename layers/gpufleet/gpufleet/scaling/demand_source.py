@@ -264,7 +264,8 @@ class DemandReader(_Warnings):
         room = _room(joined, shapes, running | held.other, run.now)
         cutoff = min((d.kubernetes.expendable_priority for _, _, d in joined if d.kubernetes), default=-10)
         most = {o.ref.key: effective_bounds(o, s, run.now).max for o, s, _ in joined}
-        assigned = assign(pods.waiting, shapes, room, pods.daemonsets, cutoff, most)
+        counts = {o.ref.key: frozenset(q.value for q in d.kubernetes.queued) for o, _, d in joined if d.kubernetes}
+        assigned = assign(pods.waiting, shapes, room, pods.daemonsets, cutoff, most, (pods.queued_gangs, counts))
         if assigned.unfit:
             self._warn_once(f"unfit pods of {source}", assigned.unfit[0].key, "waiting pods fit no group")
         for obs, settings, _ in joined:

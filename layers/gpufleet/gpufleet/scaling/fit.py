@@ -288,6 +288,7 @@ def assign(
     daemonsets: Sequence[DaemonSetPod] = (),
     expendable_priority: int = DEFAULT_EXPENDABLE_PRIORITY,
     most: Mapping[str, int] | None = None,
+    queued: tuple[frozenset[str], Mapping[str, frozenset[str]]] | None = None,
 ) -> Assignment:
     """Each waiting pod to one group whose nodes fit it, or told as fitting none.
 
@@ -301,8 +302,12 @@ def assign(
     A gang's pods (`WaitingPod.gang`) go to one group together: one that every member fits, with room for
     the whole gang where there is one. A gang no single group fits, or one that needs more nodes than a
     fitting group may ever have (`most`: group key -> its max), is told as fitting none, with the numbers:
-    it would never start, so no node is launched for any of its pods."""
-    return _Assigner(shapes, room, daemonsets, most or {}).run(waiting, expendable_priority)
+    it would never start, so no node is launched for any of its pods. `queued`: the gangs that are queued
+    jobs (not pods yet), and per group the queueing systems it counts (`demand.kubernetes.queued`): such a
+    gang goes only to a group that counts its system."""
+    assigner = _Assigner(shapes, room, daemonsets, most or {})
+    assigner.queued = queued or (frozenset(), {})
+    return assigner.run(waiting, expendable_priority)
 
 
 class _Assigner:
@@ -323,6 +328,7 @@ class _Assigner:
         self.unfit: dict[str, _UnfitSet] = {}
         self.verdicts: dict[tuple[object, ...], list[tuple[str, _Verdict]]] = {}
         self.expendable = self.elsewhere = 0
+        self.queued: tuple[frozenset[str], Mapping[str, frozenset[str]]] = (frozenset(), {})
 
     def run(self, waiting: Iterable[WaitingPod], expendable_priority: int) -> Assignment:
         units: dict[str, list[WaitingPod]] = {}
@@ -383,6 +389,13 @@ class _Assigner:
             self.elsewhere += len(members)
             return
         common = [key for key, _ in self.ordered if all(dict(v)[key].why is None for v in per_member)]
+        gangs, counts = self.queued
+        if members[0].gang in gangs:  # a queued job: only groups that count its system take it
+            system = members[0].gang.split(":", 1)[0]
+            common = [key for key in common if system in counts.get(key, frozenset())]
+            if not common:
+                self.elsewhere += len(members)
+                return
         if not common:
             worst = next((i for i, v in enumerate(per_member) if all(x.why for _, x in v)), 0)
             self._tell(members[worst], len(members), dict(per_member[worst]), f"{members[0].gang} (gang)")

@@ -65,21 +65,24 @@ def plan(
     whole = pack(waiting_sizes(items, gpus_per_node), gpus_per_node, free, booting)
     if whole.new_nodes <= room:
         return GangPlan(new_nodes=whole.new_nodes, unplaceable=whole.unplaceable)
+    # Capped: the room existing nodes have is not counted for a gang (work on its own that also waits may
+    # take it first, and the gang would never start): a gang taken gets all its nodes new, or on the way.
     singles = [w for w in items if not w.gang]
     taken: list[WaitingWork] = []
     refused: list[GangRefusal] = []
     for gang, work in gangs_of(items).items():
-        trial = pack(waiting_sizes([*taken, *work], gpus_per_node), gpus_per_node, free, booting)
+        trial = pack(waiting_sizes([*taken, *work], gpus_per_node), gpus_per_node, (), booting)
         if trial.new_nodes <= room:
             taken += work
             continue
-        alone = pack(waiting_sizes(work, gpus_per_node), gpus_per_node, free, booting).new_nodes
+        alone = pack(waiting_sizes(work, gpus_per_node), gpus_per_node, (), booting).new_nodes
         pods = sum(w.count for w in work)
         refused.append(GangRefusal(gang=gang, pods=pods, gpus=max(w.gpus for w in work), nodes=alone))
-    rest = pack(waiting_sizes([*taken, *singles], gpus_per_node), gpus_per_node, free, booting)
-    return GangPlan(
-        new_nodes=min(rest.new_nodes, room), capped=True, unplaceable=rest.unplaceable, refused=tuple(refused)
-    )
+    for_gangs = pack(waiting_sizes(taken, gpus_per_node), gpus_per_node, (), booting)
+    rest = pack(waiting_sizes(singles, gpus_per_node), gpus_per_node, free, 0 if taken else booting)
+    new = for_gangs.new_nodes + min(rest.new_nodes, room - for_gangs.new_nodes)
+    unplaceable = for_gangs.unplaceable + rest.unplaceable
+    return GangPlan(new_nodes=new, capped=True, unplaceable=unplaceable, refused=tuple(refused))
 
 
 def resting(state: GroupState, now: datetime) -> datetime | None:
@@ -93,7 +96,7 @@ def resting(state: GroupState, now: datetime) -> datetime | None:
 class Partial(Frozen):
     """A gang waits while nodes the group asked for have not launched for too long."""
 
-    missing: int = Field(ge=1)  # nodes asked for and never listed (EC2 did not start them)
+    missing: int = Field(ge=0)  # nodes asked for and never listed (EC2 did not start them); 0: all came
     asked_at: datetime
     gang: str
 
@@ -104,11 +107,20 @@ def partial_launch(obs: GroupObservation, state: GroupState, now: datetime) -> P
     d, asked = obs.demand, state.last_scale_out_at
     if d is None or not d.known or asked is None or obs.shrinks_by_victims_only:
         return None
-    gangs = gangs_of(d.waiting)
+    # Only a gang that already waited when the group last asked: that launch was (also) for it. A gang that
+    # came later, or a launch for work on its own that EC2 half-filled, is not given back for it.
+    gangs = {g: w for g, w in gangs_of(d.waiting).items() if all(x.since is not None and x.since <= asked for x in w)}
     if not gangs or (now - asked).total_seconds() < defaults.GANG_LAUNCH_TIMEOUT_S:
         return None
     listed = sum(1 for i in obs.instances if not i.lifecycle_state.startswith("Terminat"))
     missing = obs.desired - listed
-    if missing <= 0:
-        return None
-    return Partial(missing=missing, asked_at=asked, gang=next(iter(gangs)))
+    if missing > 0:
+        return Partial(missing=missing, asked_at=asked, gang=next(iter(gangs)))
+    # Every node came, the group has room for the gang, and it still has not started twice the timeout
+    # after: something other than nodes holds it (a Volcano Queue's capability, a namespace Kueue's queue
+    # does not take): the idle nodes go back, and gangs rest, rather than wait idle for ever.
+    gang, work = next(iter(gangs.items()))
+    stuck = (now - asked).total_seconds() >= 2 * defaults.GANG_LAUNCH_TIMEOUT_S
+    if stuck and sum(d.free_gpus) + 1e-9 >= sum(w.gpus * w.count for w in work):
+        return Partial(missing=0, asked_at=asked, gang=gang)
+    return None
