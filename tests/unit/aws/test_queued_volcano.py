@@ -89,12 +89,13 @@ def test_an_inqueue_gangs_waiting_pods_count_once(served: tuple[KubeApi, str]) -
 
 def test_a_gang_with_a_pod_running_is_left_to_its_pods(served: tuple[KubeApi, str]) -> None:
     api, url = served
-    job, pg, key = llm(phase="Inqueue", running=1)
+    job, pg, _ = llm(phase="Inqueue", running=1)
     api.add_object("jobs", job)
     api.add_object("podgroups", pg)
     api.add(gang_pod("llm-worker-3", "ml", pg["metadata"]["name"]))
     found = read(url)
-    assert [(p.name, p.gang) for p in found.waiting] == [("llm-worker-3", key)]  # the pod, not the gang
+    # the pod, not the gang: a pod on its own (review R5: a Running gang's extra replicas start one by one)
+    assert [(p.name, p.gang) for p in found.waiting] == [("llm-worker-3", "")]
     assert found.queued_gangs == frozenset()
 
 
@@ -109,8 +110,9 @@ def test_without_the_jobs_the_shapes_come_from_min_resources(served: tuple[KubeA
         api._objects.pop((BATCH, "jobs"))
     api.add_object("podgroups", pg)
     found = read(url)
-    # minResources: 32 GPUs and 2 cpu over minMember 5 pods: 7 GPUs each (6.4 rounded up)
-    assert [(p.name, p.gpus) for p in found.waiting] == [(f"{pg['metadata']['name']}[{i}]", 7.0) for i in range(5)]
+    # minResources: 32 GPUs and 2 cpu, minMember 5: 32 does not split into whole GPUs over 5 pods, so the
+    # fewest pods of 8 that hold them (the launcher asks for none): 4 pods of 8 (review R1; was 5 of 7)
+    assert [(p.name, p.gpus) for p in found.waiting] == [(f"{pg['metadata']['name']}[{i}]", 8.0) for i in range(4)]
     assert found.queued_gangs == {key} and found.queued_unreadable == ()
 
 

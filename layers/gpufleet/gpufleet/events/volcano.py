@@ -36,9 +36,9 @@ The gang's pods:
   order, each task up to its replicas. Otherwise each task's least, then the rest of `minMember` from the
   tasks' remaining replicas in task order. Volcano orders tasks by their PriorityClass's value; without
   the PriorityClasses we order by the template's `spec.priority` where set (stable), else as listed.
-- No Job (not installed, not readable, or not its owner): the GPUs of `minResources` on the fewest pods of
-  8, 4, 2 or 1 GPUs that take them exactly (a launcher beside the workers asks for none: `gpu_pods`),
-  else `minResources` / `minMember` as equal pods.
+- No Job (not installed, not readable, or not its owner): `minResources` / `minMember` as equal pods where
+  that gives whole GPUs per pod; else the GPUs on the fewest pods of 8, 4, 2 or 1 GPUs that take them
+  exactly (a launcher beside the workers asks for none: `gpu_pods`), else equal pods rounded up.
   The quota keys Volcano writes there beside the resources (`pods`, `count/pods`, `requests.*`,
   `limits.*`: the quota pod usage, controllers/util CalTaskRequests) are dropped; a resource given only as
   `requests.NAME` is read as NAME. Each GPU resource per pod rounds up to whole units (12 GPUs over 8 pods
@@ -306,12 +306,13 @@ def _gang(
 
 
 def gpu_pods(gpus: float, min_member: int) -> int:
-    """How many of a gang's `min_member` pods hold its `gpus`, without the Job's tasks to say it: the
-    fewest pods of a common size (8, 4, 2 or 1 GPUs) that take them all exactly, since a launcher or a
+    """How many of a gang's `min_member` pods hold its `gpus`, without the Job's tasks to say it: all of
+    them when the GPUs split into whole GPUs per pod; else the fewest pods of a common size (8, 4, 2 or 1
+    GPUs) that take them all exactly, since a launcher or a
     parameter server beside the workers asks for none (Kubeflow's MPIJob, PyTorchJob with Volcano's gang
     plugin); else all of them, evenly (rounded up per pod)."""
-    if not (math.isfinite(gpus) and gpus > 0):
-        return min_member
+    if not (math.isfinite(gpus) and gpus > 0) or (gpus / min_member).is_integer():
+        return min_member  # whole GPUs on every pod: as Volcano's own even split would say
     for size in (8, 4, 2, 1):
         pods = gpus / size
         if pods == int(pods) and pods <= min_member:

@@ -65,20 +65,21 @@ def plan(
     whole = pack(waiting_sizes(items, gpus_per_node), gpus_per_node, free, booting)
     if whole.new_nodes <= room:
         return GangPlan(new_nodes=whole.new_nodes, unplaceable=whole.unplaceable)
-    # Capped: the room existing nodes have is not counted for a gang (work on its own that also waits may
-    # take it first, and the gang would never start): a gang taken gets all its nodes new, or on the way.
+    # Capped, with work on its own waiting too: the room existing nodes have is not counted for a gang (that
+    # work may take it first, and the gang would never start): a gang taken gets all its nodes new.
     singles = [w for w in items if not w.gang]
+    room_for_gangs = () if singles else free
     taken: list[WaitingWork] = []
     refused: list[GangRefusal] = []
     for gang, work in gangs_of(items).items():
-        trial = pack(waiting_sizes([*taken, *work], gpus_per_node), gpus_per_node, (), booting)
+        trial = pack(waiting_sizes([*taken, *work], gpus_per_node), gpus_per_node, room_for_gangs, booting)
         if trial.new_nodes <= room:
             taken += work
             continue
         alone = pack(waiting_sizes(work, gpus_per_node), gpus_per_node, (), booting).new_nodes
         pods = sum(w.count for w in work)
         refused.append(GangRefusal(gang=gang, pods=pods, gpus=max(w.gpus for w in work), nodes=alone))
-    for_gangs = pack(waiting_sizes(taken, gpus_per_node), gpus_per_node, (), booting)
+    for_gangs = pack(waiting_sizes(taken, gpus_per_node), gpus_per_node, room_for_gangs, booting)
     rest = pack(waiting_sizes(singles, gpus_per_node), gpus_per_node, free, 0 if taken else booting)
     new = for_gangs.new_nodes + min(rest.new_nodes, room - for_gangs.new_nodes)
     unplaceable = for_gangs.unplaceable + rest.unplaceable
@@ -107,9 +108,10 @@ def partial_launch(obs: GroupObservation, state: GroupState, now: datetime) -> P
     d, asked = obs.demand, state.last_scale_out_at
     if d is None or not d.known or asked is None or obs.shrinks_by_victims_only:
         return None
-    # Only a gang that already waited when the group last asked: that launch was (also) for it. A gang that
-    # came later, or a launch for work on its own that EC2 half-filled, is not given back for it.
-    gangs = {g: w for g, w in gangs_of(d.waiting).items() if all(x.since is not None and x.since <= asked for x in w)}
+    # Only a gang that has itself waited the timeout counts on the nodes still owed: a gang that came a
+    # minute ago does not cancel a launch EC2 is still filling (for it or for work on its own).
+    waited = now - timedelta(seconds=defaults.GANG_LAUNCH_TIMEOUT_S)
+    gangs = {g: w for g, w in gangs_of(d.waiting).items() if all(x.since is not None and x.since <= waited for x in w)}
     if not gangs or (now - asked).total_seconds() < defaults.GANG_LAUNCH_TIMEOUT_S:
         return None
     listed = sum(1 for i in obs.instances if not i.lifecycle_state.startswith("Terminat"))
@@ -121,6 +123,7 @@ def partial_launch(obs: GroupObservation, state: GroupState, now: datetime) -> P
     # does not take): the idle nodes go back, and gangs rest, rather than wait idle for ever.
     gang, work = next(iter(gangs.items()))
     stuck = (now - asked).total_seconds() >= 2 * defaults.GANG_LAUNCH_TIMEOUT_S
-    if stuck and sum(d.free_gpus) + 1e-9 >= sum(w.gpus * w.count for w in work):
+    fits = pack(waiting_sizes(work, d.gpus_per_node), d.gpus_per_node, d.free_gpus, 0).new_nodes == 0
+    if stuck and fits:  # the idle nodes' room holds the whole gang (not merely as many GPUs, fragmented)
         return Partial(missing=0, asked_at=asked, gang=gang)
     return None
