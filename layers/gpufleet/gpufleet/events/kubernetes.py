@@ -398,6 +398,8 @@ placement_of = _placement
 priority_of = _priority
 one_per_node_of = _one_per_node
 time_of = _time
+as_map = _map
+as_list = _list
 
 
 class NodeListing(StrEnum):

@@ -58,6 +58,8 @@ from typing import Any
 from gpufleet.domain.models import QueuedSource, UnfitWork
 from gpufleet.domain.quantity import parse_quantity
 from gpufleet.events.kubernetes import DEFAULT_GPU_RESOURCES, WaitingPod, gpus_of, pod_requests
+from gpufleet.events.kubernetes import as_list as _list
+from gpufleet.events.kubernetes import as_map as _map
 from gpufleet.events.kubernetes import time_of as _time
 from gpufleet.events.queued import MAX_QUEUED_PODS, QueuedDemand, gang_key, template_pods
 
@@ -73,14 +75,6 @@ class KueueObjects:
 
 
 _STOPPED = ("Hold", "HoldAndDrain")  # StopPolicy values; "None" (the default) keeps the queue running
-
-
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: Any) -> list[Mapping[str, Any]]:
-    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
 
 
 def _text(value: Any) -> str:

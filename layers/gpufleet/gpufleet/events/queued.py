@@ -41,8 +41,7 @@ class QueuedDemand(Frozen):
     `gangs`: the keys counted (their existing waiting pods are dropped from the pod demand, `merged`);
     `notes`: objects seen but not counted, and why, with numbers (told once per key: "2 Workloads of
     ml/team-a wait for quota in ClusterQueue gpu: nvidia.com/gpu 32 of 32 used; nodes would not admit
-    them"); `counted`: one line per kind of what counts, for the decision's reason ("1 Workload pending").
-    `unreadable`: why the system's objects could not be read (its groups' queued demand is unknown)."""
+    them"); `unreadable`: why the system's objects could not be read (its groups' queued demand is unknown)."""
 
     source: QueuedSource
     waiting: tuple[WaitingPod, ...] = ()
@@ -55,6 +54,11 @@ class QueuedDemand(Frozen):
 def gang_key(source: QueuedSource, namespace: str, name: str) -> str:
     """'kueue:ml/train-a': one gang, whichever pods stand for it."""
     return f"{source.value}:{namespace}/{name}"
+
+
+def gang_system(key: str) -> str:
+    """The queueing system a gang key names: 'kueue' for 'kueue:ml/train-a'."""
+    return key.split(":", 1)[0]
 
 
 def template_pods(
@@ -117,7 +121,7 @@ def merged(pods: ClusterPods, queued: Iterable[QueuedDemand]) -> ClusterPods:
     # one by one) is a pod on its own; one of a counted gang is left out (the gang counts for it).
     read = {q.source.value for q in found if q.unreadable is None}
     waiting = tuple(
-        p if not p.gang or p.gang.split(":", 1)[0] not in read else p.model_copy(update={"gang": ""})
+        p if not p.gang or gang_system(p.gang) not in read else p.model_copy(update={"gang": ""})
         for p in pods.waiting
         if not p.gang or p.gang not in gangs
     )

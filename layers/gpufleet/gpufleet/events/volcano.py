@@ -64,13 +64,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from gpufleet.domain.models import QueuedSource, UnfitWork
 from gpufleet.domain.quantity import parse_quantity
-from gpufleet.domain.values import EARLIEST, LATEST
 from gpufleet.events.kubernetes import DEFAULT_GPU_RESOURCES, WaitingPod, gpus_of, pod_requests, priority_of
+from gpufleet.events.kubernetes import as_list as _list
+from gpufleet.events.kubernetes import as_map as _map
+from gpufleet.events.kubernetes import time_of as _time
 from gpufleet.events.queued import MAX_QUEUED_PODS, QueuedDemand, gang_key, template_pods
 
 JOB_API = "batch.volcano.sh/v1alpha1"
@@ -87,28 +89,8 @@ class VolcanoObjects:
     jobs: list[Any] | None = None
 
 
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: Any) -> list[Mapping[str, Any]]:
-    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
-
-
 def _int(value: Any, default: int = 0) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
-
-
-def _time(text: Any) -> datetime | None:
-    """An RFC 3339 time in UTC, or None (unparsable, or outside what a timestamp keeps)."""
-    if not isinstance(text, str):
-        return None
-    try:
-        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    at = at if at.tzinfo is not None else at.replace(tzinfo=UTC)
-    return at.astimezone(UTC) if EARLIEST <= at < LATEST else None
 
 
 def _since(pg: Mapping[str, Any]) -> datetime | None:

@@ -33,6 +33,7 @@ from gpufleet.domain.errors import one_line
 from gpufleet.domain.models import Frozen, UnfitWork, WaitingWork
 from gpufleet.domain.quantity import is_bytes, show
 from gpufleet.events.kubernetes import DaemonSetPod, Placement, SelectorTerm, Toleration, WaitingPod
+from gpufleet.events.queued import gang_system
 
 _EPSILON = 1e-9
 ZONE_LABEL = "topology.kubernetes.io/zone"
@@ -391,7 +392,7 @@ class _Assigner:
         common = [key for key, _ in self.ordered if all(dict(v)[key].why is None for v in per_member)]
         gangs, counts = self.queued
         if members[0].gang in gangs:  # a queued job: only groups that count its system take it
-            system = members[0].gang.split(":", 1)[0]
+            system = gang_system(members[0].gang)
             common = [key for key in common if system in counts.get(key, frozenset())]
             if not common:
                 self.elsewhere += len(members)
