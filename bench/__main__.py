@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.domain.models import GroupKind, GroupObservation, GroupRef, GroupState, InstanceObservation
-from gpufleet.domain.policy import GroupSettings
+from gpufleet.policy.fleet import GroupSettings
 from gpufleet.scaling.core import decide_reconcile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -127,7 +127,7 @@ def bench_notifications(total: int = 1000, groups: int = 20, out: Path = OUT) ->
     """A burst of notifications across groups through the real notifier (moto server + local Slack)."""
     from aws_lambda_powertools import Logger, Metrics
 
-    from gpufleet.notify.model import NotificationKind, Severity, note
+    from gpufleet.domain.notification import NotificationKind, Severity, note
     from gpufleet.runtime import build_notifier
     from rehearsal import fleet
     from rehearsal.moto import moto_server
@@ -378,8 +378,8 @@ class SyntheticCloudWatch:
 def _guard_reads(gpus: int, per_instance: int, group_size: int, leak_every: int) -> str:
     """One OOM-guard screening over the synthetic fleet: what it read, what it found, what that costs."""
     from gpufleet.aws.metrics import GpuMetricsReader
-    from gpufleet.domain.policy import FleetPolicy
     from gpufleet.guard.screen import GpuScreen
+    from gpufleet.policy.fleet import FleetPolicy
 
     instances = gpus // per_instance
     fake = SyntheticCloudWatch(instances // group_size, group_size, per_instance, NOW, leak_every)

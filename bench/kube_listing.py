@@ -7,7 +7,7 @@ by `limit` and `continue` and gzipped as the API server does (over 128 KiB, gzip
 k8s.io/apiserver responsewriters, `defaultGzipContentEncodingLevel`). Pages are made when asked for, so
 a 50k-pod cluster never sits in memory here.
 
-The reader (`gpufleet.aws.kubernetes.PodReader`, the code the scaler runs) reads it in a subprocess, so
+The reader (`gpufleet.kubernetes.cluster.PodReader`, the code the scaler runs) reads it in a subprocess, so
 its CPU time is its own; the server runs in this process. The Lambda's share is then CPU time / share:
 Lambda gives a function 1 vCPU at 1,769 MB and proportionally less below
 (docs.aws.amazon.com/lambda/latest/dg/configuration-memory.html), so the scaler's 512 MB is 0.29 vCPU.
@@ -291,8 +291,8 @@ def read_once(url: str, page_size: int, budget_s: float) -> dict[str, Any]:
     """In the subprocess: one PodReader.read, its wall and CPU time and peak memory."""
     from pydantic import SecretStr
 
-    from gpufleet.aws.kubernetes import PodReader
-    from gpufleet.events.kubernetes import ClusterUnreadable
+    from gpufleet.domain.errors import ClusterUnreadable
+    from gpufleet.kubernetes.cluster import PodReader
     from gpufleet.settings import KubeEndpoint
 
     endpoint = {"bench": KubeEndpoint(url=url, token=SecretStr(TOKEN))}
@@ -313,7 +313,7 @@ def read_once(url: str, page_size: int, budget_s: float) -> dict[str, Any]:
 
 def parse_page_cpu(page_size: int = 500, repeat: int = 5) -> dict[str, float]:
     """CPU seconds to inflate, parse and tally one page here, and its sizes (bytes on the wire, inflated)."""
-    from gpufleet.events.kubernetes import PodTally
+    from gpufleet.kubernetes.pods import PodTally
 
     body, gzipped = encoded(page(0, page_size, page_size * 2))
     best = float("inf")
@@ -329,7 +329,7 @@ def parse_page_cpu(page_size: int = 500, repeat: int = 5) -> dict[str, float]:
 def bench_kube_listing(pods: int = 50_000, page_size: int = 500, budget_s: float = 120.0) -> list[str]:
     """Table rows: one page's parse cost, then one whole listing of `pods` (budget lifted so it finishes;
     what matters is the time it takes at the Lambda's share against the scaler's BUDGET_S)."""
-    from gpufleet.aws.kubernetes import BUDGET_S
+    from gpufleet.kubernetes.cluster import BUDGET_S
 
     one = parse_page_cpu(page_size)
     cpu_share = share()

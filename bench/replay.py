@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from gpufleet.domain.policy import FleetPolicy, parse_policy
+from gpufleet.policy.fleet import FleetPolicy, parse_policy
 from gpufleet_tools.replay.baselines import ClusterAutoscaler, oracle
 from gpufleet_tools.replay.core import Experiment, GpufleetController
 from gpufleet_tools.replay.model import CapacityShortage, Placement, ReplayOptions, RunName, Trace

@@ -36,7 +36,7 @@ SERVICES = {  # the outermost of these on the stack names the Lambda function ma
     # Only the scaler reads clusters (demand-driven scaling): until it is wired to them, the Kubernetes
     # reader's and node mapping's own tests stand for its calls. Outermost wins, so a function that
     # calls them through its service is still named as itself.
-    "gpufleet.aws.kubernetes": "scaler",
+    "gpufleet.kubernetes.cluster": "scaler",
     "gpufleet.aws.eks_nodes": "scaler",
     "gpufleet.aws.asg_shape": "scaler",  # a self-managed ASG's node shape (issue 30)
 }

@@ -1,6 +1,6 @@
 """The RBAC that queued jobs need (issue 32): deploy/kubernetes/gpufleet-queued-jobs.yaml grants exactly
-get and list on what gpufleet.aws.queued lists of Kueue and Volcano, to the Kubernetes group the template's
-scaler access entries name, and nothing else."""
+get and list on what gpufleet.kubernetes.queued_reader lists of Kueue and Volcano, to the Kubernetes
+group the template's scaler access entries name, and nothing else."""
 
 from __future__ import annotations
 

@@ -106,8 +106,8 @@ def test_each_subpackage_line_names_its_modules(root: str) -> None:
 def test_the_policy_examples_parse() -> None:
     """Every YAML block in docs/ is a fleet policy (or a section of one) the schema accepts; a whole policy
     (`version:` first) also passes the static checks `gpufleet validate-policy` runs."""
-    from gpufleet.domain.policy import parse_policy
-    from gpufleet.domain.policy_checks import policy_problems
+    from gpufleet.policy.checks import policy_problems
+    from gpufleet.policy.fleet import parse_policy
 
     checked = 0
     for path in sorted(DOCS.glob("*.md")):

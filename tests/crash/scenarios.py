@@ -20,7 +20,7 @@ from gpufleet.aws.audit import AuditLog
 from gpufleet.aws.state import StateStore
 from gpufleet.domain import defaults
 from gpufleet.domain.models import Outcome
-from gpufleet.notify.model import Notification, NotificationKind, Severity, note
+from gpufleet.domain.notification import Notification, NotificationKind, Severity, note
 from gpufleet.runtime import build_guard, build_notifier, build_scaler, build_spot_watch
 from gpufleet_node import schema
 from gpufleet_node.busy import AsgProtection

@@ -13,7 +13,7 @@ import pytest
 from aws_lambda_powertools import Logger, Metrics
 
 from gpufleet.domain import defaults
-from gpufleet.notify.model import Notification
+from gpufleet.domain.notification import Notification
 from gpufleet.runtime import build_scaler
 from gpufleet.scaling.service import Scaler
 from gpufleet_node import schema

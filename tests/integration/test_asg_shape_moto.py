@@ -10,8 +10,8 @@ from gpufleet.aws.asg_shape import asg_node_shape
 from gpufleet.aws.eks_nodes import ShapeUnknown
 from gpufleet.aws.fleet import FleetReader
 from gpufleet.domain.models import GroupRef
-from gpufleet.domain.policy import Discovery, FleetPolicy
-from gpufleet.events.kubernetes import waiting_pod
+from gpufleet.kubernetes.pods import waiting_pod
+from gpufleet.policy.fleet import Discovery, FleetPolicy
 from gpufleet.scaling.fit import fits
 from rehearsal import fleet
 from rehearsal.kube_api import pod

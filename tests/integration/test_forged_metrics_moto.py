@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from gpufleet.domain import defaults
-from gpufleet.notify.model import Notification
+from gpufleet.domain.notification import Notification
 from gpufleet_node import schema
 from gpufleet_node.identity import Identity
 from gpufleet_node.nvml import SimulatedBackend

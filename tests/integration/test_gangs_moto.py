@@ -26,7 +26,7 @@ from gpufleet.domain.models import (
     TriggerKind,
     WaitingWork,
 )
-from gpufleet.domain.policy import GroupSettings
+from gpufleet.policy.fleet import GroupSettings
 from gpufleet.scaling.core import decide_reconcile
 from gpufleet.scaling.execution import Executor
 from rehearsal import fleet

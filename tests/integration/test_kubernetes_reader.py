@@ -21,11 +21,14 @@ import boto3
 import pytest
 from pydantic import SecretStr
 
-from gpufleet.aws import eks_nodes, kube_http, kubernetes
+from gpufleet.aws import eks_nodes
 from gpufleet.aws.eks_nodes import ShapeUnknown, instances_by_node_name, node_shape
-from gpufleet.aws.kube_http import Connection
-from gpufleet.aws.kubernetes import DAEMONSETS_PATH, UNFINISHED, PodReader
-from gpufleet.events.kubernetes import ClusterUnreadable, waiting_pod
+from gpufleet.domain.errors import ClusterUnreadable
+from gpufleet.kubernetes import client as kube_http
+from gpufleet.kubernetes import cluster as kubernetes
+from gpufleet.kubernetes.client import Connection
+from gpufleet.kubernetes.cluster import DAEMONSETS_PATH, UNFINISHED, PodReader
+from gpufleet.kubernetes.pods import waiting_pod
 from gpufleet.scaling.fit import fits
 from gpufleet.settings import KubeEndpoint
 from rehearsal import fleet

@@ -22,7 +22,7 @@ from botocore.exceptions import ClientError
 
 from gpufleet.aws.queue import NotificationQueue
 from gpufleet.domain import defaults
-from gpufleet.notify.model import Notification, Severity
+from gpufleet.domain.notification import Notification, Severity
 from gpufleet.notify.render import MAYBE_DUPLICATE
 from gpufleet.notify.service import TIME_RESERVE_S
 from gpufleet_tools.cli import main as cli_main

@@ -10,8 +10,8 @@ import boto3
 from aws_lambda_powertools import Logger, Metrics
 
 from gpufleet.domain import defaults
+from gpufleet.domain.notification import IncidentState
 from gpufleet.guard.service import OomGuard
-from gpufleet.notify.model import IncidentState
 from gpufleet.runtime import build_guard
 from gpufleet_node.identity import Identity
 from gpufleet_node.nvml import SimulatedBackend

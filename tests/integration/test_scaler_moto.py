@@ -16,8 +16,8 @@ from gpufleet.aws.audit import AuditLog
 from gpufleet.aws.state import StateStore
 from gpufleet.domain import defaults
 from gpufleet.domain.models import Action, Decision, Outcome, Trigger, TriggerKind
-from gpufleet.domain.policy import PolicyError
-from gpufleet.notify.model import IncidentState
+from gpufleet.domain.notification import IncidentState
+from gpufleet.policy.fleet import PolicyError
 from rehearsal import fleet
 from tests.integration.conftest import EVENTS, NOW, TABLE, Fleet, count_calls, decisions, queued, sample
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from gpufleet.notify.model import NotificationKind, Severity, note
+from gpufleet.domain.notification import NotificationKind, Severity, note
 from rehearsal import fleet
 from rehearsal.slack import slack_receiver
 from tests.integration.conftest import TABLE

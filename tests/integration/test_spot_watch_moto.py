@@ -12,7 +12,7 @@ from aws_lambda_powertools import Logger, Metrics
 
 from gpufleet.capacity.service import SpotWatch
 from gpufleet.domain import defaults
-from gpufleet.notify.model import IncidentState
+from gpufleet.domain.notification import IncidentState
 from gpufleet.runtime import build_spot_watch
 from rehearsal import fleet
 from tests.integration.conftest import TABLE, Fleet, count_calls, queued

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.notify.model import NotificationKind
+from gpufleet.domain.notification import NotificationKind
 from gpufleet_tools.cli import main
 
 

@@ -40,18 +40,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import SecretStr
 
-from gpufleet.aws import kubernetes as kube
-from gpufleet.aws.kube_http import ApiServer, Connection
 from gpufleet.capacity.classify import FailureSource, describe_failure
-from gpufleet.domain.errors import InvalidEvent, PolicyError
-from gpufleet.domain.policy import parse_policy
-from gpufleet.events import EventKind, parse_event
-from gpufleet.events.common import EARLIEST, LATEST
-from gpufleet.events.kubernetes import ClusterUnreadable
-from gpufleet.events.model import LaunchUnsuccessful
-from gpufleet.events.queue import Flush, InvalidMessage, parse_message
-from gpufleet.notify.incidents import merge_notification, plan_delivery
-from gpufleet.notify.model import (
+from gpufleet.domain.errors import ClusterUnreadable, InvalidEvent, PolicyError
+from gpufleet.domain.notification import (
     MAX_FACT_NAME,
     MAX_FACT_VALUE,
     MAX_FACTS,
@@ -66,9 +57,17 @@ from gpufleet.notify.model import (
     NotificationKind,
     Severity,
 )
-from gpufleet.notify.policy import FlapDamping, Grouping
+from gpufleet.events import EventKind, parse_event
+from gpufleet.events.common import EARLIEST, LATEST
+from gpufleet.events.model import LaunchUnsuccessful
+from gpufleet.events.queue import Flush, InvalidMessage, parse_message
+from gpufleet.kubernetes import cluster as kube
+from gpufleet.kubernetes.client import ApiServer, Connection
+from gpufleet.notify.incidents import merge_notification, plan_delivery
 from gpufleet.notify.render import SNS_MESSAGE_MAX_BYTES, SNS_SUBJECT_MAX, render_slack, render_sns
 from gpufleet.notify.slack import payload_problems
+from gpufleet.policy.fleet import parse_policy
+from gpufleet.policy.notify import FlapDamping, Grouping
 from gpufleet.settings import KubeEndpoint
 from gpufleet_node import config as publisher_config
 from gpufleet_tools.replay.traces import TraceError, parse_trace

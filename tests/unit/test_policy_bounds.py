@@ -11,7 +11,7 @@ from aws_lambda_powertools import Logger
 
 from gpufleet.aws.policy_store import LastGood
 from gpufleet.domain.errors import PolicyError
-from gpufleet.domain.policy import MAX_POLICY_ALIASES, MAX_POLICY_BYTES, MAX_POLICY_DEPTH, parse_policy
+from gpufleet.policy.fleet import MAX_POLICY_ALIASES, MAX_POLICY_BYTES, MAX_POLICY_DEPTH, parse_policy
 from gpufleet.policy_loading import LastGoodPolicy
 
 NESTED = "defaults: " + "[" * 500 + "]" * 500  # 1 KB, 500 levels: RecursionError before the bound

@@ -43,6 +43,11 @@ PACKAGES = {"gpufleet": ROOT / "layers" / "gpufleet" / "gpufleet", "gpufleet_too
 # A module, or a package with everything under it, that touches the world, and why.
 GLUE: dict[str, str] = {
     "gpufleet.aws": "the AWS adapters: boto3 clients behind typed readers and writers",
+    "gpufleet.kubernetes.client": "the standard-library Kubernetes API client: sockets, TLS, HTTP, the clock",
+    "gpufleet.kubernetes.cluster": "lists an EKS cluster's pods, nodes and DaemonSets over HTTP, in a time budget",
+    "gpufleet.kubernetes.queued_reader": "lists Kueue's and Volcano's objects over HTTP for the pure readers",
+    "gpufleet.kubernetes.marks": "cordons and uncordons nodes over HTTP (the Kubernetes node marker)",
+    "gpufleet.scaling.trust_reads": "reads the group and member series the metric-trust check weighs",
     "gpufleet.runtime": "the composition root: the environment, boto3 sessions, Powertools, the wiring",
     "gpufleet.policy_loading": "reads the policy from SSM or a file through Powertools, with the clock",
     "gpufleet.scaling.execution": "carries a decision out: lease, intent, Auto Scaling, audit, metrics",

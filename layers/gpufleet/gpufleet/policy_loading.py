@@ -16,8 +16,8 @@ from aws_lambda_powertools.utilities import parameters
 from gpufleet.aws.policy_store import PolicyStore, digest
 from gpufleet.domain import defaults
 from gpufleet.domain.errors import PolicyError
-from gpufleet.domain.policy import FleetPolicy, parse_policy
-from gpufleet.notify.model import Notification
+from gpufleet.domain.notification import Notification
+from gpufleet.policy.fleet import FleetPolicy, parse_policy
 from gpufleet.scaling.notes import invalid_policy_note
 from gpufleet.settings import Settings
 

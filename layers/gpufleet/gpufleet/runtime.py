@@ -26,8 +26,8 @@ from gpufleet.aws.slurm_marks import SlurmMarker
 from gpufleet.aws.state import StateStore
 from gpufleet.domain import defaults
 from gpufleet.domain.models import MarkChannel, QueuedSource
-from gpufleet.events.kubernetes import ClusterPods, NodeListing
 from gpufleet.events.origin import Origin
+from gpufleet.kubernetes.pods import ClusterPods, NodeListing
 from gpufleet.policy_loading import LastGoodPolicy, policy_loader
 from gpufleet.scaling.demand_source import DemandReader
 from gpufleet.scaling.execution import ControlContext, Executor
@@ -65,8 +65,8 @@ def idempotency_for(
 
 def _kube_marker(settings: Settings, clients: AwsClients, region: str) -> NodeMarker:
     """Cordons through each cluster's API, reached as the pod reader reaches it."""
-    from gpufleet.aws.kube_marks import KubernetesMarker
-    from gpufleet.aws.kubernetes import ClusterAccess
+    from gpufleet.kubernetes.cluster import ClusterAccess
+    from gpufleet.kubernetes.marks import KubernetesMarker
 
     return KubernetesMarker(ClusterAccess(clients.eks, Session(region_name=region), settings.kube_endpoints))
 
@@ -158,10 +158,10 @@ def demand_reader(
     Clients are made here; nothing is read until a group's policy names a source."""
     from gpufleet.aws.asg_shape import asg_node_shape
     from gpufleet.aws.eks_nodes import fewest_gpus, instances_by_node_name, node_shape
-    from gpufleet.aws.kubernetes import PodReader, TickBudget
     from gpufleet.aws.readiness import node_readiness
     from gpufleet.domain.models import GroupKind
-    from gpufleet.scaling.fit import NodeShape
+    from gpufleet.domain.nodes import NodeShape
+    from gpufleet.kubernetes.cluster import PodReader, TickBudget
 
     own = session or Session()
     overrides = settings.kube_endpoints

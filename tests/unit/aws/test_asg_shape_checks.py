@@ -11,7 +11,7 @@ import pytest
 from gpufleet.aws.asg_shape import node_template, shape_notes, template_shape, weighted_why
 from gpufleet.aws.eks_nodes import ShapeUnknown, checked_overrides
 from gpufleet.aws.eks_shape import InstanceType
-from gpufleet.events.kubernetes import WaitingPod
+from gpufleet.kubernetes.pods import WaitingPod
 from gpufleet.scaling.fit import fits
 
 CA = "k8s.io/cluster-autoscaler/node-template/"

@@ -13,8 +13,8 @@ from urllib.parse import parse_qs, urlsplit
 import boto3
 import pytest
 
-from gpufleet.aws.kubernetes import TOKEN_PREFIX, eks_token
-from gpufleet.events.kubernetes import ClusterUnreadable
+from gpufleet.aws.eks_access import TOKEN_PREFIX, eks_token
+from gpufleet.domain.errors import ClusterUnreadable
 
 ALLOWED = {
     "action",

@@ -21,7 +21,7 @@ from gpufleet.aws.hyperpod import (
 )
 from gpufleet.domain import defaults
 from gpufleet.domain.models import Action, Decision, Direction, GroupKind, GroupRef, GroupState, Trigger, TriggerKind
-from gpufleet.domain.policy import GroupSettings, IdleThreshold
+from gpufleet.policy.fleet import GroupSettings, IdleThreshold
 from gpufleet.scaling.core import decide_request, skip_reason
 
 NOW = datetime(2026, 11, 23, 8, 12, 30, tzinfo=UTC)
@@ -383,7 +383,7 @@ def test_the_core_holds_a_closed_group_and_says_why() -> None:
 def test_an_alarm_on_an_instance_groups_series_targets_that_group() -> None:
     """The dimensions the publisher puts on a HyperPod node's group series name the group (not 'no group')."""
     from gpufleet.domain.models import MetricRef
-    from gpufleet.domain.policy import FleetPolicy
+    from gpufleet.policy.fleet import FleetPolicy
     from gpufleet.scaling.targets import resolve_alarm_target
     from tests.unit.events.test_alarms import trigger
 
@@ -501,7 +501,7 @@ def test_a_busy_cluster_reads_no_idle_report_and_an_idle_gpu_only_its_own() -> N
     unknown) makes no GetMetricData query for Slurm's report; one node whose GPUs read idle by the group's
     own thresholds costs two (the group's report marker and that node). The others run work."""
     from gpufleet.aws.fleet import FleetReader
-    from gpufleet.domain.policy import FleetPolicy
+    from gpufleet.policy.fleet import FleetPolicy
     from gpufleet.scaling.service import with_instance_metrics
 
     ids = ["i-0aaaaaaaaaaaaaaaa", "i-0bbbbbbbbbbbbbbbb", "i-0cccccccccccccccc"]

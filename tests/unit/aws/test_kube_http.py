@@ -15,10 +15,10 @@ from unittest import mock
 import pytest
 from pydantic import SecretStr
 
-from gpufleet.aws import kube_http
-from gpufleet.aws import kubernetes as kube
-from gpufleet.aws.kube_http import CHUNK, ApiServer, BudgetSpent, Connection, HttpProblem, Pace, _json, _PacedReader
-from gpufleet.events.kubernetes import ClusterUnreadable
+from gpufleet.domain.errors import ClusterUnreadable
+from gpufleet.kubernetes import client as kube_http
+from gpufleet.kubernetes import cluster as kube
+from gpufleet.kubernetes.client import CHUNK, ApiServer, BudgetSpent, Connection, HttpProblem, Pace, _json, _PacedReader
 from gpufleet.settings import KubeEndpoint
 
 PODLIST = (Path(__file__).parents[2] / "fixtures" / "kubernetes" / "pods-pending-gpu.json").read_text()

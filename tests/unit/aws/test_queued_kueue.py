@@ -13,8 +13,8 @@ import boto3
 import pytest
 from pydantic import SecretStr
 
-from gpufleet.aws.kubernetes import PodReader
 from gpufleet.domain.models import QueuedSource
+from gpufleet.kubernetes.cluster import PodReader
 from gpufleet.settings import KubeEndpoint
 from rehearsal.kube_api import KubeApi, kube_api, pod
 from rehearsal.kueue_objects import API_VERSION, PLURALS, cluster_queue, local_queue, pod_set, resource_flavor

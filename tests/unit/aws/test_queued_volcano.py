@@ -15,8 +15,8 @@ import boto3
 import pytest
 from pydantic import SecretStr
 
-from gpufleet.aws.kubernetes import PodReader
 from gpufleet.domain.models import QueuedSource
+from gpufleet.kubernetes.cluster import PodReader
 from gpufleet.settings import KubeEndpoint
 from rehearsal.kube_api import KubeApi, kube_api, pod
 from rehearsal.volcano_objects import BATCH, SCHEDULING, gang_pod, podgroup, podgroup_of, task, vcjob

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.aws.kubernetes import TickBudget
-from gpufleet.events.kubernetes import ClusterUnreadable
+from gpufleet.domain.errors import ClusterUnreadable
+from gpufleet.kubernetes.cluster import TickBudget
 
 
 class Clock:

@@ -15,7 +15,6 @@ from gpufleet.capacity.core import (
     owed_after,
     plan_fallback,
 )
-from gpufleet.capacity.policy import Fallback, PriceTable, SpotPolicy, SpotSettings
 from gpufleet.domain.models import (
     Action,
     GroupObservation,
@@ -24,7 +23,8 @@ from gpufleet.domain.models import (
     InstanceObservation,
     Outcome,
 )
-from gpufleet.domain.policy import GroupSettings
+from gpufleet.policy.capacity import Fallback, PriceTable, SpotPolicy, SpotSettings
+from gpufleet.policy.fleet import GroupSettings
 from tests.unit.capacity.test_classify import MESSAGES
 
 NOW = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)

@@ -9,7 +9,6 @@ import pytest
 
 from gpufleet.capacity.core import SpotState
 from gpufleet.capacity.notes import spot_notes
-from gpufleet.capacity.policy import PriceTable
 from gpufleet.domain.models import (
     Action,
     Decision,
@@ -20,6 +19,7 @@ from gpufleet.domain.models import (
     Trigger,
     TriggerKind,
 )
+from gpufleet.policy.capacity import PriceTable
 
 NOW = datetime(2026, 11, 23, 9, 5, tzinfo=UTC)
 PRICES = PriceTable(on_demand={"g5.12xlarge": 5.672}, spot={"g5.12xlarge": 2.10})

@@ -8,7 +8,7 @@ import pytest
 
 from gpufleet.domain import defaults
 from gpufleet.domain.models import GroupKind, GroupObservation, GroupRef, MetricRef
-from gpufleet.domain.policy import parse_policy
+from gpufleet.policy.fleet import parse_policy
 from gpufleet_node import schema
 from gpufleet_tools.doctor.core import AccountView, AlarmView, Finding, Level, Presence, diagnose, worst
 

@@ -13,7 +13,7 @@ from pydantic import SecretStr
 
 from gpufleet.domain import defaults
 from gpufleet.domain.models import GroupKind, GroupObservation, GroupRef
-from gpufleet.domain.policy import parse_policy
+from gpufleet.policy.fleet import parse_policy
 from gpufleet.settings import KubeEndpoint
 from gpufleet_tools.doctor.core import DemandView, Level, _demand_finding
 from gpufleet_tools.doctor.service import DemandProbe

@@ -16,7 +16,7 @@ from pydantic import SecretStr
 
 from gpufleet.domain import defaults
 from gpufleet.domain.models import GroupKind, GroupObservation, GroupRef
-from gpufleet.domain.policy import parse_policy
+from gpufleet.policy.fleet import parse_policy
 from gpufleet.settings import KubeEndpoint
 from gpufleet_tools.doctor.core import DemandView, Level, ResourceAccess, _demand_finding, queued_jobs_view
 from gpufleet_tools.doctor.queued_access import group_holders

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpufleet.domain.models import GroupKind, GroupObservation, GroupRef, QueuedSource
-from gpufleet.domain.policy import parse_policy
+from gpufleet.policy.fleet import parse_policy
 from gpufleet_tools.doctor.core import DemandView
 from gpufleet_tools.doctor.service import DemandProbe
 

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from gpufleet.domain.policy import parse_policy
-from gpufleet.domain.policy_checks import policy_problems
+from gpufleet.policy.checks import policy_problems
+from gpufleet.policy.fleet import parse_policy
 
 POLICY = """
 version: 1

@@ -6,8 +6,8 @@ import pytest
 from pydantic import ValidationError
 
 from gpufleet.domain.models import GroupKind, GroupRef
-from gpufleet.domain.policy import FleetPolicy, GroupRule
-from gpufleet.domain.policy_checks import policy_problems
+from gpufleet.policy.checks import policy_problems
+from gpufleet.policy.fleet import FleetPolicy, GroupRule
 
 
 def test_a_named_hyperpod_rule_needs_its_cluster() -> None:

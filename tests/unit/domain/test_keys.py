@@ -14,7 +14,7 @@ from gpufleet.aws.audit import decision_sk
 from gpufleet.aws.state import group_pk
 from gpufleet.domain.keys import DIGEST_MARK, MAX_KEY_BYTES, bounded, joined, utf8_len
 from gpufleet.domain.models import Action, Decision, Trigger, TriggerKind
-from gpufleet.notify.model import MAX_INCIDENT_KEY_BYTES, NotificationKind, Severity, note
+from gpufleet.domain.notification import MAX_INCIDENT_KEY_BYTES, NotificationKind, Severity, note
 from gpufleet.scaling.execution import request_token
 
 AT = datetime(2026, 11, 23, 8, 12, tzinfo=UTC)

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from gpufleet.domain.models import GroupKind, GroupRef
-from gpufleet.domain.policy import PolicyError, Step, parse_policy
+from gpufleet.policy.fleet import PolicyError, Step, parse_policy
 
 TRAIN = GroupRef(kind=GroupKind.ASG, name="train-a")
 INFER = GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster="ml", name="infer")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.domain.policy import PolicyError, parse_policy
-from gpufleet.domain.policy_checks import covers, policy_problems
+from gpufleet.policy.checks import covers, policy_problems
+from gpufleet.policy.fleet import PolicyError, parse_policy
 from gpufleet_tools.replay.policy import Workload, recommended_policy_yaml
 from rehearsal.scenario import POLICY
 
@@ -117,7 +117,7 @@ def test_a_specific_rule_before_a_glob_and_distinct_selectors_pass() -> None:
     ],
 )
 def test_covers(earlier: dict, later: dict, hidden: bool) -> None:  # type: ignore[type-arg]
-    from gpufleet.domain.policy import GroupRule
+    from gpufleet.policy.fleet import GroupRule
 
     assert covers(GroupRule.model_validate(earlier), GroupRule.model_validate(later)) is hidden
 

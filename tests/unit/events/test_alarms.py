@@ -10,9 +10,9 @@ import pytest
 
 from gpufleet.domain.errors import InvalidEvent, UnsupportedEvent
 from gpufleet.domain.models import AlarmState, Direction, GroupKind, GroupRef, MetricRef
-from gpufleet.domain.policy import parse_policy
 from gpufleet.events import EventKind, parse_event, parse_for
 from gpufleet.events.model import AlarmEvent, AlarmSource, ScheduleTick
+from gpufleet.policy.fleet import parse_policy
 from gpufleet.scaling.targets import resolve_alarm_target
 
 EVENTS = Path(__file__).resolve().parents[3] / "events" / "scaler"

@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gpufleet.events.kubernetes import ClusterUnreadable, cluster_pods
+from gpufleet.domain.errors import ClusterUnreadable
+from gpufleet.kubernetes.pods import cluster_pods
 
 PODS: list[dict[str, Any]] = json.loads(
     (Path(__file__).parents[2] / "fixtures" / "kubernetes" / "pods-pending-gpu.json").read_text()

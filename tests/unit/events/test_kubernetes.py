@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from gpufleet.events.kubernetes import WaitingPod, gpu_request, nodes_running_gpu_pods, waiting_pod, waiting_pods
+from gpufleet.kubernetes.pods import WaitingPod, gpu_request, nodes_running_gpu_pods, waiting_pod, waiting_pods
 
 PODS: list[dict[str, Any]] = json.loads(
     (Path(__file__).parents[2] / "fixtures" / "kubernetes" / "pods-pending-gpu.json").read_text()

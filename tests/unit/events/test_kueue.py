@@ -1,4 +1,4 @@
-"""Kueue Workloads as demand (events/kueue.py): which Workloads count, as one gang each with the flavor
+"""Kueue Workloads as demand (kubernetes/kueue.py): which Workloads count, as one gang each with the flavor
 Kueue would assign, and which are told instead; any document shape reads without raising."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpufleet.events.kueue import KueueObjects, kueue_demand
-from gpufleet.events.queued import QueuedDemand
+from gpufleet.kubernetes.kueue import KueueObjects, kueue_demand
+from gpufleet.kubernetes.queued import QueuedDemand
 from rehearsal.kueue_objects import cluster_queue, local_queue, pod_set, resource_flavor, workload
 
 NOW = datetime(2026, 11, 27, 9, 0, tzinfo=UTC)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet.domain.defaults import DRAIN_ANNOTATION
-from gpufleet.events.kubernetes import PodTally, node_states
+from gpufleet.kubernetes.pods import PodTally, node_states
 
 
 def bound(name: str, node: str, gpus: int, phase: str = "Running", uid: str | None = None) -> dict[str, Any]:

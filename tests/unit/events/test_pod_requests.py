@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpufleet.domain.quantity import parse_quantity, show
-from gpufleet.events.kubernetes import PodTally, cluster_pods, pod_requests, waiting_pod, waiting_pods
+from gpufleet.kubernetes.pods import PodTally, cluster_pods, pod_requests, waiting_pod, waiting_pods
 
 PODS: list[dict[str, Any]] = json.loads(
     (Path(__file__).parents[2] / "fixtures" / "kubernetes" / "pods-fit.json").read_text()

@@ -1,4 +1,4 @@
-"""Volcano PodGroups as demand (events/volcano.py): which phases count, the gang's pods from its Job's tasks
+"""Volcano PodGroups as demand (kubernetes/volcano.py): which phases count, the gang's pods from its Job's tasks
 (as Volcano's calcPGMinResources counts them) or from minResources / minMember, the notes, the cap; and
 that no document shape raises. Documents from rehearsal/volcano_objects.py (EMULATED, real format)."""
 
@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpufleet.domain.models import QueuedSource
-from gpufleet.events import volcano
-from gpufleet.events.queued import QueuedDemand
-from gpufleet.events.volcano import VolcanoObjects, _Task, task_counts, volcano_demand
+from gpufleet.kubernetes import volcano
+from gpufleet.kubernetes.queued import QueuedDemand
+from gpufleet.kubernetes.volcano import VolcanoObjects, _Task, task_counts, volcano_demand
 from rehearsal.volcano_objects import podgroup, podgroup_of, task, vcjob
 
 NOW = datetime(2026, 11, 27, 9, 30, tzinfo=UTC)

@@ -18,7 +18,7 @@ from gpufleet.guard.core import (
     hold_unconfirmed,
     next_guard_state,
 )
-from gpufleet.guard.policy import HealthSettings
+from gpufleet.policy.guard import HealthSettings
 
 S = HealthSettings(replace_unhealthy=True)
 G = "asg:infer"

@@ -12,13 +12,13 @@ import pytest
 
 from gpufleet.aws.metrics import GpuMetricsReader
 from gpufleet.domain.models import GroupKind, GroupObservation, GroupRef, InstanceObservation
-from gpufleet.domain.policy import FleetPolicy
+from gpufleet.domain.notification import IncidentState
 from gpufleet.guard.core import HOST_INDEX, GpuRef, GuardState, Risk, forecast_host, group_pressure, instance_of
 from gpufleet.guard.hosts import HostScreening
 from gpufleet.guard.notes import GuardTeller, risk_notes
-from gpufleet.guard.policy import OomSettings
 from gpufleet.guard.screen import GpuScreen, Outside
-from gpufleet.notify.model import IncidentState
+from gpufleet.policy.fleet import FleetPolicy
+from gpufleet.policy.guard import OomSettings
 from gpufleet_node import schema
 
 SCREEN = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)  # a host-screening run (a new container's first)

@@ -10,9 +10,9 @@ import pytest
 
 from gpufleet.aws.metrics import GpuMetricsReader
 from gpufleet.domain import defaults
-from gpufleet.domain.policy import FleetPolicy
 from gpufleet.guard.core import Risk
 from gpufleet.guard.screen import GpuScreen, Outside, is_unmanaged, list_publishers, unmanaged_group
+from gpufleet.policy.fleet import FleetPolicy
 from gpufleet_node import schema
 
 NOW = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)

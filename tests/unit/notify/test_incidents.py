@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpufleet.domain.incidents import Incident, Silence
+from gpufleet.domain.notification import IncidentState, Notification, NotificationKind, Severity
 from gpufleet.notify.incidents import (
     MAX_PENDING_UPDATES,
     POSTING_STALE_S,
-    Incident,
-    Silence,
     active_silence,
     begin_delivery,
     complete_delivery,
@@ -22,9 +22,8 @@ from gpufleet.notify.incidents import (
     merge_notification,
     plan_delivery,
 )
-from gpufleet.notify.model import IncidentState, Notification, NotificationKind, Severity
-from gpufleet.notify.policy import FlapDamping, Grouping
 from gpufleet.notify.render import render_slack
+from gpufleet.policy.notify import FlapDamping, Grouping
 
 T0 = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
 GROUPING = Grouping()  # 30 s wait, 5 min interval, 4 h repeat

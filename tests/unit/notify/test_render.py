@@ -10,10 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpufleet.domain.notification import NotificationKind, Severity, console_links, note
 from gpufleet.events.queue import InvalidMessage, parse_message
 from gpufleet.notify.incidents import merge_notification, plan_delivery
-from gpufleet.notify.model import NotificationKind, Severity, console_links, note
-from gpufleet.notify.policy import FlapDamping, Grouping
 from gpufleet.notify.render import (
     SNS_MESSAGE_MAX_BYTES,
     SNS_SUBJECT_MAX,
@@ -23,6 +22,7 @@ from gpufleet.notify.render import (
     render_sns,
 )
 from gpufleet.notify.slack import SlackConfig, payload_problems
+from gpufleet.policy.notify import FlapDamping, Grouping
 
 T0 = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
 

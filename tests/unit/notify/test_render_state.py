@@ -7,10 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gpufleet.notify.incidents import Delivery, Incident, complete_delivery, merge_notification, plan_delivery
-from gpufleet.notify.model import NotificationKind, Severity, note
-from gpufleet.notify.policy import FlapDamping, Grouping
+from gpufleet.domain.incidents import Delivery, Incident
+from gpufleet.domain.notification import NotificationKind, Severity, note
+from gpufleet.notify.incidents import complete_delivery, merge_notification, plan_delivery
 from gpufleet.notify.render import render_slack, render_sns
+from gpufleet.policy.notify import FlapDamping, Grouping
 
 T0 = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)
 INFO, WARNING = Severity.INFO, Severity.WARNING

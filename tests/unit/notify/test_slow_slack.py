@@ -18,12 +18,12 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 from aws_lambda_powertools import Logger, Metrics
 
-from gpufleet.domain.policy import parse_policy
-from gpufleet.notify.incidents import Incident, Silence
-from gpufleet.notify.model import Notification, Severity
+from gpufleet.domain.incidents import Incident, Silence
+from gpufleet.domain.notification import Notification, Severity
 from gpufleet.notify.render import MAYBE_DUPLICATE
 from gpufleet.notify.service import DeliveryFailed, Notifier
 from gpufleet.notify.slack import SlackConfig, SlackFailed, SlackPoster, SlackUnconfirmed
+from gpufleet.policy.fleet import parse_policy
 from rehearsal.loopback import serve
 from rehearsal.slack import SlackReceiver, slack_receiver
 

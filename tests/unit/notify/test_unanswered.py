@@ -10,11 +10,10 @@ from datetime import datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpufleet.domain.incidents import Incident, Occasion
 from gpufleet.notify.incidents import (
     MAX_UNANSWERED,
     POSTING_STALE_S,
-    Incident,
-    Occasion,
     begin_delivery,
     complete_delivery,
     fail_delivery,
@@ -140,7 +139,7 @@ def test_posts_that_may_have_landed_are_bounded_by_the_repeat_interval(outcomes:
 def test_a_held_critical_post_waits_the_group_interval_not_hours() -> None:
     """Second probe: Slack failed twice with answers that may have posted, then recovered; a critical
     incident's post was held for the repeat interval (4 h by default). It now waits the group interval."""
-    from gpufleet.notify.model import Severity
+    from gpufleet.domain.notification import Severity
 
     inc = fold(None, note(1, severity=Severity.CRITICAL), at(0))
     inc, first = attempt(inc, at(GROUPING.group_wait_s), "timeout")

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from gpufleet.events.volcano import VolcanoObjects, volcano_demand
-from gpufleet.scaling.fit import NodeShape, assign
+from gpufleet.domain.nodes import NodeShape
+from gpufleet.kubernetes.volcano import VolcanoObjects, volcano_demand
+from gpufleet.scaling.fit import assign
 from rehearsal.volcano_objects import podgroup
 
 NOW = datetime(2026, 11, 27, 9, 0, tzinfo=UTC)

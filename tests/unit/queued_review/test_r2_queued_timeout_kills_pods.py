@@ -1,7 +1,7 @@
 """R2 (MED-HIGH): one slow answer on a queued-jobs listing (Kueue's conversion webhook for v1beta1 when
 v1beta2 is the storage version and the kueue controller is slow/down; a huge Workload listing: Kueue keeps
 finished Workloads, each with its full pod templates) raises HttpProblem('timeout') out of QueuedReader
-(aws/queued.py `_lists` re-raises timeouts on purpose) and the WHOLE cluster read fails: the pods, already
+(kubernetes/queued_reader.py `_lists` re-raises timeouts on purpose) and the WHOLE cluster read fails: the pods, already
 read fine, are thrown away and every group of the cluster gets no demand. `queued` is on by default
 ([kueue, volcano]), so an existing pods-only user who upgrades is exposed. Correct: the system is
 `queued_unreadable`, the pods stay good (as for every other failure, and as the module docstring says
@@ -17,8 +17,8 @@ import boto3
 import pytest
 from pydantic import SecretStr
 
-from gpufleet.aws.kubernetes import PodReader
 from gpufleet.domain.models import QueuedSource
+from gpufleet.kubernetes.cluster import PodReader
 from gpufleet.settings import KubeEndpoint
 from rehearsal.kube_api import KubeApi, kube_api, pod
 from rehearsal.volcano_objects import SCHEDULING, podgroup

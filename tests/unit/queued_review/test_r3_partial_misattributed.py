@@ -22,7 +22,7 @@ from gpufleet.domain.models import (
     TriggerKind,
     WaitingWork,
 )
-from gpufleet.domain.policy import GroupSettings, TargetBand
+from gpufleet.policy.fleet import GroupSettings, TargetBand
 from gpufleet.scaling.core import decide_reconcile
 
 NOW = datetime(2026, 11, 27, 9, 30, tzinfo=UTC)

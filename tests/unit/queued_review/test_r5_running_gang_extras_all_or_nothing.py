@@ -10,9 +10,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from gpufleet.domain.models import WaitingWork
-from gpufleet.events.kubernetes import ClusterPods, waiting_pod
-from gpufleet.events.queued import merged
-from gpufleet.events.volcano import VolcanoObjects, volcano_demand
+from gpufleet.kubernetes.pods import ClusterPods, waiting_pod
+from gpufleet.kubernetes.queued import merged
+from gpufleet.kubernetes.volcano import VolcanoObjects, volcano_demand
 from gpufleet.scaling import gangs
 from rehearsal.volcano_objects import gang_pod, podgroup
 

@@ -1,4 +1,4 @@
-"""R6 (MED): `demand.kubernetes.queued` is per group ("[] reads pods alone", domain/policy.py), but
+"""R6 (MED): `demand.kubernetes.queued` is per group ("[] reads pods alone", policy/fleet.py), but
 demand_source unions it over the cluster's groups and assigns the queued gangs' pods to ANY group they
 fit - the opted-out one included (the smallest fitting group wins). A team that set `queued: []` on its
 group (it does not want Volcano/Kueue to grow it) still gets nodes for queued jobs as soon as one other
@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 from aws_lambda_powertools import Logger
 
 from gpufleet.domain.models import GroupKind, GroupObservation, GroupRef, QueuedSource
-from gpufleet.domain.policy import DemandSource, GroupSettings, KubernetesDemand
-from gpufleet.events.kubernetes import ClusterPods, WaitingPod
+from gpufleet.kubernetes.pods import ClusterPods, WaitingPod
+from gpufleet.policy.fleet import DemandSource, GroupSettings, KubernetesDemand
 from gpufleet.scaling.demand import NodeShape
 from gpufleet.scaling.demand_source import DemandReader
 

@@ -4,7 +4,7 @@ experiments only cordon, change the signal fed in, or choose the step size."""
 from __future__ import annotations
 
 from gpufleet.domain.models import Action
-from gpufleet.domain.policy import parse_policy
+from gpufleet.policy.fleet import parse_policy
 from gpufleet_tools.replay.core import Experiment, GpufleetController, instance_observation
 from gpufleet_tools.replay.model import MILLI_PER_GPU, Pod, ReplayOptions
 from gpufleet_tools.replay.simulate import Cluster, run

@@ -10,7 +10,7 @@ from typing import Any
 
 from gpufleet.domain import defaults
 from gpufleet.domain.models import Decision, GroupObservation, TriggerKind
-from gpufleet.domain.policy import GroupSettings, parse_policy
+from gpufleet.policy.fleet import GroupSettings, parse_policy
 from gpufleet_tools.replay import shortage
 from gpufleet_tools.replay.baselines import ClusterAutoscaler
 from gpufleet_tools.replay.core import Experiment, GpufleetController

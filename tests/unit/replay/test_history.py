@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from gpufleet.domain.models import GroupRef
-from gpufleet.domain.policy import parse_policy
+from gpufleet.policy.fleet import parse_policy
 from gpufleet_tools.replay.core import group_settings
 from gpufleet_tools.replay.history import History, InstanceSeries, history_md, replay_history, unreplayable
 

@@ -7,7 +7,7 @@ import pytest
 
 from gpufleet.domain import defaults
 from gpufleet.domain.models import Direction, GroupKind, GroupObservation, GroupRef, MetricRef
-from gpufleet.domain.policy import parse_policy
+from gpufleet.policy.fleet import parse_policy
 from gpufleet_node import schema
 from gpufleet_tools.alarm_specs import cloudformation, put_metric_alarm_args, scaling_alarms
 from gpufleet_tools.doctor.core import AccountView, AlarmView, Level, Presence, diagnose

@@ -23,7 +23,7 @@ from gpufleet.domain.models import (
     SkipReason,
     WaitingWork,
 )
-from gpufleet.domain.policy import Consolidation, GroupSettings, Owner, TargetBand
+from gpufleet.policy.fleet import Consolidation, GroupSettings, Owner, TargetBand
 from gpufleet.scaling.consolidate import plan_marks
 from gpufleet.scaling.core import decide_reconcile
 from gpufleet.scaling.demand import pack, waiting_sizes
@@ -233,7 +233,7 @@ def test_a_drained_node_waiting_work_fits_is_reopened_before_any_launch(
 
 def test_what_on_call_is_told_of_a_drain_says_what_was_done() -> None:
     from gpufleet.domain.models import Outcome
-    from gpufleet.notify.policy import NotificationPolicy
+    from gpufleet.policy.notify import NotificationPolicy
     from gpufleet.scaling.notes import decision_notes
 
     obs = group([node(1, 2), node(2, 1), node(3, 1), node(4, 3)])

@@ -21,8 +21,8 @@ from gpufleet.domain.models import (
     Trigger,
     TriggerKind,
 )
-from gpufleet.domain.policy import GroupSettings, IdleThreshold, ScheduleWindow, Step, TargetBand
 from gpufleet.events.model import AlarmEvent, AlarmSource
+from gpufleet.policy.fleet import GroupSettings, IdleThreshold, ScheduleWindow, Step, TargetBand
 from gpufleet.scaling.core import (
     choose_scale_in_victims,
     decide_alarm,
@@ -603,7 +603,7 @@ def test_an_external_group_is_never_changed_by_any_rule(owner: str, desired: int
 
 
 def test_the_fight_warning_names_the_changes_what_caused_them_and_how_to_settle_it() -> None:
-    from gpufleet.notify.model import NotificationKind, Severity
+    from gpufleet.domain.notification import NotificationKind, Severity
     from gpufleet.scaling.notes import fight_note
 
     state = GroupState(foreign=_foreign(20, 3), stand_aside_until=NOW + timedelta(hours=6))

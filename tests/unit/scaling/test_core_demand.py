@@ -23,7 +23,7 @@ from gpufleet.domain.models import (
     TriggerKind,
     WaitingWork,
 )
-from gpufleet.domain.policy import GroupSettings, TargetBand
+from gpufleet.policy.fleet import GroupSettings, TargetBand
 from gpufleet.scaling.core import choose_scale_in_victims, decide_reconcile, decide_request
 
 NOW = datetime(2026, 11, 23, 9, 4, tzinfo=UTC)

@@ -17,7 +17,7 @@ from gpufleet.domain.models import (
     Trigger,
     TriggerKind,
 )
-from gpufleet.domain.policy import GroupSettings, ScheduleWindow, TargetBand
+from gpufleet.policy.fleet import GroupSettings, ScheduleWindow, TargetBand
 from gpufleet.scaling.core import decide_reconcile
 
 MONDAY = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)  # 10:00 in Berlin: the window below is open

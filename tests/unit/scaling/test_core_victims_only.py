@@ -23,7 +23,7 @@ from gpufleet.domain.models import (
     Trigger,
     TriggerKind,
 )
-from gpufleet.domain.policy import GroupSettings, IdleThreshold, ScheduleWindow
+from gpufleet.policy.fleet import GroupSettings, IdleThreshold, ScheduleWindow
 from gpufleet.scaling.core import (
     decide_reconcile,
     decide_replacement,

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpufleet.domain.models import WaitingWork
-from gpufleet.events.kubernetes import SelectorTerm, Toleration, WaitingPod
+from gpufleet.kubernetes.pods import SelectorTerm, Toleration, WaitingPod
 from gpufleet.scaling.demand import NodeShape, as_work, describe_waiting, fits, pack
 
 NOW = datetime(2026, 11, 23, 9, 4, tzinfo=UTC)

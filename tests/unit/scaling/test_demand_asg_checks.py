@@ -9,11 +9,11 @@ from typing import Any
 
 from gpufleet.aws.fleet import _asg_observation
 from gpufleet.domain.models import Action, GroupState
-from gpufleet.domain.policy import DemandSource, GroupSettings, KubernetesDemand, QueueDemand
-from gpufleet.events.kubernetes import ClusterPods, WaitingPod
+from gpufleet.domain.nodes import NodeShape
+from gpufleet.kubernetes.pods import ClusterPods, WaitingPod
+from gpufleet.policy.fleet import DemandSource, GroupSettings, KubernetesDemand, QueueDemand
 from gpufleet.scaling.core import decide_reconcile
 from gpufleet.scaling.demand_source import DemandReader
-from gpufleet.scaling.fit import NodeShape
 
 NOW = datetime(2026, 11, 26, 9, 0, tzinfo=UTC)
 PODS = GroupSettings(

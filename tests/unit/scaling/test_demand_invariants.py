@@ -13,6 +13,7 @@ from botocore.exceptions import ClientError
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from gpufleet.domain.errors import ClusterUnreadable
 from gpufleet.domain.models import (
     Action,
     Demand,
@@ -26,7 +27,8 @@ from gpufleet.domain.models import (
     TriggerKind,
     WaitingWork,
 )
-from gpufleet.domain.policy import (
+from gpufleet.kubernetes.pods import ClusterPods, WaitingPod
+from gpufleet.policy.fleet import (
     DemandSource,
     GroupSettings,
     KubernetesDemand,
@@ -34,7 +36,6 @@ from gpufleet.domain.policy import (
     QueueDemand,
     TargetBand,
 )
-from gpufleet.events.kubernetes import ClusterPods, ClusterUnreadable, WaitingPod
 from gpufleet.scaling.core import decide_reconcile, decide_request
 from gpufleet.scaling.demand import NodeShape, pack
 from gpufleet.scaling.demand_share import Sharer, split_backlog

@@ -17,8 +17,8 @@ from gpufleet.domain.models import (
     MarkChannel,
     NodeMark,
 )
-from gpufleet.domain.policy import Consolidation, DemandSource, GroupSettings, KubernetesDemand
-from gpufleet.events.kubernetes import ClusterPods, NodeListing, NodeState, WaitingPod
+from gpufleet.kubernetes.pods import ClusterPods, NodeListing, NodeState, WaitingPod
+from gpufleet.policy.fleet import Consolidation, DemandSource, GroupSettings, KubernetesDemand
 from gpufleet.scaling.core import decide_reconcile
 from gpufleet.scaling.demand import NodeShape
 from gpufleet.scaling.demand_source import DemandReader

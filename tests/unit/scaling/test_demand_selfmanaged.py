@@ -12,11 +12,11 @@ import pytest
 from aws_lambda_powertools import Logger
 
 from gpufleet.domain.models import Action, GroupKind, GroupObservation, GroupRef, GroupState, InstanceObservation
-from gpufleet.domain.policy import DemandSource, GroupSettings, KubernetesDemand
-from gpufleet.events.kubernetes import ClusterPods, Toleration, WaitingPod
+from gpufleet.domain.nodes import NodeShape
+from gpufleet.kubernetes.pods import ClusterPods, Toleration, WaitingPod
+from gpufleet.policy.fleet import DemandSource, GroupSettings, KubernetesDemand
 from gpufleet.scaling.core import decide_reconcile
 from gpufleet.scaling.demand_source import DemandReader
-from gpufleet.scaling.fit import NodeShape
 
 NOW = datetime(2026, 11, 26, 9, 0, tzinfo=UTC)
 PODS = GroupSettings(

@@ -10,8 +10,8 @@ from aws_lambda_powertools import Logger
 from botocore.exceptions import ClientError
 
 from gpufleet.domain.models import GroupKind, GroupObservation, GroupRef, InstanceObservation
-from gpufleet.domain.policy import DemandSource, GroupSettings, KubernetesDemand
-from gpufleet.events.kubernetes import ClusterPods, WaitingPod
+from gpufleet.kubernetes.pods import ClusterPods, WaitingPod
+from gpufleet.policy.fleet import DemandSource, GroupSettings, KubernetesDemand
 from gpufleet.scaling.demand import NodeShape
 from gpufleet.scaling.demand_source import DemandReader
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from aws_lambda_powertools import Logger
 
+from gpufleet.domain.errors import ClusterUnreadable
 from gpufleet.domain.models import (
     Action,
     Demand,
@@ -22,7 +23,9 @@ from gpufleet.domain.models import (
     InstanceObservation,
     WaitingWork,
 )
-from gpufleet.domain.policy import (
+from gpufleet.domain.nodes import NodeReadiness
+from gpufleet.kubernetes.pods import ClusterPods, WaitingPod
+from gpufleet.policy.fleet import (
     DemandSource,
     GroupSettings,
     KubernetesDemand,
@@ -30,10 +33,8 @@ from gpufleet.domain.policy import (
     QueueDemand,
     TargetBand,
 )
-from gpufleet.events.kubernetes import ClusterPods, ClusterUnreadable, WaitingPod
 from gpufleet.scaling.core import decide_reconcile
 from gpufleet.scaling.demand import NodeShape, pack
-from gpufleet.scaling.demand_share import NodeReadiness
 from gpufleet.scaling.demand_source import DemandReader
 
 NOW = datetime(2026, 11, 26, 9, 0, tzinfo=UTC)

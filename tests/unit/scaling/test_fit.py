@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpufleet.aws.eks_shape import allocatable, instance_type, shape_labels
-from gpufleet.events.kubernetes import SelectorTerm, Toleration, WaitingPod, cluster_pods, waiting_pods
-from gpufleet.scaling.fit import NodeShape, assign, fits, misfit, usable
+from gpufleet.domain.nodes import NodeShape
+from gpufleet.kubernetes.pods import SelectorTerm, Toleration, WaitingPod, cluster_pods, waiting_pods
+from gpufleet.scaling.fit import assign, fits, misfit, usable
 
 PODS: list[dict[str, Any]] = json.loads(
     (Path(__file__).parents[2] / "fixtures" / "kubernetes" / "pods-fit.json").read_text()
@@ -259,7 +260,7 @@ def test_a_daemonset_kept_off_gpu_nodes_is_not_charged_to_them() -> None:
     (their template's node affinity is replaced), so one kept off GPU nodes looked like it ran there and
     a pod that fits (cpu 3 on a g5.xlarge's 3.92) was told it fits no group. The DaemonSets' own templates
     say where they run."""
-    from gpufleet.events.kubernetes import daemonsets_of
+    from gpufleet.kubernetes.pods import daemonsets_of
 
     template = {
         "affinity": {

@@ -21,12 +21,13 @@ from gpufleet.domain.models import (
     TriggerKind,
     WaitingWork,
 )
-from gpufleet.domain.policy import GroupSettings, TargetBand
-from gpufleet.events.kubernetes import WaitingPod
+from gpufleet.domain.nodes import NodeShape
+from gpufleet.kubernetes.pods import WaitingPod
+from gpufleet.policy.fleet import GroupSettings, TargetBand
 from gpufleet.scaling import gangs
 from gpufleet.scaling.core import decide_reconcile
 from gpufleet.scaling.demand import pack, waiting_sizes
-from gpufleet.scaling.fit import NodeShape, assign
+from gpufleet.scaling.fit import assign
 
 NOW = datetime(2026, 11, 27, 9, 30, tzinfo=UTC)
 REF = GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster="ml", name="p5")
@@ -174,7 +175,7 @@ def test_no_gang_is_ever_asked_for_in_part(sizes, singles, room, free) -> None:
 def test_a_partial_gang_is_given_back_under_consolidation_by_attrition_too() -> None:
     """Attrition removes only nodes gpufleet closed; the nodes a partial gang launched never ran its work,
     so they go back without being closed first (the replay found 0 given back before this)."""
-    from gpufleet.domain.policy import Consolidation
+    from gpufleet.policy.fleet import Consolidation
 
     obs = observe(4, gang("g", 4, waited_min=15), listed=3)
     asked = NOW - timedelta(seconds=defaults.GANG_LAUNCH_TIMEOUT_S + 60)

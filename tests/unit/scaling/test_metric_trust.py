@@ -18,13 +18,13 @@ from gpufleet.domain.models import (
     Trigger,
     TriggerKind,
 )
+from gpufleet.domain.series import combine
 from gpufleet.scaling.metric_trust import (
     MEMBER_LEFT,
     Member,
     Verdict,
     alarm_checked,
     check_group,
-    combine,
     from_members,
     minute_bound,
     samples_bound,

@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpufleet.domain.models import InstanceObservation
-from gpufleet.domain.policy import IdleThreshold
 from gpufleet.events.model import CapacityToTerminate, TerminationCandidate, TerminationRequest
+from gpufleet.policy.fleet import IdleThreshold
 from gpufleet.scaling.termination import choose_terminations
 
 IDLE = IdleThreshold(gpu_utilization=5, memory_percent=10)

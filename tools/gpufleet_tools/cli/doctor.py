@@ -20,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Exit 0 when all checks pass, 1 with warnings, 2 with errors (the policy's own included)."""
-    from gpufleet.domain.policy import PolicyError, parse_policy
+    from gpufleet.policy.fleet import PolicyError, parse_policy
     from gpufleet_tools.doctor.core import Level, diagnose, worst
     from gpufleet_tools.doctor.service import build_account_reader
     from gpufleet_tools.session import use_endpoint

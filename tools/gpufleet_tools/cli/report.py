@@ -91,7 +91,7 @@ class _Refused(Exception):
 
 def _inputs(args: argparse.Namespace) -> tuple[Period, Selection, PriceBook]:
     from gpufleet.domain.models import GroupRef
-    from gpufleet.domain.policy import PolicyError, parse_policy
+    from gpufleet.policy.fleet import PolicyError, parse_policy
     from gpufleet_tools.report.prices import PriceBook
     from gpufleet_tools.report.usage import Selection
 

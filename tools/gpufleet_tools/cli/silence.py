@@ -9,7 +9,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from gpufleet.notify.model import NotificationKind, Severity
+from gpufleet.domain.notification import NotificationKind, Severity
 from gpufleet_tools.cli.options import add_account_options, parse_duration, real_aws_refused, state_table
 
 DEFAULT_FOR = timedelta(hours=2)
@@ -50,7 +50,7 @@ def _store(args: argparse.Namespace) -> Any:
 
 
 def silence(args: argparse.Namespace) -> int:
-    from gpufleet.notify.incidents import Silence
+    from gpufleet.domain.incidents import Silence
 
     if real_aws_refused(args):
         return 2

@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from gpufleet.domain.policy import PolicyError, parse_policy
-from gpufleet.domain.policy_checks import policy_problems
+from gpufleet.policy.checks import policy_problems
+from gpufleet.policy.fleet import PolicyError, parse_policy
 
 
 def add_arguments(p: argparse.ArgumentParser, name: str) -> None:

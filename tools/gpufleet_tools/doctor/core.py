@@ -27,9 +27,9 @@ from enum import StrEnum
 
 from gpufleet.domain import defaults
 from gpufleet.domain.models import AlarmState, Direction, Frozen, GroupKind, GroupObservation, GroupRef, MetricRef
-from gpufleet.domain.policy import FleetPolicy, GroupSettings, Owner
-from gpufleet.domain.policy_checks import policy_problems
 from gpufleet.events.model import AlarmEvent, AlarmSource
+from gpufleet.policy.checks import policy_problems
+from gpufleet.policy.fleet import FleetPolicy, GroupSettings, Owner
 from gpufleet.scaling.targets import AlarmTarget, resolve_alarm_target
 from gpufleet_node import schema
 from gpufleet_tools.alarm_specs import DEFAULT_HIGH, DEFAULT_LOW, scaling_alarms

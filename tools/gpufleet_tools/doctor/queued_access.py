@@ -1,5 +1,5 @@
 """`gpufleet doctor`'s queued-jobs access check (glue; rules: `doctor.core.queued_jobs_view`). The scaler
-lists Kueue's and Volcano's objects (gpufleet.aws.queued), which AmazonEKSViewPolicy does not cover: its
+lists Kueue's and Volcano's objects (gpufleet.kubernetes.queued_reader), which AmazonEKSViewPolicy does not cover: its
 access entry's Kubernetes group `defaults.QUEUED_JOBS_GROUP` is bound to get and list on them by
 deploy/kubernetes/gpufleet-queued-jobs.yaml.
 
@@ -16,18 +16,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpufleet.aws.clients import AWS_FAILURES
-from gpufleet.aws.kube_http import Connection, HttpProblem
-from gpufleet.aws.kube_marks import SSAR_PATH
-from gpufleet.aws.kubernetes import TIMEOUT_S, ClusterAccess
-from gpufleet.aws.queued import KUEUE, VOLCANO_BATCH, VOLCANO_SCHEDULING
 from gpufleet.domain import defaults
+from gpufleet.domain.errors import ClusterUnreadable
 from gpufleet.domain.models import QueuedSource
-from gpufleet.events.kubernetes import ClusterUnreadable
+from gpufleet.kubernetes.client import Connection, HttpProblem
+from gpufleet.kubernetes.cluster import TIMEOUT_S, ClusterAccess
+from gpufleet.kubernetes.marks import SSAR_PATH
+from gpufleet.kubernetes.queued_reader import KUEUE, VOLCANO_BATCH, VOLCANO_SCHEDULING
 from gpufleet_tools.doctor.core import DemandView, ResourceAccess, queued_jobs_view
 
 QUEUED_CHECK_S = 15.0  # one system's discovery and reviews (at most seven calls) on one cluster
 
-# What the scaler lists of each queueing system (gpufleet.aws.queued): (API path, plurals, optional). The
+# What the scaler lists of each queueing system (gpufleet.kubernetes.queued_reader): (API path, plurals, optional). The
 # first path's group version being served, with its first plural, is the system being installed.
 QUEUED_RESOURCES: dict[QueuedSource, tuple[tuple[str, tuple[str, ...], bool], ...]] = {
     QueuedSource.KUEUE: ((KUEUE, ("workloads", "clusterqueues", "localqueues", "resourceflavors"), False),),

@@ -16,15 +16,15 @@ from gpufleet.aws.alarms import AlarmReader
 from gpufleet.aws.backlog import BacklogUnreadable, latest_values, queue_counts
 from gpufleet.aws.clients import AWS_FAILURES, AwsClients, Session, client, error_code
 from gpufleet.aws.fleet import FleetReader
-from gpufleet.aws.kube_http import Connection, HttpProblem
-from gpufleet.aws.kube_marks import may_patch_nodes
-from gpufleet.aws.kubernetes import TIMEOUT_S, ClusterAccess, PodReader
 from gpufleet.aws.metrics import group_dimensions
 from gpufleet.domain import defaults
+from gpufleet.domain.errors import ClusterUnreadable
 from gpufleet.domain.models import GroupObservation, QueuedSource
-from gpufleet.domain.policy import Consolidation, FleetPolicy
 from gpufleet.events.alarms import described_metrics
-from gpufleet.events.kubernetes import ClusterUnreadable
+from gpufleet.kubernetes.client import Connection, HttpProblem
+from gpufleet.kubernetes.cluster import TIMEOUT_S, ClusterAccess, PodReader
+from gpufleet.kubernetes.marks import may_patch_nodes
+from gpufleet.policy.fleet import Consolidation, FleetPolicy
 from gpufleet.scaling.demand_source import joined_cluster
 from gpufleet.settings import ENV_KUBE_ENDPOINTS, KubeEndpoint, Settings
 from gpufleet_tools.doctor.core import AccountView, AlarmView, DemandView, Presence, reads_gpufleet_metrics

@@ -13,7 +13,7 @@ same metric does not, so the replay relies on the target band (docs/replay.md sa
 
 Demand: the group's pending pods reach the core as the EKS reader hands them over (`Demand` on the
 observation: each pod's GPUs, how long the oldest has waited, 8 GPUs per node; a gang's pods as one
-`WaitingWork` carrying `gang=<job id>`, as events/queued.py hands a Volcano PodGroup or a Kueue Workload
+`WaitingWork` carrying `gang=<job id>`, as kubernetes/queued.py hands a Volcano PodGroup or a Kueue Workload
 over), so the waiting work
 drives scale-out, blocks scale-in and a node with a pod on it is never a victim - the same decision path
 as the scaler's. The `utilization-only` experiment replays the rules alone, as for a group without a
@@ -55,7 +55,7 @@ from gpufleet.domain.models import (
     TriggerKind,
     WaitingWork,
 )
-from gpufleet.domain.policy import Consolidation, FleetPolicy, GroupSettings, Step
+from gpufleet.policy.fleet import Consolidation, FleetPolicy, GroupSettings, Step
 from gpufleet.scaling.core import decide_reconcile
 from gpufleet_tools.replay import shortage
 from gpufleet_tools.replay.model import MILLI_PER_GPU, ReplayOptions, RunName

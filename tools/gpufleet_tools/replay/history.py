@@ -33,7 +33,7 @@ from gpufleet.domain.models import (
     InstanceObservation,
     SkipReason,
 )
-from gpufleet.domain.policy import GroupSettings
+from gpufleet.policy.fleet import GroupSettings
 from gpufleet.scaling.core import decide_reconcile, skip_reason
 
 

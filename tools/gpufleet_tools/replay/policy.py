@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from enum import StrEnum
 
-from gpufleet.domain.policy import FleetPolicy, parse_policy
+from gpufleet.policy.fleet import FleetPolicy, parse_policy
 from gpufleet_tools.replay.model import TraceFormat
 
 

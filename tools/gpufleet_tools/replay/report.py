@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from gpufleet.domain.models import Frozen
-from gpufleet.domain.policy import FleetPolicy
+from gpufleet.policy.fleet import FleetPolicy
 from gpufleet_tools.replay.baselines import AsgTargetTracking, ClusterAutoscaler, StaticPeak, demand_milli, oracle
 from gpufleet_tools.replay.core import Experiment, GpufleetController
 from gpufleet_tools.replay.model import (

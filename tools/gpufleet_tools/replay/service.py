@@ -19,7 +19,7 @@ from typing import Any
 
 from gpufleet.domain import defaults
 from gpufleet.domain.models import GroupKind, GroupRef
-from gpufleet.domain.policy import FleetPolicy, parse_policy
+from gpufleet.policy.fleet import FleetPolicy, parse_policy
 from gpufleet_node import schema
 from gpufleet_tools.replay.core import Experiment, group_settings
 from gpufleet_tools.replay.history import (

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from gpufleet.domain.models import GroupRef
 
 if TYPE_CHECKING:
-    from gpufleet.domain.policy import FleetPolicy
+    from gpufleet.policy.fleet import FleetPolicy
 
 PRICES_AS_OF = "2026-01-19"
 PRICES_SOURCE = "AWS Price List API, us-east-1 Linux on-demand, read 2026-01-19"

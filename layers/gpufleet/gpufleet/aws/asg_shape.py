@@ -50,8 +50,8 @@ from gpufleet.aws.eks_nodes import ShapeUnknown, checked_overrides, instance_typ
 from gpufleet.aws.eks_shape import NVIDIA_GPU, InstanceType, allocatable
 from gpufleet.domain import defaults
 from gpufleet.domain.errors import one_line
+from gpufleet.domain.nodes import NodeShape
 from gpufleet.domain.quantity import is_quantity, parse_quantity
-from gpufleet.scaling.fit import NodeShape
 
 TEMPLATE_PREFIX = "k8s.io/cluster-autoscaler/node-template/"
 LABEL_PREFIX = TEMPLATE_PREFIX + "label/"

@@ -18,8 +18,8 @@ from gpufleet.aws.clients import AWS_FAILURES, error_code
 from gpufleet.aws.eks_shape import GPU_LABELS, NVIDIA_GPU, InstanceType, allocatable, instance_type, shape_labels
 from gpufleet.domain import defaults
 from gpufleet.domain.errors import one_line
+from gpufleet.domain.nodes import REGION_LABEL, ZONE_LABEL, NodeShape
 from gpufleet.domain.quantity import parse_quantity
-from gpufleet.scaling.fit import REGION_LABEL, ZONE_LABEL, NodeShape
 
 if TYPE_CHECKING:
     from mypy_boto3_eks import EKSClient

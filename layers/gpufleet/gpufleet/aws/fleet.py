@@ -26,7 +26,7 @@ from gpufleet.domain.models import (
     InstanceObservation,
     MarkChannel,
 )
-from gpufleet.domain.policy import Discovery
+from gpufleet.policy.fleet import Discovery
 
 if TYPE_CHECKING:
     from mypy_boto3_autoscaling import AutoScalingClient

@@ -14,9 +14,9 @@ from botocore.exceptions import ClientError
 
 from gpufleet.aws.clients import error_message, refused_for_good
 from gpufleet.domain.errors import StoreRefused
+from gpufleet.domain.incidents import Incident, Silence
 from gpufleet.domain.keys import bounded
-from gpufleet.notify.incidents import Incident, Silence
-from gpufleet.notify.model import IncidentState
+from gpufleet.domain.notification import IncidentState
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

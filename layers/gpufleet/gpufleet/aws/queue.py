@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpufleet.aws.clients import chunks
-from gpufleet.notify.model import Notification
+from gpufleet.domain.notification import Notification
 
 if TYPE_CHECKING:
     from mypy_boto3_sns import SNSClient

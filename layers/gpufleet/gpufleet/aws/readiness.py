@@ -12,7 +12,7 @@ from typing import Any
 
 from gpufleet.aws.eks_nodes import described_instances
 from gpufleet.aws.metrics import GpuMetricsReader, SeriesQuery
-from gpufleet.scaling.demand_share import NodeReadiness
+from gpufleet.domain.nodes import NodeReadiness
 from gpufleet_node import schema
 
 

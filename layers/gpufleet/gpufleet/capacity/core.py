@@ -13,9 +13,9 @@ from datetime import datetime, timedelta
 from pydantic import Field
 
 from gpufleet.capacity.classify import FailureClass, LaunchFailure
-from gpufleet.capacity.policy import PriceTable, SpotPolicy, SpotSettings
 from gpufleet.domain.models import Decision, Frozen, GroupObservation, GroupState, Trigger, TriggerKind
-from gpufleet.domain.policy import GroupSettings
+from gpufleet.policy.capacity import PriceTable, SpotPolicy, SpotSettings
+from gpufleet.policy.fleet import GroupSettings
 from gpufleet.scaling.core import decide_target
 
 MAX_SEEN = 500

@@ -8,11 +8,11 @@ from datetime import datetime, timedelta
 
 from gpufleet.capacity.classify import FailureClass, LaunchFailure
 from gpufleet.capacity.core import SpotState, hourly_cost_difference
-from gpufleet.capacity.policy import PriceTable
 from gpufleet.domain import defaults
 from gpufleet.domain.models import Decision, GroupObservation
+from gpufleet.domain.notification import Notification, NotificationKind, Severity, note
 from gpufleet.events.model import CapacityBlockEvent, EventKind, InstanceWarning
-from gpufleet.notify.model import Notification, NotificationKind, Severity, note
+from gpufleet.policy.capacity import PriceTable
 
 SOURCE = "spot_watch"
 TERMINATE_BEFORE_END = timedelta(minutes=30)  # EC2 starts terminating a Capacity Block's instances then

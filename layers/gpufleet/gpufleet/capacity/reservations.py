@@ -12,8 +12,8 @@ from gpufleet.aws.activities import LaunchActivityReader
 from gpufleet.capacity.notes import capacity_block_note
 from gpufleet.domain import defaults
 from gpufleet.domain.models import GroupObservation
-from gpufleet.domain.policy import FleetPolicy
 from gpufleet.events.model import CapacityBlockEvent
+from gpufleet.policy.fleet import FleetPolicy
 from gpufleet.scaling.execution import ControlContext
 from gpufleet.scaling.service import Scaler
 

@@ -21,9 +21,9 @@ from gpufleet.capacity.notes import spot_notes
 from gpufleet.capacity.reservations import ReservationWatch
 from gpufleet.capacity.warnings import CapacityWarnings
 from gpufleet.domain.models import CapacityType, Decision, GroupKind, GroupObservation, GroupRef
-from gpufleet.domain.policy import FleetPolicy
 from gpufleet.events import EventKind
 from gpufleet.events.model import CapacityBlockEvent, InstanceWarning, LaunchUnsuccessful
+from gpufleet.policy.fleet import FleetPolicy
 from gpufleet.scaling.execution import ControlContext
 from gpufleet.scaling.service import Scaler, with_instance_metrics
 

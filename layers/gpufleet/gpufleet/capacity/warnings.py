@@ -12,11 +12,11 @@ from typing import Any
 from gpufleet.aws.activities import LaunchActivityReader
 from gpufleet.aws.fleet import owning_group
 from gpufleet.capacity.notes import handback_note, warning_note
-from gpufleet.capacity.policy import WarningAction
 from gpufleet.capacity.reservations import ReservationWatch
 from gpufleet.domain.models import Decision, Direction, GroupKind, GroupObservation, GroupRef, GroupState
-from gpufleet.domain.policy import FleetPolicy, GroupSettings
 from gpufleet.events.model import EventKind, InstanceWarning
+from gpufleet.policy.capacity import WarningAction
+from gpufleet.policy.fleet import FleetPolicy, GroupSettings
 from gpufleet.scaling.core import INTERRUPTED, decide_replacement
 from gpufleet.scaling.execution import ControlContext
 from gpufleet.scaling.service import Scaler, with_instance_metrics

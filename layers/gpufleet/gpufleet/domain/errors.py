@@ -114,3 +114,15 @@ def describe_validation_error(err: ValidationError, limit: int | None = None) ->
 class StoreRefused(RuntimeError):
     """The state table refused a write for good (DynamoDB ValidationException): retrying cannot help, so
     the caller parks what it was writing instead of failing again and again."""
+
+
+class ClusterUnreadable(RuntimeError):
+    """A cluster's pods could not be read (refused, unreachable, too slow, or an answer that is not a
+    PodList). One line that names the cluster and says why; callers log one WARNING and fall back to the
+    utilization rules for that cluster's groups. Never carries a token."""
+
+    def __init__(self, cluster: str, cause: str, kind: str = "unreadable") -> None:
+        self.cluster = cluster
+        self.cause = one_line(cause, limit=300)
+        self.kind = kind  # unauthorized, forbidden, timeout, unreachable, tls, expired, http, malformed, ...
+        super().__init__(f"cannot read the pods of EKS cluster {cluster}: {self.cause}")

@@ -221,7 +221,7 @@ class InstanceObservation(Frozen):
 
 
 class QueuedSource(StrEnum):
-    """A queueing system whose jobs count before they are pods (`demand.kubernetes.queued`; events/queued.py)."""
+    """A queueing system whose jobs count before they are pods (`demand.kubernetes.queued`; kubernetes/queued.py)."""
 
     KUEUE = "kueue"
     VOLCANO = "volcano"
@@ -235,7 +235,7 @@ class WaitingWork(Frozen):
     since: datetime | None = None  # when the longest-waiting of them started waiting, when the source says
     count: int = Field(default=1, ge=1)
     whole_node: bool = False  # needs a node of its own (required anti-affinity to its kind, a hostPort): one per node
-    # The gang it belongs to (a Kueue Workload, a Volcano PodGroup: events/queued.py): all of a gang's work
+    # The gang it belongs to (a Kueue Workload, a Volcano PodGroup: kubernetes/queued.py): all of a gang's work
     # gets its nodes in one change, or none of it does. Empty: work on its own.
     gang: str = ""
 
@@ -279,7 +279,7 @@ class Demand(Frozen):
     not_ready: tuple[str, ...] = ()
     never_ready: tuple[NodeNotice, ...] = ()  # past the GPU-ready timeout: told, and counted as nothing
     # Queued jobs seen and not counted (waiting for quota, an admission check, ...), and queueing systems
-    # that could not be read: told once each, never asked for (events/queued.py).
+    # that could not be read: told once each, never asked for (kubernetes/queued.py).
     queue_notes: tuple[UnfitWork, ...] = ()
 
     @property

@@ -9,8 +9,8 @@ import json
 from pydantic import ValidationError
 
 from gpufleet.domain.errors import describe_validation_error, one_line
+from gpufleet.domain.notification import Notification
 from gpufleet.domain.values import is_storable
-from gpufleet.notify.model import Notification
 
 MAX_BODY = 256 * 1024  # SQS's own message limit
 MAX_DEPTH = 8  # a notification is three levels deep (links); anything much deeper is not one

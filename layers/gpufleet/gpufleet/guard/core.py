@@ -16,7 +16,7 @@ from enum import StrEnum
 from pydantic import Field
 
 from gpufleet.domain.models import Frozen
-from gpufleet.guard.policy import HealthSettings, OomSettings
+from gpufleet.policy.guard import HealthSettings, OomSettings
 
 
 class Risk(StrEnum):

@@ -23,8 +23,8 @@ from datetime import datetime, timedelta
 from gpufleet.aws.metrics import GpuMetricsReader, SeriesQuery, group_dimensions
 from gpufleet.domain import defaults
 from gpufleet.domain.models import GroupObservation
-from gpufleet.domain.policy import FleetPolicy
 from gpufleet.guard.core import HOST_INDEX, HOST_SUFFIX, Forecast, GpuRef, Risk, forecast_host, instance_of
+from gpufleet.policy.fleet import FleetPolicy
 from gpufleet_node import schema
 
 Points = dict[str, list[tuple[datetime, float]]]

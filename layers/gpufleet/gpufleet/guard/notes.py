@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import quote
 
+from gpufleet.domain.notification import Link, Notification, NotificationKind, Severity, console_links, link, note
 from gpufleet.guard.core import Forecast, GpuRef, GuardState, HealthFinding, Replacement, Risk
-from gpufleet.notify.model import Link, Notification, NotificationKind, Severity, console_links, link, note
 from gpufleet_node import schema
 
 SOURCE = "oom_guard"

@@ -35,7 +35,6 @@ from typing import Any
 from gpufleet.aws.metrics import GpuMetricsReader, SeriesQuery, group_dimensions
 from gpufleet.domain import defaults
 from gpufleet.domain.models import GroupObservation
-from gpufleet.domain.policy import FleetPolicy
 from gpufleet.guard import hosts
 from gpufleet.guard.core import (
     HOST_SUFFIX,
@@ -50,6 +49,7 @@ from gpufleet.guard.core import (
     instance_of,
     rising,
 )
+from gpufleet.policy.fleet import FleetPolicy
 from gpufleet_node import schema
 
 _HEALTH_METRICS = (

@@ -22,7 +22,7 @@ from gpufleet.aws.fleet import FleetActuator
 from gpufleet.aws.hyperpod import HYPERPOD_NOT_REPLACED
 from gpufleet.aws.metrics import GpuMetricsReader
 from gpufleet.domain.models import Direction, GroupKind, GroupObservation, Trigger, TriggerKind
-from gpufleet.domain.policy import FleetPolicy
+from gpufleet.domain.notification import Notification
 from gpufleet.events import EventKind
 from gpufleet.guard.core import (
     Forecast,
@@ -41,7 +41,7 @@ from gpufleet.guard.hosts import HostScreening
 from gpufleet.guard.notes import GuardTeller, health_notes, risk_notes
 from gpufleet.guard.screen import GpuScreen, Outside, gpu_keys, is_unmanaged, list_publishers, unmanaged_group
 from gpufleet.guard.witness import corroborate
-from gpufleet.notify.model import Notification
+from gpufleet.policy.fleet import FleetPolicy
 from gpufleet.scaling.execution import ControlContext
 from gpufleet.scaling.service import Scaler
 from gpufleet_node import schema

@@ -31,7 +31,7 @@ from gpufleet.guard.core import (
     corroborated,
     hold_unconfirmed,
 )
-from gpufleet.guard.policy import HealthSettings
+from gpufleet.policy.guard import HealthSettings
 from gpufleet_node import schema
 
 FIELDS = {  # the Fault dimension (the shared counter's name) -> HealthCounts field

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpufleet.notify.incidents import Delivery, Occasion
-from gpufleet.notify.model import IncidentState, Severity, clip
+from gpufleet.domain.incidents import Delivery, Occasion
+from gpufleet.domain.notification import IncidentState, Severity, clip
 
 SNS_SUBJECT_MAX = 100
 SNS_MESSAGE_MAX_BYTES = 256 * 1024 - 4 * 1024  # SNS's limit, less room for the message attributes

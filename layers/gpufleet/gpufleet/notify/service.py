@@ -26,15 +26,12 @@ from gpufleet.aws.incidents import IncidentStore
 from gpufleet.aws.queue import SQS_DELAY_MAX_S, NotificationQueue, SnsPublisher
 from gpufleet.domain import defaults
 from gpufleet.domain.errors import StoreRefused
-from gpufleet.domain.policy import FleetPolicy
+from gpufleet.domain.incidents import Delivery, Incident, Plan, Silence
+from gpufleet.domain.notification import Notification, Severity
 from gpufleet.events import EventKind, parse_for
 from gpufleet.events.queue import Flush, InvalidMessage, parse_message
 from gpufleet.notify.incidents import (
     MAX_UNANSWERED,
-    Delivery,
-    Incident,
-    Plan,
-    Silence,
     active_silence,
     begin_delivery,
     complete_delivery,
@@ -42,8 +39,6 @@ from gpufleet.notify.incidents import (
     merge_notification,
     plan_delivery,
 )
-from gpufleet.notify.model import Notification, Severity
-from gpufleet.notify.policy import Route
 from gpufleet.notify.render import render_slack, render_sns
 from gpufleet.notify.slack import (
     MIN_ATTEMPT_S,
@@ -53,6 +48,8 @@ from gpufleet.notify.slack import (
     SlackTimedOut,
     SlackUnconfirmed,
 )
+from gpufleet.policy.fleet import FleetPolicy
+from gpufleet.policy.notify import Route
 
 MAX_WRITE_CONFLICTS = 8
 SILENCE_CACHE = timedelta(seconds=30)

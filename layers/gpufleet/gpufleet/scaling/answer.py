@@ -19,9 +19,9 @@ from gpufleet.aws.clients import AWS_FAILURES
 from gpufleet.aws.fleet import owning_group
 from gpufleet.aws.metrics import GpuMetricsReader
 from gpufleet.domain.models import Action, Decision, GroupKind, GroupRef, Outcome, Trigger, TriggerKind
-from gpufleet.domain.policy import FleetPolicy
 from gpufleet.events import EventKind, parse_for
 from gpufleet.events.model import TerminationRequest
+from gpufleet.policy.fleet import FleetPolicy
 from gpufleet.scaling.execution import ControlContext
 from gpufleet.scaling.service import with_instance_metrics
 from gpufleet.scaling.termination import TerminationAnswer, choose_terminations

@@ -43,7 +43,7 @@ from gpufleet.domain.models import (
     MarkChannel,
     NodeMark,
 )
-from gpufleet.domain.policy import Consolidation, GroupSettings
+from gpufleet.policy.fleet import Consolidation, GroupSettings
 from gpufleet.scaling.demand import gpus_text, waiting_sizes
 
 _EPSILON = 1e-9

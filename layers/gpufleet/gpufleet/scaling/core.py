@@ -37,8 +37,8 @@ from gpufleet.domain.models import (
     Trigger,
     TriggerKind,
 )
-from gpufleet.domain.policy import Consolidation, GroupSettings, IdleThreshold, Owner, ScheduleWindow
 from gpufleet.events.model import AlarmEvent
+from gpufleet.policy.fleet import Consolidation, GroupSettings, IdleThreshold, Owner, ScheduleWindow
 from gpufleet.scaling import gangs
 from gpufleet.scaling.consolidate import plan_marks
 from gpufleet.scaling.demand import describe_waiting, gpus_text, waiting_sizes

@@ -17,8 +17,8 @@ from datetime import datetime
 from pydantic import Field
 
 from gpufleet.domain.models import Frozen, WaitingWork
-from gpufleet.events.kubernetes import WaitingPod
-from gpufleet.scaling.fit import NodeShape as NodeShape  # the fit lives in scaling/fit.py; re-exported
+from gpufleet.domain.nodes import NodeShape as NodeShape
+from gpufleet.kubernetes.pods import WaitingPod
 from gpufleet.scaling.fit import fits as fits
 
 _EPSILON = 1e-9

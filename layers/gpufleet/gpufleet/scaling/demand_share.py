@@ -22,6 +22,7 @@ from pydantic import Field
 
 from gpufleet.domain import defaults
 from gpufleet.domain.models import Frozen, InstanceObservation
+from gpufleet.domain.nodes import NodeReadiness
 
 _UNORDERED = 10_000
 
@@ -89,13 +90,6 @@ def split_backlog(sharers: Sequence[Sharer], visible: int, in_flight: int) -> di
 
 
 # ---- GPU-ready nodes ----
-
-
-class NodeReadiness(Frozen):
-    """What is known of one node's start: when it launched and whether its publisher has reported GPUs."""
-
-    launched_at: datetime | None = None
-    gpus_reported: bool = False
 
 
 class NotReady(Frozen):

@@ -35,7 +35,7 @@ from gpufleet.aws.backlog import BacklogUnreadable, latest_values, queue_counts
 from gpufleet.aws.clients import AWS_FAILURES, error_code
 from gpufleet.aws.eks_nodes import ShapeUnknown
 from gpufleet.aws.metrics import group_dimensions
-from gpufleet.domain.errors import one_line
+from gpufleet.domain.errors import ClusterUnreadable, one_line
 from gpufleet.domain.models import (
     Demand,
     GroupKind,
@@ -47,18 +47,12 @@ from gpufleet.domain.models import (
     UnfitWork,
     WaitingWork,
 )
-from gpufleet.domain.policy import Consolidation, DemandSource, GroupSettings
-from gpufleet.events.kubernetes import ClusterPods, ClusterUnreadable, NodeListing
+from gpufleet.domain.nodes import NodeReadiness, NodeShape
+from gpufleet.kubernetes.pods import ClusterPods, NodeListing
+from gpufleet.policy.fleet import Consolidation, DemandSource, GroupSettings
 from gpufleet.scaling.core import effective_bounds
-from gpufleet.scaling.demand_share import (
-    NodeReadiness,
-    NotReady,
-    Sharer,
-    bounded_count,
-    not_gpu_ready,
-    split_backlog,
-)
-from gpufleet.scaling.fit import Assignment, NodeShape, assign
+from gpufleet.scaling.demand_share import NotReady, Sharer, bounded_count, not_gpu_ready, split_backlog
+from gpufleet.scaling.fit import Assignment, assign
 
 Pair = tuple[GroupObservation, GroupSettings]
 # A node that sent no GPU metric in this long has not reported its GPUs (CloudWatch bills the series read,

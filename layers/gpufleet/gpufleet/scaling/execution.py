@@ -33,10 +33,10 @@ from gpufleet.aws.queue import NotificationQueue, enqueue_or_log
 from gpufleet.aws.state import StateStore
 from gpufleet.domain import defaults
 from gpufleet.domain.models import Action, Decision, GroupKind, GroupObservation, GroupState, Outcome, SkipReason
-from gpufleet.domain.policy import Consolidation, FleetPolicy, GroupSettings
+from gpufleet.domain.notification import Notification
 from gpufleet.events import EventKind, InboundEvent, parse_for
 from gpufleet.events.origin import Origin
-from gpufleet.notify.model import Notification
+from gpufleet.policy.fleet import Consolidation, FleetPolicy, GroupSettings
 from gpufleet.scaling.notes import decision_notes, parked_note
 
 MAX_INTENT_ATTEMPTS = 3

@@ -31,13 +31,12 @@ from pydantic import Field
 from gpufleet.domain.defaults import DEFAULT_EXPENDABLE_PRIORITY
 from gpufleet.domain.errors import one_line
 from gpufleet.domain.models import Frozen, UnfitWork, WaitingWork
+from gpufleet.domain.nodes import NodeShape
 from gpufleet.domain.quantity import is_bytes, show
-from gpufleet.events.kubernetes import DaemonSetPod, Placement, SelectorTerm, Toleration, WaitingPod
-from gpufleet.events.queued import gang_system
+from gpufleet.kubernetes.pods import DaemonSetPod, Placement, SelectorTerm, Toleration, WaitingPod
+from gpufleet.kubernetes.queued import gang_system
 
 _EPSILON = 1e-9
-ZONE_LABEL = "topology.kubernetes.io/zone"
-REGION_LABEL = "topology.kubernetes.io/region"
 # Label keys a shape may not know before its node exists (set by the cloud per node, or by agents on it):
 # absent from a shape, they are undecided, not absent.
 UNDECIDED_PREFIXES = (
@@ -51,20 +50,6 @@ UNDECIDED_PREFIXES = (
 NATIVE_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pods")
 _UNFIT_GROUPS_SHOWN = 3
 _MOST_PER_NODE = 1_000_000.0  # pods one node can hold, at most (kubelets allow hundreds)
-
-
-class NodeShape(Frozen):
-    """What a group's nodes offer a pod: GPUs, labels, taints, allocatable resources and zones (from
-    DescribeNodegroup, DescribeInstanceTypes and the EKS AMI's reservations for EKS; GPUs per instance for
-    a plain ASG, which checks nothing else)."""
-
-    gpus: float = Field(gt=0)
-    labels: tuple[tuple[str, str], ...] = ()
-    taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect)
-    # Resource -> what a pod may request on a fresh node (cpu in cores, bytes, counts); empty: not known.
-    allocatable: dict[str, float] = Field(default_factory=dict)
-    zones: tuple[str, ...] = ()  # the group's availability zones, where known
-    name: str = ""  # what a person calls the node: its instance type(s)
 
 
 class Assignment(Frozen):

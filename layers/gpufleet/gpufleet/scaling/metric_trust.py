@@ -257,20 +257,6 @@ def from_members(
     return Verdict(utilization=mean, source=source, dropped=(why_group,), tell=forged, forged=forged, note=note)
 
 
-def combine(name: str, points: Mapping[str, Sequence[float]]) -> SeriesStats:
-    """One series' per-period SampleCount, Sum, Maximum and Minimum over the lookback as one summary."""
-    counts, sums = points.get("SampleCount", ()), points.get("Sum", ())
-    highs, lows = points.get("Maximum", ()), points.get("Minimum", ())
-    return SeriesStats(
-        name=name,
-        samples=float(sum(counts)),
-        busiest_minute=float(max(counts, default=0.0)),
-        total=float(sum(sums)) if sums else None,
-        maximum=max(highs) if highs else None,
-        minimum=min(lows) if lows else None,
-    )
-
-
 def alarm_series(metrics: Sequence[MetricRef], ref: GroupRef) -> schema.Metric | None:
     """The group's own percent series an alarm reads, if it reads one (what any node could write on).
     Alarms on other series (another namespace, an instance's) are not checked here."""

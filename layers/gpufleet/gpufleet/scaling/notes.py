@@ -7,9 +7,16 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from gpufleet.domain.models import Action, AlarmState, Decision, GroupObservation, GroupState, Outcome, TriggerKind
+from gpufleet.domain.notification import (
+    Notification,
+    NotificationKind,
+    Severity,
+    capacity_incident_key,
+    console_links,
+    note,
+)
 from gpufleet.events.model import AlarmEvent
-from gpufleet.notify.model import Notification, NotificationKind, Severity, capacity_incident_key, console_links, note
-from gpufleet.notify.policy import NotificationPolicy
+from gpufleet.policy.notify import NotificationPolicy
 from gpufleet.scaling.metric_trust import Verdict
 
 _SEVERITY = {Outcome.APPLIED: Severity.INFO, Outcome.DRY_RUN: Severity.INFO, Outcome.FAILED: Severity.CRITICAL}

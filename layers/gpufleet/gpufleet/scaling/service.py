@@ -36,11 +36,12 @@ from gpufleet.domain.models import (
     Trigger,
     TriggerKind,
 )
-from gpufleet.domain.policy import FleetPolicy, GroupSettings
+from gpufleet.domain.notification import Notification
 from gpufleet.events import EventKind
 from gpufleet.events.alarms import alarm_range_s, as_cloudwatch_says, described_condition, from_described_alarm
 from gpufleet.events.model import AlarmEvent, AlarmSource, ScheduleTick
-from gpufleet.notify.model import Notification
+from gpufleet.policy.fleet import FleetPolicy, GroupSettings
+from gpufleet.scaling import trust_reads
 from gpufleet.scaling.core import decide_alarm, decide_reconcile, decide_request, skip_reason
 from gpufleet.scaling.demand_source import DemandReader
 from gpufleet.scaling.execution import ControlContext
@@ -285,7 +286,7 @@ def series_verdicts(
     """The series these groups' decisions would act on, checked; a read that fails holds them."""
     try:
         rate, window = policy.node_samples_per_gpu_s, policy.node_window_s
-        return metrics.verdicts(wanted, now, policy.metric_lookback_s, rate, window)
+        return trust_reads.verdicts(metrics, wanted, now, policy.metric_lookback_s, rate, window)
     except Exception as exc:
         logger.exception("GPU series could not be checked; those groups hold", extra={"n": len(wanted)})
         why = f"the GPU series could not be checked ({type(exc).__name__}: {exc})"
@@ -362,7 +363,7 @@ def alarm_series_checked(
     # The alarm may look further back than the policy's lookback (10 periods of 60 s): check all it read.
     lookback = max(policy.metric_lookback_s, alarm.range_s)
     rate = policy.node_samples_per_gpu_s
-    verdict = scaler.metrics.verdicts(wanted, now, lookback, rate, policy.node_window_s)[obs.ref.key]
+    verdict = trust_reads.verdicts(scaler.metrics, wanted, now, lookback, rate, policy.node_window_s)[obs.ref.key]
     told = [forged_series_note(obs.ref.key, verdict, now, alarm.event_id, scaler.ctx.region)] if verdict.tell else []
     weigh = not verdict.from_group and verdict.trusted
     condition = alarm.condition if weigh else None

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from gpufleet.domain import defaults
 from gpufleet.domain.models import Direction, Frozen, GroupKind, GroupRef
-from gpufleet.domain.policy import FleetPolicy
 from gpufleet.events.model import AlarmEvent
+from gpufleet.policy.fleet import FleetPolicy
 from gpufleet_node import schema
 
 

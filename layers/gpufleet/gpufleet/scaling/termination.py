@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpufleet.domain.models import Frozen, InstanceObservation, SkipReason
-from gpufleet.domain.policy import IdleThreshold
 from gpufleet.events.model import TerminationCandidate, TerminationRequest
+from gpufleet.policy.fleet import IdleThreshold
 from gpufleet.scaling.core import choose_scale_in_victims
 
 

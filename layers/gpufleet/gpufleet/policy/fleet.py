@@ -19,14 +19,14 @@ import yaml
 from croniter import croniter
 from pydantic import BaseModel, BeforeValidator, Field, ValidationError, model_validator
 
-from gpufleet.capacity.policy import SpotPolicy
 from gpufleet.domain import defaults
 from gpufleet.domain.errors import PolicyError, describe_validation_error, one_line
 from gpufleet.domain.models import Direction, Frozen, GroupKind, GroupRef, QueuedSource
 from gpufleet.domain.quantity import is_quantity
 from gpufleet.domain.values import LONE_SURROGATE, is_storable
-from gpufleet.guard.policy import GuardPolicy
-from gpufleet.notify.policy import NotificationPolicy
+from gpufleet.policy.capacity import SpotPolicy
+from gpufleet.policy.guard import GuardPolicy
+from gpufleet.policy.notify import NotificationPolicy
 
 __all__ = ["FleetPolicy", "GroupSettings", "PolicyError", "parse_policy"]
 

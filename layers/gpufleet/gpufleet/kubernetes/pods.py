@@ -24,7 +24,6 @@ from typing import Any
 from pydantic import Field
 
 from gpufleet.domain.defaults import DRAIN_ANNOTATION, DRAIN_LABEL
-from gpufleet.domain.errors import one_line
 from gpufleet.domain.models import Frozen, UnfitWork
 from gpufleet.domain.quantity import parse_quantity
 from gpufleet.domain.values import EARLIEST, LATEST, Timestamp
@@ -77,7 +76,7 @@ class WaitingPod(Placement):
     priority: int = 0  # spec.priority (from its PriorityClass): below the expendable cut-off it asks for nothing
     one_per_node: bool = False  # required anti-affinity to its own kind per hostname, or a hostPort
     owner: str = ""  # its set: the Deployment, Job, StatefulSet... (a ReplicaSet's hash cut), else its name
-    # The gang it belongs to ("volcano:ns/podgroup", "kueue:ns/workload"; events/queued.py): its pods start
+    # The gang it belongs to ("volcano:ns/podgroup", "kueue:ns/workload"; kubernetes/queued.py): its pods start
     # together or not at all, so their nodes come in one change or none. Empty: a pod on its own.
     gang: str = ""
 
@@ -392,7 +391,7 @@ def gpus_held_by_node(
     return held
 
 
-# What events/queued.py reads a queued pod template with, the same as a pod's.
+# What kubernetes/queued.py reads a queued pod template with, the same as a pod's.
 gpus_of = _gpus
 placement_of = _placement
 priority_of = _priority
@@ -446,7 +445,7 @@ def node_states(items: Iterable[Any]) -> dict[str, NodeState]:
 
 class ClusterPods(Frozen):
     """One cluster's pods as the scaler needs them, from one paged listing (the adapter,
-    `gpufleet.aws.kubernetes.PodReader`): the GPU work that waits, the nodes bound to GPU pods, and one
+    `gpufleet.kubernetes.cluster.PodReader`): the GPU work that waits, the nodes bound to GPU pods, and one
     entry per DaemonSet for what its pod takes from each node it runs on."""
 
     cluster: str
@@ -460,7 +459,7 @@ class ClusterPods(Frozen):
     # (`nodes_unreadable` says why: its groups' marks are then unknown).
     nodes: dict[str, NodeState] | None = None
     nodes_unreadable: str | None = None
-    # Jobs that wait before they are pods (events/queued.py): their gangs' pods are in `waiting`; what was
+    # Jobs that wait before they are pods (kubernetes/queued.py): their gangs' pods are in `waiting`; what was
     # seen and not counted is in `queue_notes` (told once each); a queueing system that could not be read
     # is named in `queued_unreadable`.
     queue_notes: tuple[UnfitWork, ...] = ()
@@ -525,15 +524,3 @@ class PodTally:
             pages=pages,
             daemonsets=tuple(self._daemonsets[k] for k in sorted(self._daemonsets)),
         )
-
-
-class ClusterUnreadable(RuntimeError):
-    """A cluster's pods could not be read (refused, unreachable, too slow, or an answer that is not a
-    PodList). One line that names the cluster and says why; callers log one WARNING and fall back to the
-    utilization rules for that cluster's groups. Never carries a token."""
-
-    def __init__(self, cluster: str, cause: str, kind: str = "unreadable") -> None:
-        self.cluster = cluster
-        self.cause = one_line(cause, limit=300)
-        self.kind = kind  # unauthorized, forbidden, timeout, unreachable, tls, expired, http, malformed, ...
-        super().__init__(f"cannot read the pods of EKS cluster {cluster}: {self.cause}")

@@ -1,6 +1,6 @@
 """Read a cluster's queued jobs (glue): each queueing system's objects listed with the pod reader's
-connection, paged like the pods, then read as demand by the pure readers (events/kueue.py,
-events/volcano.py).
+connection, paged like the pods, then read as demand by the pure readers (kubernetes/kueue.py,
+kubernetes/volcano.py).
 
 Per system, one paged `GET` per resource, cluster-wide:
 - Kueue (`kueue.x-k8s.io/v1beta1`, else `v1beta2`): workloads, clusterqueues, localqueues, resourceflavors;
@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from gpufleet.aws.kube_http import Connection, HttpProblem
 from gpufleet.domain.defaults import QUEUED_JOBS_GROUP
 from gpufleet.domain.models import QueuedSource, UnfitWork
-from gpufleet.events.kueue import KueueObjects, kueue_demand
-from gpufleet.events.queued import QueuedDemand
-from gpufleet.events.volcano import VolcanoObjects, volcano_demand
+from gpufleet.kubernetes.client import Connection, HttpProblem
+from gpufleet.kubernetes.kueue import KueueObjects, kueue_demand
+from gpufleet.kubernetes.queued import QueuedDemand
+from gpufleet.kubernetes.volcano import VolcanoObjects, volcano_demand
 
 KUEUE = "/apis/kueue.x-k8s.io/v1beta1"
 KUEUE_VERSIONS = (KUEUE, "/apis/kueue.x-k8s.io/v1beta2")

@@ -1,5 +1,5 @@
 """Kueue's queued jobs as demand (`kueue.x-k8s.io/v1beta1`). Pure: Workloads, ClusterQueues, LocalQueues
-and ResourceFlavors in (as the API lists them), gangs of waiting pods and notes out (events/queued.py).
+and ResourceFlavors in (as the API lists them), gangs of waiting pods and notes out (kubernetes/queued.py).
 
 Field names and rules from Kueue's own code (kubernetes-sigs/kueue, apis/kueue/v1beta1/*_types.go,
 pkg/workload/workload.go, pkg/scheduler/flavorassigner/flavorassigner.go). The fields read are the same
@@ -57,11 +57,11 @@ from typing import Any
 
 from gpufleet.domain.models import QueuedSource, UnfitWork
 from gpufleet.domain.quantity import parse_quantity
-from gpufleet.events.kubernetes import DEFAULT_GPU_RESOURCES, WaitingPod, gpus_of, pod_requests
-from gpufleet.events.kubernetes import as_list as _list
-from gpufleet.events.kubernetes import as_map as _map
-from gpufleet.events.kubernetes import time_of as _time
-from gpufleet.events.queued import MAX_QUEUED_PODS, QueuedDemand, gang_key, template_pods
+from gpufleet.kubernetes.pods import DEFAULT_GPU_RESOURCES, WaitingPod, gpus_of, pod_requests
+from gpufleet.kubernetes.pods import as_list as _list
+from gpufleet.kubernetes.pods import as_map as _map
+from gpufleet.kubernetes.pods import time_of as _time
+from gpufleet.kubernetes.queued import MAX_QUEUED_PODS, QueuedDemand, gang_key, template_pods
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 MAX_BODY = 32 * 1024 * 1024  # inflated: parsed, ~7x that in Python objects, within 512 MB; a page over it
-# is asked again with half the limit (gpufleet.aws.kubernetes)
+# is asked again with half the limit (gpufleet.kubernetes.cluster)
 CHUNK = 1024 * 1024  # the body is read this much at a time, the deadline looked at between reads
 MERGE_PATCH = "application/merge-patch+json"  # RFC 7386: what a key is set to replaces it; null removes it
 

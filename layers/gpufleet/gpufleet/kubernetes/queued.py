@@ -1,7 +1,7 @@
 """Jobs that wait before they are pods: a queueing system's objects (Kueue Workloads, Volcano PodGroups)
 as gangs of waiting pods, in the same typed shape as the pods the scheduler could not place, so the fit
-and the packing treat them alike. Pure: documents in (the readers in events/kueue.py and
-events/volcano.py), waiting pods and notes out.
+and the packing treat them alike. Pure: documents in (the readers in kubernetes/kueue.py and
+kubernetes/volcano.py), waiting pods and notes out.
 
 A gang is work whose pods must all start together (a Workload's pod sets, a PodGroup's `minMember`): each
 of its pods carries the gang's key, and the scaler launches the nodes a gang needs in one change or none.
@@ -18,7 +18,7 @@ from typing import Any
 
 from gpufleet.domain.models import Frozen, QueuedSource, UnfitWork
 from gpufleet.domain.values import Timestamp
-from gpufleet.events.kubernetes import (
+from gpufleet.kubernetes.pods import (
     DEFAULT_GPU_RESOURCES,
     ClusterPods,
     WaitingPod,
@@ -30,7 +30,7 @@ from gpufleet.events.kubernetes import (
 )
 
 # Pods one queued listing may stand for, all objects together: more is not a cluster the scaler reads in
-# one tick (the pod listing's own bound, `gpufleet.aws.kubernetes.MAX_PODS`).
+# one tick (the pod listing's own bound, `gpufleet.kubernetes.cluster.MAX_PODS`).
 MAX_QUEUED_PODS = 100_000
 
 

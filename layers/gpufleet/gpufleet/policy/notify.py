@@ -8,7 +8,7 @@ from pydantic import Field, model_validator
 
 from gpufleet.domain import defaults
 from gpufleet.domain.models import Frozen
-from gpufleet.notify.model import NotificationKind, Severity
+from gpufleet.domain.notification import NotificationKind, Severity
 
 
 class Grouping(Frozen):

@@ -32,25 +32,20 @@ never the token); the caller logs one WARNING and falls back to the utilization 
 
 from __future__ import annotations
 
-import base64
 import time
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlsplit
+from datetime import UTC, datetime
+from typing import Any
 
-from botocore.signers import RequestSigner
-
-from gpufleet.aws.clients import AWS_FAILURES, Session, error_code, is_loopback
-from gpufleet.aws.kube_http import ApiServer, Connection, HttpProblem, ca_pem
-from gpufleet.aws.queued import QueuedReader
+from gpufleet.aws.clients import Session
+from gpufleet.aws.eks_access import EksEndpoints
 from gpufleet.domain.defaults import DRAIN_LABEL
+from gpufleet.domain.errors import ClusterUnreadable
 from gpufleet.domain.models import QueuedSource
-from gpufleet.events.kubernetes import (
+from gpufleet.kubernetes.client import ApiServer, Connection, HttpProblem, ca_pem
+from gpufleet.kubernetes.pods import (
     DEFAULT_GPU_RESOURCES,
     ClusterPods,
-    ClusterUnreadable,
     DaemonSetPod,
     NodeListing,
     NodeState,
@@ -58,16 +53,10 @@ from gpufleet.events.kubernetes import (
     daemonsets_of,
     node_states,
 )
-from gpufleet.events.queued import merged
+from gpufleet.kubernetes.queued import merged
+from gpufleet.kubernetes.queued_reader import QueuedReader
 from gpufleet.settings import KubeEndpoint
 
-if TYPE_CHECKING:
-    from mypy_boto3_eks import EKSClient
-
-TOKEN_PREFIX = "k8s-aws-v1."
-CLUSTER_ID_HEADER = "x-k8s-aws-id"  # signed into the URL: the token is good for this cluster only
-PRESIGN_EXPIRES_S = 60  # aws-iam-authenticator's value; STS honours the URL 15 minutes from X-Amz-Date anyway
-TOKEN_LIFETIME = timedelta(minutes=14)  # those 15 minutes less the authenticator's own minute of cushion
 PODS_PATH = "/api/v1/pods"
 UNFINISHED = "status.phase!=Succeeded,status.phase!=Failed"
 # Sizes for the scaler's CPU share (bench/README.md, "Kubernetes listing at the scaler's CPU share"): a page
@@ -84,36 +73,6 @@ DAEMONSET_PAGES = 4  # 2,000 DaemonSets: more than any cluster runs; past it the
 BUDGET_S = 30.0  # one cluster's whole listing: 50k pods at >= 1,024 MB with the API server's own time
 MAX_PODS = 100_000  # distinct pods in one listing: more is not a cluster the scaler can read in a tick
 MAX_PAGES = 1_000  # pages in one listing: a server that never stops paging ends here, whatever its pods
-
-
-@dataclass(frozen=True)
-class EksToken:
-    value: str = field(repr=False)
-    expires_at: datetime
-
-
-def eks_token(cluster: str, session: Session, sts: Any = None) -> EksToken:
-    """The bearer token EKS accepts for the session's identity: `k8s-aws-v1.` + the base64url (unpadded)
-    of an STS GetCallerIdentity URL presigned with the `x-k8s-aws-id: <cluster>` header signed in. Made
-    locally (botocore's SigV4 signer reads the clock itself); `expires_at` is read back from the URL's
-    X-Amz-Date. `sts` (a client of the session, for its regional endpoint) is made when not given."""
-    sts = sts or session.client("sts")
-    credentials = session.get_credentials()
-    if credentials is None:
-        raise ClusterUnreadable(cluster, "no AWS credentials to sign an EKS token with", "unauthorized")
-    region = sts.meta.region_name
-    signer = RequestSigner(sts.meta.service_model.service_id, region, "sts", "v4", credentials, sts.meta.events)
-    request = {
-        "method": "GET",
-        "url": f"{sts.meta.endpoint_url.rstrip('/')}/?Action=GetCallerIdentity&Version=2011-06-15",
-        "body": {},
-        "headers": {CLUSTER_ID_HEADER: cluster},
-        "context": {},
-    }
-    url = signer.generate_presigned_url(request, region_name=region, expires_in=PRESIGN_EXPIRES_S, operation_name="")
-    signed_at = datetime.strptime(parse_qs(urlsplit(url).query)["X-Amz-Date"][0], "%Y%m%dT%H%M%SZ")
-    encoded = base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
-    return EksToken(TOKEN_PREFIX + encoded, signed_at.replace(tzinfo=UTC) + TOKEN_LIFETIME)
 
 
 def _refusal(cluster: str, problem: HttpProblem) -> ClusterUnreadable:
@@ -145,42 +104,19 @@ def _unreadable(cluster: str, problem: HttpProblem) -> ClusterUnreadable:
 
 class ClusterAccess:
     """How to reach one EKS cluster's API and get in, shared by the pod reader and the node marker
-    (`gpufleet.aws.kube_marks`): the override's URL, token and CA where GPUFLEET_KUBE_ENDPOINTS gives one,
-    else DescribeCluster's endpoint and CA and a token signed with the function's role."""
+    (`gpufleet.kubernetes.marks`): where the endpoint and token come from is `aws.eks_access`; this turns
+    them into a client's server (its CA checked here)."""
 
-    def __init__(self, eks: EKSClient, session: Session, overrides: Mapping[str, KubeEndpoint] | None = None) -> None:
-        self.eks, self.session, self.overrides = eks, session, dict(overrides or {})
-        self._sts: Any = None
+    def __init__(self, eks: Any, session: Session, overrides: Mapping[str, KubeEndpoint] | None = None) -> None:
+        self.endpoints = EksEndpoints(eks, session, overrides)
+        self.overrides = self.endpoints.overrides
 
     def server(self, cluster: str) -> ApiServer:
-        override = self.overrides.get(cluster)
-        url, ca_data = (override.url, override.ca_data) if override else self._described(cluster)
-        if override and override.token is not None:
-            token = override.token.get_secret_value()
-        elif url.startswith("http://") and not is_loopback(url):
-            raise ClusterUnreadable(cluster, "an http:// endpoint gets no signed EKS token (only loopback may)", "tls")
-        else:
-            try:
-                self._sts = self._sts or self.session.client("sts")
-                token = eks_token(cluster, self.session, self._sts).value
-            except AWS_FAILURES as err:  # no region, credentials that cannot be resolved, ...
-                why = f"cannot sign an EKS token ({error_code(err)})"
-                raise ClusterUnreadable(cluster, why, "unauthorized") from None
+        found = self.endpoints.endpoint(cluster)
         try:
-            return ApiServer(url, token, ca_pem(ca_data) if ca_data else None)
+            return ApiServer(found.url, found.token, ca_pem(found.ca_data) if found.ca_data else None)
         except ValueError as err:
             raise ClusterUnreadable(cluster, str(err), "tls") from None
-
-    def _described(self, cluster: str) -> tuple[str, str | None]:
-        try:
-            found = self.eks.describe_cluster(name=cluster)["cluster"]
-        except AWS_FAILURES as err:
-            raise ClusterUnreadable(cluster, f"EKS DescribeCluster failed ({error_code(err)})", "describe") from None
-        endpoint = found.get("endpoint")
-        if not endpoint:
-            status = found.get("status", "unknown")
-            raise ClusterUnreadable(cluster, f"the cluster has no API endpoint yet (status {status})", "describe")
-        return endpoint, found.get("certificateAuthority", {}).get("data")
 
 
 class PodReader:
@@ -189,7 +125,7 @@ class PodReader:
 
     def __init__(
         self,
-        eks: EKSClient,
+        eks: Any,
         session: Session,
         overrides: Mapping[str, KubeEndpoint] | None = None,
         gpu_resources: Mapping[str, float] = DEFAULT_GPU_RESOURCES,
@@ -218,7 +154,7 @@ class PodReader:
         """`budget_s`: this listing's time when less than the reader's own (what a tick has left). `nodes`:
         also list the cluster's nodes (consolidation's marks; ALL: every node, DRAINED: only those gpufleet
         labelled closed); that listing failing leaves the pods read and says why in `nodes_unreadable`.
-        `queued`: the queueing systems whose jobs count before they are pods (gpufleet.aws.queued), read
+        `queued`: the queueing systems whose jobs count before they are pods (gpufleet.kubernetes.queued_reader), read
         as of `now`; one that cannot be read is named in `queued_unreadable`, the pods stay good."""
         server = self.server(cluster)
         try:

@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from gpufleet.domain.models import GroupKind, GroupRef
-from gpufleet.domain.policy import Consolidation, FleetPolicy, GroupRule, GroupSettings, Owner
+from gpufleet.policy.fleet import Consolidation, FleetPolicy, GroupRule, GroupSettings, Owner
 from gpufleet_node.schema import NAMESPACE as NODE_NAMESPACE
 
 

@@ -33,11 +33,11 @@ from typing import Any
 from urllib.parse import quote
 
 from gpufleet.aws.asg_shape import cluster_of
-from gpufleet.aws.kube_http import Connection, HttpProblem
-from gpufleet.aws.kubernetes import NODES_PATH, TIMEOUT_S, ClusterAccess
 from gpufleet.domain.defaults import DRAIN_ANNOTATION, DRAIN_LABEL, NODE_MARKS_GROUP
 from gpufleet.domain.errors import one_line
 from gpufleet.domain.models import GroupObservation
+from gpufleet.kubernetes.client import Connection, HttpProblem
+from gpufleet.kubernetes.cluster import NODES_PATH, TIMEOUT_S, ClusterAccess
 
 MARK_BUDGET_S = 20.0  # one group's marks in one call: a read and a patch per node, a few nodes at a time
 SSAR_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"

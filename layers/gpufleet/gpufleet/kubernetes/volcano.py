@@ -1,6 +1,6 @@
 """Volcano's gangs as demand (`scheduling.volcano.sh/v1beta1` PodGroups). Pure: PodGroups (and the Volcano
 Jobs that own them, for their tasks' shapes) in, as the API lists them; gangs of waiting pods and notes
-out (events/queued.py).
+out (kubernetes/queued.py).
 
 Field names and rules from Volcano's own code (volcano-sh/apis pkg/apis/scheduling/v1beta1/types.go and
 pkg/apis/batch/v1alpha1/job.go; volcano-sh/volcano pkg/controllers/job/job_controller_actions.go,
@@ -19,7 +19,7 @@ Counted, as ONE gang (`volcano:NS/PODGROUP`; each of its pods carries the key):
   treats it as Pending too): the gang waits to be enqueued, no pod exists;
 - `status.phase` Inqueue with `status.running` 0: pods may exist and wait. They carry the PodGroup's name
   in the `scheduling.k8s.io/group-name` annotation, so they hold the same gang key and
-  events/queued.py `merged` drops them: the gang counts for them. With a pod running the gang is left to
+  kubernetes/queued.py `merged` drops them: the gang counts for them. With a pod running the gang is left to
   its pods (the waiting ones count as pods), else the running ones would be counted twice. The scheduler
   sets Running once `minMember` pods are bound (session.go getPodGroupPhase), so a bound but not yet
   running pod of an Inqueue gang is a window of one scheduling session.
@@ -69,11 +69,11 @@ from typing import Any
 
 from gpufleet.domain.models import QueuedSource, UnfitWork
 from gpufleet.domain.quantity import parse_quantity
-from gpufleet.events.kubernetes import DEFAULT_GPU_RESOURCES, WaitingPod, gpus_of, pod_requests, priority_of
-from gpufleet.events.kubernetes import as_list as _list
-from gpufleet.events.kubernetes import as_map as _map
-from gpufleet.events.kubernetes import time_of as _time
-from gpufleet.events.queued import MAX_QUEUED_PODS, QueuedDemand, gang_key, template_pods
+from gpufleet.kubernetes.pods import DEFAULT_GPU_RESOURCES, WaitingPod, gpus_of, pod_requests, priority_of
+from gpufleet.kubernetes.pods import as_list as _list
+from gpufleet.kubernetes.pods import as_map as _map
+from gpufleet.kubernetes.pods import time_of as _time
+from gpufleet.kubernetes.queued import MAX_QUEUED_PODS, QueuedDemand, gang_key, template_pods
 
 JOB_API = "batch.volcano.sh/v1alpha1"
 COUNTED = frozenset({"", "Pending"})  # and Inqueue with no pod running
