@@ -86,7 +86,7 @@ def test_a_rule_naming_a_managed_node_groups_own_asg_is_not_a_second_group(aws: 
         {"kind": "eks-nodegroup", "cluster": "ml", "name": "gpu", "max": 4, "demand": {"kubernetes": {}}},
     ]})  # fmt: skip
     told = Told()
-    reader = FleetReader(clients.autoscaling, clients.eks, logger=told)
+    reader = FleetReader.of(clients.autoscaling, clients.eks, logger=told)
     for _ in range(2):
         seen = reader.observe(policy.discovery, policy.explicit_groups())
         assert [(o.ref.key, o.asg_name) for o in seen] == [("eks:ml/gpu", backing)]
@@ -117,7 +117,7 @@ def test_a_weighted_mixed_group_is_not_shaped_and_keeps_its_nodes(aws: str) -> N
     )
     with pytest.raises(ShapeUnknown, match=r"^ASG weighted: weighted capacity: .*WeightedCapacity 1, 4"):
         asg_node_shape(clients.autoscaling, clients.ec2, "weighted")
-    [obs] = FleetReader(clients.autoscaling, clients.eks).observe(
+    [obs] = FleetReader.of(clients.autoscaling, clients.eks).observe(
         Discovery(enabled=False), [GroupRef.parse_key("asg:weighted")]
     )
     assert str(obs.scale_in_closed).startswith("weighted capacity")

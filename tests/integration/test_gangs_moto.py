@@ -14,10 +14,10 @@ from gpufleet.aws.audit import AuditLog
 from gpufleet.aws.fleet import FleetActuator
 from gpufleet.aws.state import StateStore
 from gpufleet.domain import defaults
+from gpufleet.domain.kinds import GroupKind
 from gpufleet.domain.models import (
     Action,
     Demand,
-    GroupKind,
     GroupObservation,
     GroupRef,
     GroupState,
@@ -55,7 +55,7 @@ def test_a_partial_gang_is_given_back_and_gangs_rest(aws: str) -> None:
     )
     store = StateStore(clients.dynamodb, TABLE)
     executor = Executor(
-        FleetActuator(clients.autoscaling, clients.eks), store, AuditLog(clients.dynamodb, TABLE),
+        FleetActuator.of(clients.autoscaling, clients.eks), store, AuditLog(clients.dynamodb, TABLE),
         Logger(service="t"), Metrics(namespace="T"),
     )  # fmt: skip
     asked = NOW - timedelta(seconds=defaults.GANG_LAUNCH_TIMEOUT_S + 60)

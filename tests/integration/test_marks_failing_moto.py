@@ -14,11 +14,11 @@ from gpufleet.aws.audit import AuditLog
 from gpufleet.aws.fleet import FleetActuator
 from gpufleet.aws.marks import NodeMarker
 from gpufleet.aws.state import StateStore
+from gpufleet.domain.kinds import GroupKind
 from gpufleet.domain.models import (
     Action,
     Decision,
     Demand,
-    GroupKind,
     GroupObservation,
     GroupRef,
     InstanceObservation,
@@ -69,7 +69,7 @@ def _world(marker: NodeMarker) -> tuple[fleet.Clients, FleetActuator, StateStore
     clients = fleet.Clients.create()
     fleet.create_state_table(clients.dynamodb, TABLE)
     fleet.create_asg(clients, "gpu-selfmanaged", min_size=0, max_size=6, desired=2, tags=fleet.MANAGED_TAG)
-    actuator = FleetActuator(clients.autoscaling, clients.eks, markers={MarkChannel.KUBERNETES: marker})
+    actuator = FleetActuator.of(clients.autoscaling, clients.eks, markers={MarkChannel.KUBERNETES: marker})
     store = StateStore(clients.dynamodb, TABLE)
     executor = Executor(actuator, store, AuditLog(clients.dynamodb, TABLE), Logger(service="t"), Metrics(namespace="T"))
     return clients, actuator, store, executor

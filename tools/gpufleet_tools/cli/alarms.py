@@ -80,7 +80,7 @@ def _missing_groups(refs: list[Any], autoscaling: Any, eks: Any) -> list[str]:
     from gpufleet_tools.doctor.core import did_you_mean, is_backing_asg
 
     try:
-        groups = FleetReader(autoscaling, eks).every_group()
+        groups = FleetReader.of(autoscaling, eks).every_group()
     except AWS_FAILURES as exc:
         print(
             f"warning: could not list the groups to check the names ({error_code(exc)}); putting them", file=sys.stderr

@@ -96,7 +96,7 @@ def build_account_reader(session: Session | None = None) -> AccountReader:
         clients.eks, client("sqs", session), clients.cloudwatch, session or Session(), datetime.now(UTC), overrides
     )
     return AccountReader(
-        FleetReader(clients.autoscaling, clients.eks),
+        FleetReader.of(clients.autoscaling, clients.eks),
         AlarmReader(clients.cloudwatch),
         client("secretsmanager", session),
         client("sns", session),

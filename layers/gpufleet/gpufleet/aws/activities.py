@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from gpufleet.aws.fleet import capacity_type_from_word
-from gpufleet.domain.models import CapacityType
+from gpufleet.aws.groups.asg import capacity_type_from_word
+from gpufleet.domain.kinds import GroupKind
+from gpufleet.domain.models import CapacityType, GroupRef
 
 if TYPE_CHECKING:
     from mypy_boto3_autoscaling import AutoScalingClient
@@ -77,8 +78,11 @@ class LaunchActivityReader:
                 return out
             kwargs["NextToken"] = token
 
-    def nodegroup_issues(self, cluster: str, nodegroup: str) -> list[IssueTypeDef]:
-        resp = self.eks.describe_nodegroup(clusterName=cluster, nodegroupName=nodegroup)
+    def health_issues(self, ref: GroupRef) -> list[IssueTypeDef]:
+        """What EKS says is wrong with a managed node group (its health issues); other kinds have none."""
+        if ref.kind is not GroupKind.EKS_NODEGROUP or not ref.cluster:
+            return []
+        resp = self.eks.describe_nodegroup(clusterName=ref.cluster, nodegroupName=ref.name)
         return list(resp["nodegroup"].get("health", {}).get("issues", []))
 
 

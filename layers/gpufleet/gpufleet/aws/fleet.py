@@ -1,266 +1,136 @@
-"""Read ASGs / EKS managed node groups (and, through aws.hyperpod, HyperPod instance groups) into
-observations, and apply decisions to them."""
+"""The fleet: the group kinds' adapters registered once (`GroupRegistry`, built by the composition root),
+and the reader and actuator that every controller uses, which ask each group's own adapter and never
+test a kind. A new kind registers its adapter here and its traits row in `domain.kinds`."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import ClientError
-
-from gpufleet.aws.asg_shape import weighted_why
-from gpufleet.aws.clients import chunks
-from gpufleet.aws.hyperpod import HyperPodFleet
+from gpufleet.aws.groups.asg import AsgGroups, AutoScalingReads
+from gpufleet.aws.groups.hyperpod import HyperPodGroups
+from gpufleet.aws.groups.nodegroup import NodegroupGroups, owning_group
+from gpufleet.aws.groups.provider import GroupProvider
 from gpufleet.aws.marks import MarksFailed, NodeMarker
-from gpufleet.domain import defaults
-from gpufleet.domain.models import (
-    Action,
-    CapacityType,
-    Decision,
-    GroupKind,
-    GroupObservation,
-    GroupRef,
-    InstanceObservation,
-    MarkChannel,
-)
+from gpufleet.domain.kinds import GroupKind, traits
+from gpufleet.domain.models import Action, Decision, GroupObservation, GroupRef, MarkChannel
+from gpufleet.domain.nodes import NodeShape
 from gpufleet.policy.fleet import Discovery
 
 if TYPE_CHECKING:
     from mypy_boto3_autoscaling import AutoScalingClient
     from mypy_boto3_eks import EKSClient
 
-# Names the APIs accept (their documented patterns): anything else is a group that cannot exist.
-EKS_CLUSTER_NAME = re.compile(r"[0-9A-Za-z][A-Za-z0-9\-_]{0,99}")
-EKS_NODEGROUP_NAME = re.compile(r"[0-9A-Za-z][A-Za-z0-9\-_]{0,62}")
-ASG_NAME = re.compile("[\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff\r\n\t]{1,255}")
+    from gpufleet.aws.hyperpod import HyperPodFleet
 
 
-def _instances(asg: dict[str, Any]) -> tuple[InstanceObservation, ...]:
-    return tuple(
-        InstanceObservation(
-            instance_id=i["InstanceId"],
-            lifecycle_state=i.get("LifecycleState", "InService"),
-            protected_from_scale_in=bool(i.get("ProtectedFromScaleIn", False)),
-            instance_type=i.get("InstanceType"),
-            healthy=str(i.get("HealthStatus", "Healthy")).lower() == "healthy",
-        )
-        for i in asg.get("Instances", [])
-    )
+class GroupRegistry:
+    """One adapter per group kind, in the order they were registered (the order groups are read in)."""
+
+    def __init__(self, providers: Iterable[GroupProvider] = ()) -> None:
+        self._by_kind: dict[GroupKind, GroupProvider] = {}
+        for provider in providers:
+            self.register(provider)
+
+    def register(self, provider: GroupProvider) -> None:
+        """A kind's adapter, once; its traits row must be registered first (`domain.kinds.register`)."""
+        traits(provider.kind)  # a kind without its row is refused here, not on its first group
+        if provider.kind in self._by_kind:
+            raise ValueError(f"group kind {provider.kind} has an adapter already")
+        self._by_kind[provider.kind] = provider
+
+    def __iter__(self) -> Iterator[GroupProvider]:
+        return iter(self._by_kind.values())
+
+    def provider(self, kind: GroupKind) -> GroupProvider:
+        found = self._by_kind.get(kind)
+        if found is None:
+            raise LookupError(f"this function is not wired for {traits(kind).label}s (kind {kind})")
+        return found
+
+    def has(self, kind: GroupKind) -> bool:
+        return kind in self._by_kind
+
+    # ---- what demand asks of a group's kind (`aws.groups.provider.GroupShapes`) ----
+
+    def joined_cluster(self, obs: GroupObservation, named: str | None) -> tuple[str | None, str]:
+        return self.provider(obs.ref.kind).joined_cluster(obs, named)
+
+    def node_shape(
+        self,
+        obs: GroupObservation,
+        overrides: Mapping[str, str] | None = None,
+        tell: Callable[[str], None] | None = None,
+    ) -> NodeShape:
+        return self.provider(obs.ref.kind).node_shape(obs, overrides, tell)
+
+    def gpus_per_node(self, obs: GroupObservation, type_gpus: Callable[[Sequence[str]], float | None]) -> float | None:
+        return self.provider(obs.ref.kind).gpus_per_node(obs, type_gpus)
 
 
-TAG_CAPACITY_TYPE = "gpufleet:capacity-type"  # spot | on-demand | capacity-block: overrides what is derived
-_CAPACITY_WORDS = {
-    "spot": CapacityType.SPOT,
-    "on-demand": CapacityType.ON_DEMAND,
-    "on_demand": CapacityType.ON_DEMAND,
-    "capacity-block": CapacityType.CAPACITY_BLOCK,
-    "capacity_block": CapacityType.CAPACITY_BLOCK,
-}
-
-
-def capacity_type_from_word(word: str | None) -> CapacityType:
-    return _CAPACITY_WORDS.get((word or "").strip().lower(), CapacityType.UNKNOWN)
-
-
-def _mixed_instances_market(asg: dict[str, Any]) -> CapacityType:
-    """A mixed instances policy's distribution: all on-demand, all spot, or both (unknown per launch)."""
-    dist = asg.get("MixedInstancesPolicy", {}).get("InstancesDistribution")
-    if dist is None:
-        return CapacityType.UNKNOWN
-    base = int(dist.get("OnDemandBaseCapacity", 0))
-    above = int(dist.get("OnDemandPercentageAboveBaseCapacity", 100))
-    if above == 100:
-        return CapacityType.ON_DEMAND
-    if above == 0 and base == 0:
-        return CapacityType.SPOT
-    return CapacityType.UNKNOWN
-
-
-def _instance_types(asg: dict[str, Any]) -> tuple[str, ...]:
-    overrides = asg.get("MixedInstancesPolicy", {}).get("LaunchTemplate", {}).get("Overrides", [])
-    found = [o["InstanceType"] for o in overrides if o.get("InstanceType")]
-    found += [i["InstanceType"] for i in asg.get("Instances", []) if i.get("InstanceType")]
-    return tuple(dict.fromkeys(found))
-
-
-def _launch_template(asg: dict[str, Any]) -> tuple[str, str] | None:
-    """A group launched straight from a launch template (no mixed-instances policy): its market is in the
-    template's InstanceMarketOptions, read only when a failure needs it (capacity.service)."""
-    spec = asg.get("LaunchTemplate")
-    if not spec or asg.get("MixedInstancesPolicy"):
-        return None
-    ref = spec.get("LaunchTemplateId") or spec.get("LaunchTemplateName")
-    return (str(ref), str(spec.get("Version") or "$Default")) if ref else None
-
-
-def _asg_observation(asg: dict[str, Any]) -> GroupObservation:
-    tags = {t["Key"]: t.get("Value", "") for t in asg.get("Tags", [])}
-    tagged = capacity_type_from_word(tags.get(TAG_CAPACITY_TYPE))
-    return GroupObservation(
-        ref=GroupRef(kind=GroupKind.ASG, name=asg["AutoScalingGroupName"]),
-        min_size=asg["MinSize"],
-        max_size=asg["MaxSize"],
-        desired=asg["DesiredCapacity"],
-        asg_name=asg["AutoScalingGroupName"],
-        instances=_instances(asg),
-        tags=tags,
-        asg_tags=tags,
-        capacity_type=tagged if tagged is not CapacityType.UNKNOWN else _mixed_instances_market(asg),
-        instance_types=_instance_types(asg),
-        launch_template=_launch_template(asg),
-        # desired counts weight units: no instance count is safe to lower, no demand can size it
-        scale_in_closed=weighted_why(asg),
-        demand_refused=weighted_why(asg),
-    )
-
-
-def owning_group(asg: GroupObservation) -> GroupRef:
-    """The group an ASG's instances belong to for gpufleet: the EKS node group EKS tagged it with, else
-    the ASG itself."""
-    cluster, nodegroup = asg.asg_tags.get(defaults.TAG_EKS_CLUSTER), asg.asg_tags.get(defaults.TAG_EKS_NODEGROUP)
-    if cluster and nodegroup:
-        return GroupRef(kind=GroupKind.EKS_NODEGROUP, name=nodegroup, cluster=cluster)
-    return asg.ref
+def builtin_groups(
+    autoscaling: AutoScalingClient,
+    eks: EKSClient,
+    hyperpod: HyperPodFleet | None = None,
+    logger: Any = None,
+    ec2: Callable[[], Any] = lambda: None,
+) -> GroupRegistry:
+    """The three kinds gpufleet ships: ASGs, EKS managed node groups, and (given its fleet) HyperPod
+    instance groups. `ec2`: the EC2 client, made when a node shape is first asked."""
+    asgs = AutoScalingReads(autoscaling)
+    providers: list[GroupProvider] = [AsgGroups(asgs, ec2, logger), NodegroupGroups(eks, asgs, ec2)]
+    if hyperpod is not None:
+        providers.append(HyperPodGroups(hyperpod))
+    return GroupRegistry(providers)
 
 
 @dataclass
 class FleetReader:
-    """Finds managed groups and describes them in as few calls as the APIs allow."""
+    """Finds managed groups and describes them, each kind through its own adapter. `autoscaling`: the
+    Auto Scaling API itself, for what is asked of an ASG whatever group it backs (its scaling policies,
+    recent activities, the group an instance is in)."""
 
-    autoscaling: AutoScalingClient
-    eks: EKSClient
-    hyperpod: HyperPodFleet | None = None  # HyperPod (Slurm) instance groups named by rules; None: none read
-    logger: Any = None  # told once of a rule that names a managed node group's own ASG
-    _told: set[str] = field(default_factory=set, init=False, repr=False)
+    groups: GroupRegistry
+    autoscaling: AutoScalingClient | None = None
 
-    def _describe_asgs(self, **kwargs: Any) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        token: str | None = None
-        while True:
-            args = dict(kwargs, MaxRecords=defaults.DESCRIBE_ASG_MAX_NAMES)
-            if token:
-                args["NextToken"] = token
-            page = self.autoscaling.describe_auto_scaling_groups(**args)
-            out.extend(dict(g) for g in page.get("AutoScalingGroups", []))
-            token = page.get("NextToken")
-            if not token:
-                return out
+    @classmethod
+    def of(
+        cls, autoscaling: AutoScalingClient, eks: EKSClient, hyperpod: HyperPodFleet | None = None, logger: Any = None
+    ) -> FleetReader:
+        """A reader over the built-in kinds (`builtin_groups`)."""
+        return cls(builtin_groups(autoscaling, eks, hyperpod, logger), autoscaling)
 
-    def describe_asgs_by_name(self, names: Iterable[str]) -> dict[str, dict[str, Any]]:
-        """The named ASGs that exist; a name Auto Scaling refuses (ValidationError) exists nowhere, so it
-        is never sent (an alarm's dimensions are anyone's text)."""
-        wanted = sorted({n for n in names if ASG_NAME.fullmatch(n)})
-        found: dict[str, dict[str, Any]] = {}
-        for batch in chunks(wanted, defaults.DESCRIBE_ASG_MAX_NAMES):
-            for asg in self._describe_asgs(AutoScalingGroupNames=list(batch)):
-                found[asg["AutoScalingGroupName"]] = asg
-        return found
-
-    def _backs_nodegroup(self, asg: dict[str, Any]) -> bool:
-        """Whether the ASG is the one EKS made for a managed node group (its eks:nodegroup-name tag): named
-        by a kind: asg rule it would be sized twice, as itself and as its node group. Told once."""
-        tags = {t.get("Key"): t.get("Value", "") for t in asg.get("Tags", [])}
-        nodegroup = tags.get(defaults.TAG_EKS_NODEGROUP)
-        if not nodegroup:
-            return False
-        name, cluster = asg["AutoScalingGroupName"], tags.get(defaults.TAG_EKS_CLUSTER) or "CLUSTER"
-        if self.logger is not None and name not in self._told:
-            self._told.add(name)
-            self.logger.warning(
-                f"ASG {name} backs EKS managed node group {cluster}/{nodegroup}: not sized as an ASG (it would "
-                f"be sized twice); write `kind: eks-nodegroup, cluster: {cluster}, name: {nodegroup}` instead",
-                extra={"asg": name},
-            )
-        return True
-
-    def _nodegroup(self, cluster: str, name: str) -> dict[str, Any] | None:
-        """The node group, or None when it does not exist, including names EKS cannot hold (an alarm's
-        dimensions are anyone's text: they must not reach the API as a path it cannot route)."""
-        if not (EKS_CLUSTER_NAME.fullmatch(cluster) and EKS_NODEGROUP_NAME.fullmatch(name)):
+    @property
+    def hyperpod(self) -> HyperPodFleet | None:
+        """The HyperPod adapter's fleet, where one is registered (tests and the rehearsal set its clock)."""
+        if not self.groups.has(GroupKind.HYPERPOD):
             return None
-        try:
-            return dict(self.eks.describe_nodegroup(clusterName=cluster, nodegroupName=name)["nodegroup"])
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] in ("ResourceNotFoundException", "404"):
-                return None
-            raise
-
-    def _every_nodegroup(self) -> Iterator[dict[str, Any]]:
-        for page in self.eks.get_paginator("list_clusters").paginate():
-            for cluster in page.get("clusters", []):
-                for ng_page in self.eks.get_paginator("list_nodegroups").paginate(clusterName=cluster):
-                    for name in ng_page.get("nodegroups", []):
-                        ng = self._nodegroup(cluster, name)
-                        if ng:
-                            yield ng
-
-    def _discover_nodegroups(self, discovery: Discovery) -> list[dict[str, Any]]:
-        return [
-            ng for ng in self._every_nodegroup() if ng.get("tags", {}).get(discovery.tag_key) == discovery.tag_value
-        ]
+        provider = self.groups.provider(GroupKind.HYPERPOD)
+        return provider.fleet if isinstance(provider, HyperPodGroups) else None
 
     def every_group(self) -> list[GroupObservation]:
-        """Every ASG (EKS backing ones included) and EKS managed node group in the region, tagged or not:
-        `gpufleet doctor`'s census (read-only, once)."""
-        return [_asg_observation(a) for a in self._describe_asgs()] + self._nodegroup_observations(
-            self._every_nodegroup()
-        )
+        """Every group of every kind in the region, tagged or not: `gpufleet doctor`'s census (read-only)."""
+        return [obs for provider in self.groups for obs in provider.every_group()]
 
     def observe(
         self, discovery: Discovery, explicit: Iterable[GroupRef] = (), attrition: Collection[str] = ()
     ) -> list[GroupObservation]:
         """Discovered (tagged) groups plus explicitly named ones; a missing explicit one is skipped, and so is
-        a named ASG that backs an EKS managed node group (told once: it is sized through its node group).
-        `attrition`: keys of the named groups that consolidate by attrition (HyperPod reads their marks)."""
+        a group whose kind this function has no adapter for. `attrition`: keys of the named groups that
+        consolidate by attrition (their adapter may read their marks)."""
         explicit = list(explicit)
-        asgs: dict[str, dict[str, Any]] = {}
-        if discovery.enabled and discovery.asg:
-            for asg in self._describe_asgs(
-                Filters=[{"Name": f"tag:{discovery.tag_key}", "Values": [discovery.tag_value]}]
-            ):
-                # A managed node group's own ASG carries the managed tag once gpufleet adopted it: it is
-                # sized through its node group, never as a group of its own (it would be sized twice).
-                if not any(t.get("Key") == defaults.TAG_EKS_NODEGROUP for t in asg.get("Tags", [])):
-                    asgs[asg["AutoScalingGroupName"]] = asg
-        missing = [g.name for g in explicit if g.kind is GroupKind.ASG and g.name not in asgs]
-        asgs.update({n: a for n, a in self.describe_asgs_by_name(missing).items() if not self._backs_nodegroup(a)})
+        found: list[GroupObservation] = []
+        for provider in self.groups:
+            named = [g for g in explicit if g.kind is provider.kind]
+            found += provider.observe(discovery, named, attrition)
+        return found
 
-        nodegroups: dict[tuple[str, str], dict[str, Any]] = {}
-        if discovery.enabled and discovery.eks:
-            for ng in self._discover_nodegroups(discovery):
-                nodegroups[(ng["clusterName"], ng["nodegroupName"])] = ng
-        for g in explicit:
-            if g.kind is GroupKind.EKS_NODEGROUP and g.cluster and (g.cluster, g.name) not in nodegroups:
-                found = self._nodegroup(g.cluster, g.name)
-                if found is not None:
-                    nodegroups[(g.cluster, g.name)] = found
-        hyperpod = [g for g in explicit if g.kind is GroupKind.HYPERPOD]
-        instance_groups = self.hyperpod.observe(hyperpod, attrition) if self.hyperpod is not None and hyperpod else []
-        return (
-            [_asg_observation(a) for a in asgs.values()]
-            + self._nodegroup_observations(nodegroups.values())
-            + instance_groups
-        )
-
-    def scaling_policies(self) -> dict[str, tuple[str, ...]]:
-        """The region's native scaling policies' names, by ASG (DescribePolicies, all pages)."""
-        found: dict[str, list[str]] = {}
-        for page in self.autoscaling.get_paginator("describe_policies").paginate():
-            for p in page.get("ScalingPolicies", []):
-                found.setdefault(p["AutoScalingGroupName"], []).append(p["PolicyName"])
-        return {k: tuple(v) for k, v in found.items()}
-
-    def recent_activities(self, asg_name: str, limit: int = 5) -> list[str]:
-        """What Auto Scaling says changed the group lately (each activity's Cause, newest first)."""
-        page = self.autoscaling.describe_scaling_activities(AutoScalingGroupName=asg_name, MaxRecords=limit)
-        return [str(a.get("Cause") or a.get("Description", "")) for a in page.get("Activities", [])]
-
-    def asg_of_instance(self, instance_id: str) -> str | None:
-        found = self.autoscaling.describe_auto_scaling_instances(InstanceIds=[instance_id])["AutoScalingInstances"]
-        return found[0]["AutoScalingGroupName"] if found else None
+    def observe_one(self, ref: GroupRef) -> GroupObservation | None:
+        if not self.groups.has(ref.kind):
+            return None
+        return self.groups.provider(ref.kind).observe_one(ref)
 
     def work_marks(
         self,
@@ -269,72 +139,78 @@ class FleetReader:
         candidates: Mapping[str, Collection[str]] | None = None,
     ) -> list[GroupObservation]:
         """The groups with what their adapter says of which nodes run work, read when a scale-in is weighed
-        (HyperPod: Slurm's idle report, read only for `candidates`, per group key the nodes whose GPUs read
-        idle; the others are marked running work); the other kinds' observations already carry it."""
-        if self.hyperpod is None or not any(o.ref.kind is GroupKind.HYPERPOD for o in observations):
-            return observations
-        return self.hyperpod.marked(observations, now, candidates)
+        (HyperPod: Slurm's idle report, for `candidates` only); the same order as given."""
+        marked: dict[int, GroupObservation] = {}
+        for provider in self.groups:
+            mine = [i for i, o in enumerate(observations) if o.ref.kind is provider.kind]
+            if mine:
+                again = provider.work_marks([observations[i] for i in mine], now, candidates)
+                marked.update(zip(mine, again, strict=True))
+        return [marked.get(i, o) for i, o in enumerate(observations)]
 
-    def observe_one(self, ref: GroupRef) -> GroupObservation | None:
-        if ref.kind is GroupKind.HYPERPOD:
-            return next(iter(self.hyperpod.observe([ref])), None) if self.hyperpod is not None else None
-        if ref.kind is GroupKind.ASG:
-            asg = self.describe_asgs_by_name([ref.name]).get(ref.name)
-            return _asg_observation(asg) if asg else None
-        ng = self._nodegroup(ref.cluster or "", ref.name)
-        if ng is None:
+    def owner_of_asg(self, asg_name: str) -> GroupObservation | None:
+        """The managed group an ASG's instances belong to: the EKS node group EKS tagged it with, else the
+        ASG itself (None when neither exists)."""
+        backing = self.observe_one(GroupRef(kind=GroupKind.ASG, name=asg_name))
+        if backing is None:
             return None
-        return next(iter(self._nodegroup_observations([ng])), None)
+        owner = owning_group(backing)
+        return backing if owner == backing.ref else self.observe_one(owner)
 
-    def _nodegroup_observations(self, nodegroups: Iterable[dict[str, Any]]) -> list[GroupObservation]:
-        nodegroups = list(nodegroups)
-        asg_names = [
-            ng["resources"]["autoScalingGroups"][0]["name"]
-            for ng in nodegroups
-            if ng.get("resources", {}).get("autoScalingGroups")
-        ]
-        backing = self.describe_asgs_by_name(asg_names)
-        out = []
-        for ng in nodegroups:
-            groups = ng.get("resources", {}).get("autoScalingGroups") or [{}]
-            asg_name = groups[0].get("name")
-            scaling = ng.get("scalingConfig", {})
-            out.append(
-                GroupObservation(
-                    ref=GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster=ng["clusterName"], name=ng["nodegroupName"]),
-                    min_size=scaling.get("minSize", 0),
-                    max_size=scaling.get("maxSize", 0),
-                    desired=scaling.get("desiredSize", 0),
-                    asg_name=asg_name,
-                    instances=_instances(backing.get(asg_name or "", {})),
-                    tags=dict(ng.get("tags", {})),
-                    asg_tags={t["Key"]: t.get("Value", "") for t in backing.get(asg_name or "", {}).get("Tags", [])},
-                    capacity_type=capacity_type_from_word(ng.get("capacityType")),
-                    instance_types=tuple(ng.get("instanceTypes") or ()),
-                )
-            )
-        return out
+    def _autoscaling(self) -> AutoScalingClient:
+        if self.autoscaling is None:
+            raise RuntimeError("this fleet reader was built without the Auto Scaling API")
+        return self.autoscaling
+
+    def scaling_policies(self) -> dict[str, tuple[str, ...]]:
+        """The region's native scaling policies' names, by ASG (DescribePolicies, all pages)."""
+        found: dict[str, list[str]] = {}
+        for page in self._autoscaling().get_paginator("describe_policies").paginate():
+            for p in page.get("ScalingPolicies", []):
+                found.setdefault(p["AutoScalingGroupName"], []).append(p["PolicyName"])
+        return {k: tuple(v) for k, v in found.items()}
+
+    def recent_activities(self, asg_name: str, limit: int = 5) -> list[str]:
+        """What Auto Scaling says changed the group lately (each activity's Cause, newest first)."""
+        page = self._autoscaling().describe_scaling_activities(AutoScalingGroupName=asg_name, MaxRecords=limit)
+        return [str(a.get("Cause") or a.get("Description", "")) for a in page.get("Activities", [])]
+
+    def asg_of_instance(self, instance_id: str) -> str | None:
+        found = self._autoscaling().describe_auto_scaling_instances(InstanceIds=[instance_id])["AutoScalingInstances"]
+        return found[0]["AutoScalingGroupName"] if found else None
 
 
 @dataclass
 class FleetActuator:
-    """Applies one decision. Idempotent per decision: EKS updates carry a client request token; a
-    HyperPod count already reached is not asked again and a node already deleted is done."""
+    """Applies one decision through the group's own adapter. Idempotent per decision: EKS updates carry
+    a client request token; a HyperPod count already reached is not asked again and a node already
+    deleted is done."""
 
-    autoscaling: AutoScalingClient
-    eks: EKSClient
-    hyperpod: HyperPodFleet | None = None
+    groups: GroupRegistry
     markers: Mapping[MarkChannel, NodeMarker] = field(default_factory=dict)  # consolidation by attrition
+
+    @classmethod
+    def of(
+        cls,
+        autoscaling: AutoScalingClient,
+        eks: EKSClient,
+        hyperpod: HyperPodFleet | None = None,
+        markers: Mapping[MarkChannel, NodeMarker] | None = None,
+    ) -> FleetActuator:
+        """An actuator over the built-in kinds (`builtin_groups`)."""
+        return cls(builtin_groups(autoscaling, eks, hyperpod), dict(markers or {}))
 
     def apply(self, decision: Decision, obs: GroupObservation, token: str) -> str:
         """Returns a short account of what was done; raises on failure. Nodes are reopened before any
         launch (waiting work takes them first) and closed after the capacity change."""
+        provider = self.groups.provider(obs.ref.kind)
+        provider.prepare(obs)
         done: list[str] = []
         failed: list[str] = []
         if decision.undrain:
             self._mark(lambda m: m.reopen(obs, decision.undrain), obs, "reopen", done, failed)
         if decision.changes_capacity:  # a failed reopen never holds back a launch
-            done.append(self._capacity(decision, obs, token))
+            done.append(self._capacity(provider, decision, obs, token))
         if decision.drain:
             reason = f"surplus node drained by attrition at {decision.at:%Y-%m-%dT%H:%MZ}; removed once idle"
             self._mark(lambda m: m.close(obs, decision.drain, reason), obs, "drain", done, failed)
@@ -356,74 +232,15 @@ class FleetActuator:
             raise RuntimeError(f"{obs.ref.key}: no way to mark its nodes ({obs.marks or 'no mark channel'})")
         return marker
 
-    def _capacity(self, decision: Decision, obs: GroupObservation, token: str) -> str:
-        ref = obs.ref
-        if ref.kind is GroupKind.HYPERPOD:
-            if self.hyperpod is None:
-                raise RuntimeError(f"{ref.key}: this function is not wired for HyperPod groups")
-            return self.hyperpod.apply(decision, obs)
+    @staticmethod
+    def _capacity(provider: GroupProvider, decision: Decision, obs: GroupObservation, token: str) -> str:
         if decision.action in (Action.SCALE_OUT, Action.SET_DESIRED):
-            if ref.kind is GroupKind.ASG:
-                self.autoscaling.set_desired_capacity(
-                    AutoScalingGroupName=ref.name, DesiredCapacity=decision.desired, HonorCooldown=False
-                )
-                return f"SetDesiredCapacity {ref.name} = {decision.desired}"
-            return self._update_nodegroup(ref, decision.desired, token)
+            return provider.grow(decision, obs, token)
         if decision.action is Action.SCALE_IN:
-            done = []
-            for instance_id in decision.victims:
-                self.autoscaling.terminate_instance_in_auto_scaling_group(
-                    InstanceId=instance_id, ShouldDecrementDesiredCapacity=True
-                )
-                done.append(instance_id)
-            text = (
-                f"TerminateInstanceInAutoScalingGroup (decrement) {', '.join(done)}" if done else "victims already gone"
-            )
-            if ref.kind is GroupKind.EKS_NODEGROUP:
-                text += "; " + self._update_nodegroup(ref, decision.desired, token)
-            elif decision.desired < decision.current - len(decision.victims):
-                # Launches still owed are cancelled too (a gang's partial launch given back): desired down to
-                # the instances the group holds, so the ASG chooses no instance to terminate.
-                self.autoscaling.set_desired_capacity(
-                    AutoScalingGroupName=ref.name, DesiredCapacity=decision.desired, HonorCooldown=False
-                )
-                text += f"; SetDesiredCapacity {ref.name} = {decision.desired}"
-            return text
+            return provider.shrink(decision, obs, token)
         return "nothing to apply"
 
-    def _update_nodegroup(self, ref: GroupRef, desired: int, token: str) -> str:
-        self.eks.update_nodegroup_config(
-            clusterName=ref.cluster or "",
-            nodegroupName=ref.name,
-            scalingConfig={"desiredSize": desired},
-            clientRequestToken=token,
-        )
-        return f"UpdateNodegroupConfig {ref.cluster}/{ref.name} desiredSize = {desired}"
-
-    def adopt_backing_asg(self, obs: GroupObservation) -> None:
-        """EKS does not copy a node group's tags to its Auto Scaling group, and the IAM role may change
-        only ASGs tagged gpufleet:managed=true. So before acting on a managed node group's instances, its
-        backing ASG is tagged too - under a grant that allows exactly that tag, only on ASGs EKS tagged
-        with eks:nodegroup-name (template: AdoptBackingAsgsOfManagedNodegroups)."""
-        if not obs.asg_name or obs.asg_tags.get(defaults.TAG_MANAGED) == defaults.TAG_MANAGED_VALUE:
-            return
-        self.autoscaling.create_or_update_tags(
-            Tags=[
-                {
-                    "ResourceId": obs.asg_name,
-                    "ResourceType": "auto-scaling-group",
-                    "Key": defaults.TAG_MANAGED,
-                    "Value": defaults.TAG_MANAGED_VALUE,
-                    "PropagateAtLaunch": False,
-                }
-            ]
-        )
-
-    def mark_unhealthy(self, instance_id: str) -> str:
-        """Hand an instance with a failed GPU to its ASG, which replaces it (EKS node groups too: their
-        ASG does the replacing). Never for a HyperPod node (no ASG holds it): the guard only tells
-        (guard.service, HYPERPOD_NOT_REPLACED)."""
-        self.autoscaling.set_instance_health(
-            InstanceId=instance_id, HealthStatus="Unhealthy", ShouldRespectGracePeriod=False
-        )
-        return f"SetInstanceHealth {instance_id} = Unhealthy"
+    def replace_failed(self, obs: GroupObservation, instance_id: str) -> str:
+        """Have a node whose GPU failed replaced by whoever replaces the group's nodes (its ASG)."""
+        provider = self.groups.provider(obs.ref.kind)
+        return provider.replace_failed(obs, instance_id)

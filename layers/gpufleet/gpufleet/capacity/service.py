@@ -20,7 +20,8 @@ from gpufleet.capacity.core import FallbackPlan, SpotState, fallback_change, fol
 from gpufleet.capacity.notes import spot_notes
 from gpufleet.capacity.reservations import ReservationWatch
 from gpufleet.capacity.warnings import CapacityWarnings
-from gpufleet.domain.models import CapacityType, Decision, GroupKind, GroupObservation, GroupRef
+from gpufleet.domain.kinds import traits
+from gpufleet.domain.models import CapacityType, Decision, GroupObservation, GroupRef
 from gpufleet.events import EventKind
 from gpufleet.events.model import CapacityBlockEvent, InstanceWarning, LaunchUnsuccessful
 from gpufleet.policy.fleet import FleetPolicy
@@ -127,7 +128,7 @@ class SpotWatch:
         return obs.model_copy(update={"capacity_type": self.activities.market_of(obs.launch_template)})
 
     def _failures(self, obs: GroupObservation, now: datetime) -> list[LaunchFailure]:
-        if obs.ref.kind is GroupKind.HYPERPOD:  # no ASG holds its nodes: an ASG of the same name is not it
+        if not traits(obs.ref.kind).in_asg:  # no ASG holds its nodes: an ASG of the same name is not it
             return []
         asg = obs.asg_name or obs.ref.name
         activities = self.activities.failed_since(asg, now - SWEEP_LOOKBACK)
@@ -144,8 +145,8 @@ class SpotWatch:
             )
             for a in activities
         ]
-        if obs.ref.kind is GroupKind.EKS_NODEGROUP and obs.ref.cluster and not found:
-            for issue in self.activities.nodegroup_issues(obs.ref.cluster, obs.ref.name):
+        if not found:
+            for issue in self.activities.health_issues(obs.ref):
                 if issue.get("code") == "AsgInstanceLaunchFailures":
                     message = str(issue.get("message", ""))
                     found.append(

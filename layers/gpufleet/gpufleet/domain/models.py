@@ -13,19 +13,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
-from gpufleet_node import schema
+from gpufleet.domain.kinds import GroupKind, kind_of_prefix, traits
 
 
 class Frozen(BaseModel):
     """The one base of every internal model: immutable, unknown fields rejected."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class GroupKind(StrEnum):
-    ASG = "asg"
-    EKS_NODEGROUP = "eks-nodegroup"
-    HYPERPOD = "hyperpod"  # a SageMaker HyperPod (Slurm) cluster's instance group: cluster + group name
 
 
 class Direction(StrEnum):
@@ -49,8 +43,9 @@ class CapacityType(StrEnum):
 
 
 class GroupRef(Frozen):
-    """An ASG (name), an EKS managed node group (cluster + name) or a HyperPod instance group (cluster +
-    instance group name)."""
+    """One group: its kind and name, and for kinds named inside a cluster (an EKS managed node group, a
+    HyperPod instance group) its cluster. How it is keyed and which metric dimensions are its own come
+    from its kind's row in the traits table (`domain.kinds`)."""
 
     kind: GroupKind
     name: str
@@ -58,25 +53,21 @@ class GroupRef(Frozen):
 
     @property
     def key(self) -> str:
-        if self.kind is GroupKind.EKS_NODEGROUP:
-            return f"eks:{self.cluster}/{self.name}"
-        if self.kind is GroupKind.HYPERPOD:
-            return f"hyperpod:{self.cluster}/{self.name}"
-        return f"asg:{self.name}"
+        row = traits(self.kind)
+        return f"{row.key_prefix}:{self.cluster}/{self.name}" if row.in_cluster else f"{row.key_prefix}:{self.name}"
 
     @classmethod
     def parse_key(cls, key: str) -> GroupRef:
         """Inverse of `key`; also accepts a bare name as an ASG."""
-        kind, sep, rest = key.partition(":")
+        prefix, sep, rest = key.partition(":")
+        kind = kind_of_prefix(prefix) if sep else GroupKind.ASG
         if not sep:
             return cls(kind=GroupKind.ASG, name=key)
-        if kind == "asg" and rest:
-            return cls(kind=GroupKind.ASG, name=rest)
+        if kind is not None and not traits(kind).in_cluster and rest:
+            return cls(kind=kind, name=rest)
         cluster, slash, name = rest.partition("/")
-        if kind == "eks" and slash and cluster and name:
-            return cls(kind=GroupKind.EKS_NODEGROUP, cluster=cluster, name=name)
-        if kind == "hyperpod" and slash and cluster and name:
-            return cls(kind=GroupKind.HYPERPOD, cluster=cluster, name=name)
+        if kind is not None and traits(kind).in_cluster and slash and cluster and name:
+            return cls(kind=kind, cluster=cluster, name=name)
         raise ValueError(
             f"not a group key: {key!r} (expected 'asg:NAME', 'eks:CLUSTER/NODEGROUP' or 'hyperpod:CLUSTER/GROUP')"
         )
@@ -87,11 +78,10 @@ class GroupRef(Frozen):
     @property
     def metric_dimensions(self) -> dict[str, str]:
         """The dimensions of this group's own GPU metrics, as the publisher sends them."""
-        if self.kind is GroupKind.EKS_NODEGROUP:
-            return schema.group_dimensions(cluster_name=self.cluster, nodegroup_name=self.name)
-        if self.kind is GroupKind.HYPERPOD:
-            return schema.group_dimensions(cluster_name=self.cluster, instance_group_name=self.name)
-        return schema.group_dimensions(asg_name=self.name)
+        row = traits(self.kind)
+        if row.cluster_dimension is None:
+            return {row.name_dimension: self.name}
+        return {row.cluster_dimension: self.cluster or "", row.name_dimension: self.name}
 
 
 class MetricRef(Frozen):

@@ -16,7 +16,8 @@ from urllib.parse import quote
 from pydantic import Field
 
 from gpufleet.domain.keys import bounded
-from gpufleet.domain.models import Frozen, GroupKind, GroupRef
+from gpufleet.domain.kinds import traits
+from gpufleet.domain.models import Frozen, GroupRef
 from gpufleet.domain.values import Name, Timestamp
 
 # Sizes a notification may have; `note()` clips to them and the notifier rejects anything larger.
@@ -151,15 +152,10 @@ def console_links(group: str, region: str, alarm_name: str | None = None) -> tup
     except ValueError:
         ref = None
     found = []
-    if ref is not None and ref.kind is GroupKind.ASG:
-        view = f"#AutoScalingGroupDetails:id={quote(ref.name)};view=activity"
-        found.append(link("Auto Scaling group", f"{base}/ec2/home?region={region}{view}"))
-    elif ref is not None and ref.kind is GroupKind.HYPERPOD:
-        path = f"#/cluster-management/{quote(ref.cluster or '')}"
-        found.append(link("HyperPod cluster", f"{base}/sagemaker/home?region={region}{path}"))
-    elif ref is not None:
-        path = f"#/clusters/{quote(ref.cluster or '')}/nodegroups/{quote(ref.name)}"
-        found.append(link("EKS node group", f"{base}/eks/home?region={region}{path}"))
+    if ref is not None:
+        row = traits(ref.kind)
+        path = row.console_path.format(region=region, cluster=quote(ref.cluster or ""), name=quote(ref.name))
+        found.append(link(row.console_title, base + path))
     if alarm_name:
         found.append(
             link("CloudWatch alarm", f"{base}/cloudwatch/home?region={region}#alarmsV2:alarm/{quote(alarm_name)}")

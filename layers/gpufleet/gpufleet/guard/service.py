@@ -21,7 +21,8 @@ from gpufleet.aws.documents import GUARD_SK
 from gpufleet.aws.fleet import FleetActuator
 from gpufleet.aws.hyperpod import HYPERPOD_NOT_REPLACED
 from gpufleet.aws.metrics import GpuMetricsReader
-from gpufleet.domain.models import Direction, GroupKind, GroupObservation, Trigger, TriggerKind
+from gpufleet.domain.kinds import traits
+from gpufleet.domain.models import Direction, GroupObservation, Trigger, TriggerKind
 from gpufleet.domain.notification import Notification
 from gpufleet.events import EventKind
 from gpufleet.guard.core import (
@@ -243,15 +244,13 @@ class OomGuard:
                 reason = f"dry-run: would {choice.reason}" if choice.act else choice.reason
                 done.append(choice.model_copy(update={"act": False, "reason": reason}))
                 continue
-            if obs.ref.kind is GroupKind.HYPERPOD:  # told, never acted on: HyperPod recovers its own nodes
+            if not traits(obs.ref.kind).replaced_by_asg:  # told, never acted on: it recovers its own nodes
                 done.append(
                     choice.model_copy(update={"act": False, "reason": f"{choice.reason}: {HYPERPOD_NOT_REPLACED}"})
                 )
                 continue
             try:
-                if obs.ref.kind is GroupKind.EKS_NODEGROUP:
-                    self.actuator.adopt_backing_asg(obs)
-                result = self.actuator.mark_unhealthy(choice.instance_id)
+                result = self.actuator.replace_failed(obs, choice.instance_id)
                 done.append(choice.model_copy(update={"reason": f"{choice.reason}: {result}"}))
             except Exception as exc:  # retried by the next run (pending), never counted twice
                 self.ctx.logger.exception(

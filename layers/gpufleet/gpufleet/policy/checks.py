@@ -11,7 +11,8 @@ import fnmatch
 import re
 from typing import Any
 
-from gpufleet.domain.models import GroupKind, GroupRef
+from gpufleet.domain.kinds import GroupKind, traits
+from gpufleet.domain.models import GroupRef
 from gpufleet.policy.fleet import Consolidation, FleetPolicy, GroupRule, GroupSettings, Owner
 from gpufleet_node.schema import NAMESPACE as NODE_NAMESPACE
 
@@ -131,21 +132,18 @@ def _demand_problems(policy: FleetPolicy) -> list[str]:
         demand = rule.demand
         if demand is None:
             continue
-        if demand.kubernetes is not None and kind not in (GroupKind.EKS_NODEGROUP, GroupKind.ASG):
+        row = traits(kind) if kind is not None else None
+        if demand.kubernetes is not None and (row is None or "kubernetes" not in row.demand_sources):
             problems.append(
                 f"{label}: demand.kubernetes reads an EKS cluster's pods: give the rule kind: eks-nodegroup, or "
                 "kind: asg for a self-managed node group (other groups use demand.sqs or demand.metric)"
             )
-        if demand.kubernetes is not None and demand.kubernetes.cluster and kind is GroupKind.EKS_NODEGROUP:
+        if demand.kubernetes is not None and demand.kubernetes.cluster and row is not None and row.own_cluster_pods:
             problems.append(
                 f"{label}: demand.kubernetes.cluster is for self-managed ASGs: a managed node group's pods are "
                 "read from its own cluster (drop it)"
             )
-        if (
-            demand.kubernetes is None
-            and demand.gpus_per_node is None
-            and kind not in (GroupKind.EKS_NODEGROUP, GroupKind.HYPERPOD)
-        ):
+        if demand.kubernetes is None and demand.gpus_per_node is None and (row is None or not row.knows_gpus_per_node):
             source = "sqs" if demand.sqs is not None else "metric"
             problems.append(f"{label}: demand.{source} needs demand.gpus_per_node (GPUs per instance of the ASG)")
         if demand.metric is not None and node_writable(demand.metric.namespace):
@@ -188,7 +186,8 @@ def _consolidation_problems(policy: FleetPolicy) -> list[str]:
             continue
         label = rule_label(i, rule)
         demand = _setting(rule, policy.defaults, "demand")
-        if rule.kind is not GroupKind.HYPERPOD and (demand is None or demand.kubernetes is None):
+        closes_own = rule.kind is not None and traits(rule.kind).closes_own_nodes
+        if not closes_own and (demand is None or demand.kubernetes is None):
             problems.append(
                 f"{label}: consolidate: attrition needs nodes gpufleet can close: a demand: {{kubernetes: ...}} "
                 "source (cordon) or a hyperpod group (Slurm drain); without one this group would never scale in"
@@ -215,7 +214,7 @@ def _hyperpod_problems(policy: FleetPolicy) -> list[str]:
     bounds their growth but the account's quotas."""
     problems = []
     for i, rule in enumerate(policy.groups):
-        if rule.kind is not GroupKind.HYPERPOD:
+        if rule.kind is None or traits(rule.kind).discoverable:
             continue
         label = rule_label(i, rule)
         if rule.explicit_ref() is None:
@@ -223,7 +222,7 @@ def _hyperpod_problems(policy: FleetPolicy) -> list[str]:
                 f"{label}: a hyperpod rule finds only the instance group it names: give cluster and the exact "
                 "instance group name (no globs, no tags)"
             )
-        if _bound(rule, policy.defaults, "max") is None:
+        if not traits(rule.kind).has_own_max and _bound(rule, policy.defaults, "max") is None:
             problems.append(f"{label}: a HyperPod instance group has no max of its own: set max on the rule")
     return problems
 

@@ -16,9 +16,10 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 
 from gpufleet.aws.clients import AWS_FAILURES
-from gpufleet.aws.fleet import owning_group
+from gpufleet.aws.groups.asg import asg_ref
+from gpufleet.aws.groups.nodegroup import owning_group
 from gpufleet.aws.metrics import GpuMetricsReader
-from gpufleet.domain.models import Action, Decision, GroupKind, GroupRef, Outcome, Trigger, TriggerKind
+from gpufleet.domain.models import Action, Decision, Outcome, Trigger, TriggerKind
 from gpufleet.events import EventKind, parse_for
 from gpufleet.events.model import TerminationRequest
 from gpufleet.policy.fleet import FleetPolicy
@@ -47,7 +48,7 @@ class TerminationPolicy:
     def _answer(
         self, request: TerminationRequest, policy: FleetPolicy, now: datetime
     ) -> tuple[TerminationAnswer, str, bool]:
-        ref = GroupRef(kind=GroupKind.ASG, name=request.asg_name)
+        ref = asg_ref(request.asg_name)
         try:
             obs = self.ctx.fleet.observe_one(ref)
             if obs is None:

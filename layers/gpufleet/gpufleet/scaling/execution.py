@@ -32,7 +32,7 @@ from gpufleet.aws.marks import MarksFailed
 from gpufleet.aws.queue import NotificationQueue, enqueue_or_log
 from gpufleet.aws.state import StateStore
 from gpufleet.domain import defaults
-from gpufleet.domain.models import Action, Decision, GroupKind, GroupObservation, GroupState, Outcome, SkipReason
+from gpufleet.domain.models import Action, Decision, GroupObservation, GroupState, Outcome, SkipReason
 from gpufleet.domain.notification import Notification
 from gpufleet.events import EventKind, InboundEvent, parse_for
 from gpufleet.events.origin import Origin
@@ -124,8 +124,6 @@ class Executor:
 
     def _carry_out(self, decision: Decision, obs: GroupObservation, owner: str, prefix: str) -> Decision:
         try:
-            if obs.ref.kind is GroupKind.EKS_NODEGROUP:
-                self.actuator.adopt_backing_asg(obs)
             detail = self.actuator.apply(decision, obs, request_token(decision.event_id, decision.group))
         except MarksFailed as exc:  # the capacity change is made; marks are decided afresh next tick
             failed = decision.model_copy(update={"outcome": Outcome.FAILED, "detail": prefix + str(exc)})

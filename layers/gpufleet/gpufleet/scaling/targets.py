@@ -6,11 +6,13 @@ children included), then the policy's alarm mappings. The answer says how it was
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from gpufleet.domain import defaults
-from gpufleet.domain.models import Direction, Frozen, GroupKind, GroupRef
+from gpufleet.domain.kinds import kinds, traits
+from gpufleet.domain.models import Direction, Frozen, GroupRef
 from gpufleet.events.model import AlarmEvent
 from gpufleet.policy.fleet import FleetPolicy
-from gpufleet_node import schema
 
 
 class AlarmTarget(Frozen):
@@ -21,28 +23,24 @@ class AlarmTarget(Frozen):
     found_by: str
 
 
+def _group_of(dims: Mapping[str, str]) -> GroupRef | None:
+    """The group whose own series carry these dimensions (`domain.kinds`: each kind's dimension names).
+    Kinds named inside a cluster are tried first: their dimensions are the more specific."""
+    for kind in sorted(kinds(), key=lambda k: not traits(k).in_cluster):
+        row = traits(kind)
+        name = dims.get(row.name_dimension)
+        cluster = dims.get(row.cluster_dimension) if row.cluster_dimension else None
+        if name and (row.cluster_dimension is None or cluster):
+            return GroupRef(kind=kind, name=name, cluster=cluster)
+    return None
+
+
 def _group_from_dimensions(trigger: AlarmEvent) -> tuple[GroupRef | None, str]:
     found: set[GroupRef] = set()
     for metric in trigger.metrics:
-        dims = metric.dimensions
-        if dims.get(schema.DIM_CLUSTER_NAME) and dims.get(schema.DIM_NODEGROUP_NAME):
-            found.add(
-                GroupRef(
-                    kind=GroupKind.EKS_NODEGROUP,
-                    cluster=dims[schema.DIM_CLUSTER_NAME],
-                    name=dims[schema.DIM_NODEGROUP_NAME],
-                )
-            )
-        elif dims.get(schema.DIM_CLUSTER_NAME) and dims.get(schema.DIM_INSTANCE_GROUP_NAME):
-            found.add(
-                GroupRef(
-                    kind=GroupKind.HYPERPOD,
-                    cluster=dims[schema.DIM_CLUSTER_NAME],
-                    name=dims[schema.DIM_INSTANCE_GROUP_NAME],
-                )
-            )
-        elif dims.get(schema.DIM_ASG_NAME):
-            found.add(GroupRef(kind=GroupKind.ASG, name=dims[schema.DIM_ASG_NAME]))
+        ref = _group_of(metric.dimensions)
+        if ref is not None:
+            found.add(ref)
     if len(found) == 1:
         return found.pop(), "metric dimensions"
     if len(found) > 1:

@@ -16,11 +16,11 @@ from gpufleet.aws.hyperpod import (
     CountNotLowered,
     DeleteRefused,
     HyperPodFleet,
-    idle_nodes,
     update_spec,
 )
 from gpufleet.domain import defaults
-from gpufleet.domain.models import Action, Decision, Direction, GroupKind, GroupRef, GroupState, Trigger, TriggerKind
+from gpufleet.domain.kinds import GroupKind
+from gpufleet.domain.models import Action, Decision, Direction, GroupRef, GroupState, Trigger, TriggerKind
 from gpufleet.policy.fleet import GroupSettings, IdleThreshold
 from gpufleet.scaling.core import decide_request, skip_reason
 
@@ -246,47 +246,6 @@ def test_an_eks_orchestrated_cluster_is_not_this_adapters() -> None:
     assert fleet.observe([REF]) == []
 
 
-def _at(*offsets: int, value: float = 1.0) -> dict[datetime, float]:
-    end = NOW.replace(second=0)
-    return {end + timedelta(minutes=k): value for k in offsets}
-
-
-WHOLE = (-6, -5, -4, -3, -2, -1)  # the group's report landed each whole minute, not yet in the current one
-WITH_CURRENT = (*WHOLE, 0)  # ... and in the current one too
-
-# A node's IdleNode minutes (offsets from the current minute: -1 the newest whole one), the minutes the
-# group's report landed -> idle?
-WINDOWS = [
-    (_at(-5, -4, -3, -2, -1), WHOLE, True),
-    (_at(-4, -3, -2, -1), WHOLE, True),  # the oldest missing: forgiven
-    (_at(-5, -4, -2, -1), WHOLE, True),  # an older gap: forgiven
-    (_at(-5, -4, -3, -2), WHOLE, False),  # the newest landed report left it out: a job took the node
-    (_at(-3, -2, -1), WHOLE, False),  # two missing
-    (_at(-5, -4, -3, -2, -1, 0), WHOLE, True),  # the current minute said idle too (its report not in yet)
-    ({**_at(-5, -4, -3, -2, -1), **_at(0, value=0.0)}, WHOLE, False),  # the current minute said busy
-    ({**_at(-5, -4, -3, -2, -1), **_at(-3, value=2.0)}, WHOLE, False),  # a datum that is not 1
-    (_at(-5, -4, -3, -2, -1, value=float("nan")), WHOLE, False),
-    ({}, WHOLE, False),
-    # The probe's regression: the current minute's report landed without the node (Slurm: allocated), its
-    # older minutes said idle - busy, whatever those say.
-    (_at(-5, -4, -3, -2, -1), WITH_CURRENT, False),
-    (_at(-4, -3, -2, -1, 0), WITH_CURRENT, True),  # the window ends at the current minute's report
-    (_at(-3, -2, -1, 0), WITH_CURRENT, True),  # one older missing, counted back from there
-    (_at(-3, -1, 0), WITH_CURRENT, False),  # two older missing
-    (_at(-5, -4, -3, -2, -1), (-6, -5, -4, -3), False),  # no report in the current or previous minute: stale
-    (_at(-5, -4, -3, -2, -1), (), False),  # the publisher never reported
-    (_at(-5, -4, -3, -2, -1), (1,), False),  # a minute after the current one (a skewed clock) is not a report
-]
-
-
-@pytest.mark.parametrize(("series", "landed", "idle"), WINDOWS)
-def test_idle_needs_the_newest_landed_report_and_every_datum_saying_one(
-    series: dict[datetime, float], landed: tuple[int, ...], idle: bool
-) -> None:
-    reports = set(_at(*landed))
-    assert (idle_nodes({"n": series}, reports, NOW.replace(second=0)) == {"n"}) is idle
-
-
 def test_a_job_started_in_the_latest_minute_keeps_the_node() -> None:
     """The probe's case: Slurm said idle at -5..-2 and a job took the node during -1 (the publisher put
     nothing for it): the old rule forgave the newest gap and called it idle."""
@@ -500,13 +459,14 @@ def test_a_busy_cluster_reads_no_idle_report_and_an_idle_gpu_only_its_own() -> N
     """Cost, measured: a tick that weighs a scale-in on a group whose nodes' GPUs all read busy (or
     unknown) makes no GetMetricData query for Slurm's report; one node whose GPUs read idle by the group's
     own thresholds costs two (the group's report marker and that node). The others run work."""
-    from gpufleet.aws.fleet import FleetReader
+    from gpufleet.aws.fleet import FleetReader, GroupRegistry
+    from gpufleet.aws.groups.hyperpod import HyperPodGroups
     from gpufleet.policy.fleet import FleetPolicy
     from gpufleet.scaling.service import with_instance_metrics
 
     ids = ["i-0aaaaaaaaaaaaaaaa", "i-0bbbbbbbbbbbbbbbb", "i-0cccccccccccccccc"]
     fleet, _ = _fleet([_node(i, "Running") for i in ids], dict.fromkeys(ids, IDLE))
-    reader = FleetReader(autoscaling=None, eks=None, hyperpod=fleet)  # type: ignore[arg-type]
+    reader = FleetReader(GroupRegistry([HyperPodGroups(fleet)]))
     policy = FleetPolicy.model_validate(
         {"groups": [{"kind": "hyperpod", "cluster": "slurm-a", "name": "gpu-workers", "max": 4,
                      "idle": {"gpu_utilization": 20, "memory_percent": 10}}]}

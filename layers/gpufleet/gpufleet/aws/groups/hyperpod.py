@@ -1,0 +1,69 @@
+"""SageMaker HyperPod (Slurm) instance groups as a group kind: read only where a rule names one (no tag
+discovery), grown with UpdateCluster, shrunk only by named idle nodes (BatchDeleteClusterNodes). The
+reads and calls are `aws.hyperpod.HyperPodFleet`'s; this is its place behind the group seam."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from gpufleet.aws.groups.provider import NotSupported
+from gpufleet.aws.hyperpod import HyperPodFleet
+from gpufleet.domain.kinds import GroupKind
+from gpufleet.domain.models import Decision, GroupObservation, GroupRef
+from gpufleet.domain.nodes import NodeShape
+from gpufleet.policy.fleet import Discovery
+
+
+@dataclass
+class HyperPodGroups:
+    """The hyperpod kind's adapter (`aws.groups.provider.GroupProvider`)."""
+
+    fleet: HyperPodFleet
+
+    @property
+    def kind(self) -> GroupKind:
+        return GroupKind.HYPERPOD
+
+    def observe(
+        self, discovery: Discovery, named: Sequence[GroupRef], attrition: Collection[str] = ()
+    ) -> list[GroupObservation]:
+        return self.fleet.observe(named, attrition) if named else []
+
+    def observe_one(self, ref: GroupRef) -> GroupObservation | None:
+        return next(iter(self.fleet.observe([ref])), None)
+
+    def every_group(self) -> list[GroupObservation]:
+        return []  # read only where a rule names one: no census
+
+    def work_marks(
+        self, observations: Sequence[GroupObservation], now: datetime, candidates: Mapping[str, Collection[str]] | None
+    ) -> list[GroupObservation]:
+        """Slurm's idle report, read only for `candidates` (per group key the nodes whose GPUs read idle;
+        the others are marked running work)."""
+        return self.fleet.marked(observations, now, candidates)
+
+    def prepare(self, obs: GroupObservation) -> None:
+        return None
+
+    def grow(self, decision: Decision, obs: GroupObservation, token: str) -> str:
+        return self.fleet.apply(decision, obs)
+
+    def shrink(self, decision: Decision, obs: GroupObservation, token: str) -> str:
+        return self.fleet.apply(decision, obs)
+
+    def replace_failed(self, obs: GroupObservation, instance_id: str) -> str:
+        raise NotSupported(f"{obs.ref.key}: HyperPod replaces its own failed nodes (no ASG holds them)")
+
+    def joined_cluster(self, obs: GroupObservation, named: str | None) -> tuple[str | None, str]:
+        return None, "a hyperpod group joins no EKS cluster: demand.kubernetes cannot read its pods"
+
+    def node_shape(
+        self, obs: GroupObservation, overrides: Mapping[str, str] | None, tell: Callable[[str], None] | None
+    ) -> NodeShape:
+        raise NotSupported(f"{obs.ref.key}: a HyperPod instance group's pods are Slurm jobs, not Kubernetes pods")
+
+    def gpus_per_node(self, obs: GroupObservation, type_gpus: Callable[[Sequence[str]], float | None]) -> float | None:
+        """Its one instance type's GPUs."""
+        return type_gpus(obs.instance_types) if obs.instance_types else None
