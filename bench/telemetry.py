@@ -22,7 +22,8 @@ nodes, the controller's reads in `adaptive` only; numbers not to quote). Two mea
 
 Group series are shared by the nodes of a group: a node pays 1/GROUP_NODES of them.
 
-The scenario (one p4d-class node, 8 x 80 GiB, Monday 2026-11-02 00:00 UTC for 30 days):
+The scenario (bench/telemetry_scenario.py: one p4d-class node, 8 x 80 GiB, Monday 2026-11-02 00:00 UTC for
+30 days):
 - weekdays 08:00-20:00 busy: utilization 60-95 % (power-capped at >= 90 %), memory 35-54 %; nights and
   weekends idle: utilization 0-2 %, memory 2-4 %;
 - memory above the detail threshold a few times: day 2 10:00-14:00 GPU 2 at 82 %; day 9 09:00-12:00
@@ -47,11 +48,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench.telemetry_scenario import DAYS, GPUS, HOUR, QUICK_DAYS, FakeHost, Scenario
+
 ROOT = Path(__file__).resolve().parents[1]
-MONTH_START = datetime(2026, 11, 2, 0, 0, tzinfo=UTC)
-DAYS = 30
-SAMPLE_EVERY_S = 10
-GPUS = 8
 GROUP_NODES = 10
 HOURS_BILLED_PER_MONTH = 730  # CloudWatch prorates the monthly metric price by the hour over 730 h
 METRIC_MONTH = 0.30  # $ per custom metric-month, first 10,000 metrics
@@ -60,84 +59,6 @@ GMD_METRIC = 0.01 / 1000  # $ per metric requested by GetMetricData
 TICKS_PER_MONTH = DAYS * 24 * 60  # reconcile and OOM guard every minute (ReconcileRate default)
 SCALE_IN_COOLDOWN_S = 600
 GUARD_INVENTORY_EVALS = 15  # a warm guard lists the fleet's GPUs again every 15 min (INVENTORY_MAX_AGE)
-POWER_CAP = 0x4  # nvml.THROTTLE_SW_POWER_CAP
-# The CloudWatch agent's nvidia_gpu measurements (AWS docs, CloudWatch-Agent-NVIDIA-GPU): 17 per GPU.
-AGENT_FIELDS = (
-    "utilization_gpu",
-    "temperature_gpu",
-    "power_draw",
-    "utilization_memory",
-    "fan_speed",
-    "memory_total",
-    "memory_used",
-    "memory_free",
-    "pcie_link_gen_current",
-    "pcie_link_width_current",
-    "encoder_stats_session_count",
-    "encoder_stats_average_fps",
-    "encoder_stats_average_latency",
-    "clocks_current_graphics",
-    "clocks_current_sm",
-    "clocks_current_memory",
-    "clocks_current_video",
-)
-DAY = 86400
-HOUR = 3600
-
-
-QUICK_DAYS = 3  # --quick: covers the day-2 detail episode; the XID is moved into it
-
-
-class Scenario:
-    """GPU values at any second of the month: (utilization %, memory used %, throttle reasons)."""
-
-    gpus = GPUS
-    xids: tuple[tuple[int, int, int], ...] = ((10 * DAY + 14 * HOUR + 22 * 60, 3, 94),)  # (offset, GPU, XID)
-
-    def __init__(self, days: int = DAYS) -> None:
-        self.days, self.seconds = days, days * DAY
-        if days < DAYS:  # a short run (--quick) still goes through the XID path: one on day 1 instead
-            self.xids = ((1 * DAY + 14 * HOUR + 22 * 60, 3, 94),)
-
-    def at(self, offset: int, gpu: int) -> tuple[float, float, int]:
-        day, hour = divmod(offset, DAY)[0], (offset % DAY) // HOUR
-        if day % 7 < 5 and 8 <= hour < 20:
-            util = 60 + (gpu * 7 + hour * 3 + day) % 36
-            memory = 35.0 + (gpu * 5 + day) % 20
-        else:
-            util, memory = gpu % 3, 2.0 + gpu % 3
-        memory = self._episode(offset, day, gpu, memory)
-        return float(util), memory, POWER_CAP if util >= 90 else 0
-
-    @staticmethod
-    def _episode(offset: int, day: int, gpu: int, memory: float) -> float:
-        t = offset % DAY
-        if day == 2 and gpu == 2 and 10 * HOUR <= t < 14 * HOUR:
-            return 82.0
-        if day == 9 and gpu in (5, 6) and 9 * HOUR <= t < 12 * HOUR:
-            return 76.0
-        if day == 16 and gpu == 4 and 13 * HOUR <= t < 15 * HOUR:
-            return 72.0 if (t // 60) % 10 < 5 else 64.0
-        if day == 22 and gpu == 1 and 14 * HOUR <= t < 15 * HOUR + 30 * 60:
-            return 50.0 + 0.5 * (t - 14 * HOUR) / 60
-        return memory
-
-    @staticmethod
-    def host(offset: int) -> tuple[float, float, float]:
-        """The host at any second: (memory used %, root filesystem %, data filesystem %). Busy hours 45-59 %
-        memory, idle 18 %; day 11 (a Friday) 10:00-13:00 a dataloader leaks 0.2 %/min from 50 % to 86 %,
-        then restarts; the root volume 38 %; the instance store (checkpoints) 55 %, at 83 % on day 18
-        09:00-15:00 until old checkpoints are deleted. No swap (the EKS AMI and the DLAMI run without)."""
-        day, t = divmod(offset, DAY)
-        hour = t // HOUR
-        memory = 45.0 + (hour * 2 + day) % 15 if day % 7 < 5 and 8 <= hour < 20 else 18.0
-        if day == 11 and 10 * HOUR <= t < 13 * HOUR:
-            memory = 50.0 + 0.2 * (t - 10 * HOUR) / 60
-        data = 83.0 if day == 18 and 9 * HOUR <= t < 15 * HOUR else 55.0
-        return memory, 38.0, data
-
-    def idle_hours(self) -> int:
-        return sum(1 for h in range(self.days * 24) if not (h // 24 % 7 < 5 and 8 <= h % 24 < 20))
 
 
 # ---- 1. the month, per side ----
@@ -164,13 +85,13 @@ def run_side(side: str, days: int = DAYS) -> dict[str, Any]:
 def logs_cost(result: dict[str, Any]) -> float:
     """Usage records of a node-month: ingestion, plus storage over the retention (steady state: a month
     pays for every month still kept)."""
-    gb = result.get("logs", {}).get("bytes", 0) / 1e9
+    gb: float = result.get("logs", {}).get("bytes", 0) / 1e9
     return gb * LOG_INGEST_GB + gb * LOG_STORE_GB_MONTH * USAGE_RETENTION_MONTHS
 
 
 def series_cost(result: dict[str, Any], group_nodes: int = GROUP_NODES) -> float:
     hours = result["series_hours"]
-    per_node = hours["gpu"] + hours["instance"] + hours["group"] / group_nodes
+    per_node: float = hours["gpu"] + hours["instance"] + hours["group"] / group_nodes
     return per_node * METRIC_MONTH / HOURS_BILLED_PER_MONTH
 
 
@@ -179,7 +100,6 @@ def series_cost(result: dict[str, Any], group_nodes: int = GROUP_NODES) -> float
 
 def _publish(clients: Any, asg: str, mode: str, busy: bool, end: datetime, minutes: int = 6) -> list[str]:
     """Every instance of `asg` publishes `minutes` of data ending at `end` through the real publisher."""
-    from bench.telemetry_run import FakeHost
     from gpufleet_node.host import HostFeed
     from gpufleet_node.identity import Identity
     from gpufleet_node.nvml import SimulatedBackend

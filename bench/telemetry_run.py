@@ -1,8 +1,8 @@
 """One side of the telemetry-cost benchmark, in its own process: `python bench/telemetry_run.py SIDE [DAYS]`.
 
 SIDE is `adaptive`, `essential` or `full` (the real publisher on a simulated backend driven by the
-scenario in bench/telemetry.py, simulated clock, one sample per GPU every 10 s), or `gpumon` / `agent`
-(the request patterns of gpumon.py and the CloudWatch agent's `nvidia_gpu` plugin over the same
+scenario in bench/telemetry_scenario.py, simulated clock, one sample per GPU every 10 s), or `gpumon` /
+`agent` (the request patterns of gpumon.py and the CloudWatch agent's `nvidia_gpu` plugin over the same
 scenario). Every side sends to a `Meter`, a stand-in CloudWatch client that counts requests, datums and
 series-hours (a series is namespace + name + dimensions; CloudWatch bills it for each hour in which it
 receives data). Prints one JSON line.
@@ -11,7 +11,6 @@ receives data). Prints one JSON line.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import tempfile
 import time
@@ -22,7 +21,28 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "layers" / "node")]
 
-from bench.telemetry import AGENT_FIELDS, DAYS, MONTH_START, SAMPLE_EVERY_S, Scenario  # noqa: E402
+from bench.telemetry_scenario import DAYS, MONTH_START, SAMPLE_EVERY_S, FakeHost, Scenario  # noqa: E402
+
+# The CloudWatch agent's nvidia_gpu measurements (AWS docs, CloudWatch-Agent-NVIDIA-GPU): 17 per GPU.
+AGENT_FIELDS = (
+    "utilization_gpu",
+    "temperature_gpu",
+    "power_draw",
+    "utilization_memory",
+    "fan_speed",
+    "memory_total",
+    "memory_used",
+    "memory_free",
+    "pcie_link_gen_current",
+    "pcie_link_width_current",
+    "encoder_stats_session_count",
+    "encoder_stats_average_fps",
+    "encoder_stats_average_latency",
+    "clocks_current_graphics",
+    "clocks_current_sm",
+    "clocks_current_memory",
+    "clocks_current_video",
+)
 
 
 class Meter:
@@ -112,36 +132,6 @@ class TwoTeams:
         if gpu == 7 or gpu == 3:  # GPU 3: allocated to the trainer, never touched; GPU 7: nobody's
             return []
         return [ProcessUse(1000 + gpu, memory_mib, util)]
-
-
-class FakeHost:
-    """The host's files for the real HostReader: a /proc/meminfo written when the scenario's memory
-    changes, and statvfs/stat answering for "/" and the instance store from the scenario's disk use."""
-
-    def __init__(self, directory: Path) -> None:
-        from gpufleet_node.host import HostReader
-
-        self.meminfo = directory / "meminfo"
-        self.disks = {"/": 38.0, "/opt/dlami/nvme": 55.0}
-        self._memory: float | None = None
-        self.reader = HostReader(("/", "/opt/dlami/nvme"), str(self.meminfo), self._statvfs, self._stat)
-
-    def set(self, memory: float, root: float, data: float) -> None:
-        if memory != self._memory:
-            total = 1_152_000_000  # p4d: 1,152 GiB, in kB
-            self.meminfo.write_text(
-                f"MemTotal: {total} kB\nMemAvailable: {int(total * (100 - memory) / 100)} kB\n"
-                "SwapTotal: 0 kB\nSwapFree: 0 kB\n"
-            )
-            self._memory = memory
-        self.disks["/"], self.disks["/opt/dlami/nvme"] = root, data
-
-    def _stat(self, path: str) -> Any:
-        return os.stat_result((0, 0, 1 if path == "/" else 2, 0, 0, 0, 0, 0, 0, 0))
-
-    def _statvfs(self, path: str) -> Any:
-        free = int(1_000_000 * (100 - self.disks[path]) / 100)
-        return os.statvfs_result((4096, 4096, 1_000_000, free, free, 0, 0, 0, 0, 255))
 
 
 def ours(mode: str, scenario: Scenario, attribution: bool = False) -> dict[str, Any]:

@@ -521,7 +521,10 @@ class KubeApi:
             return self.script.popleft() if self.script else "ok"
 
 
-def _handler(api: KubeApi) -> type[BaseHTTPRequestHandler]:
+def request_handler(api: KubeApi) -> type[BaseHTTPRequestHandler]:
+    """The HTTP request handler that serves `api`, for a server that outlives a `with kube_api()` block (the
+    local stack's, gpufleet_tools.local_kube). Long because each verb's routes sit with the replies they share."""
+
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, as the API server
 
@@ -629,5 +632,5 @@ def kube_api(api: KubeApi | None = None, tls: tuple[str, str] | None = None) -> 
     """(api, base URL): a Kubernetes API on a free loopback port for as long as the block runs; over HTTPS
     with `tls` (certificate file, key file), as an EKS endpoint is."""
     api = api or KubeApi()
-    with serve(_handler(api), tls) as url:
+    with serve(request_handler(api), tls) as url:
         yield api, url

@@ -210,7 +210,7 @@ def test_the_pod_check_passes_on_the_local_stack(
     base64"); with an endpoint and token in GPUFLEET_KUBE_ENDPOINTS, doctor still wanted EKS access entries,
     which moto cannot list, so it never passed. `local nodegroup` now serves the cluster's API on loopback
     and doctor, like the scaler, reads a cluster given a token with that token."""
-    from gpufleet_tools import local_kube, local_stack
+    from gpufleet_tools import local_kube, local_servers, local_stack
 
     local_stack.create_nodegroup(aws, "ml", "infer-gpu", (0, 4, 1), "g5.12xlarge", fleet.MANAGED_TAG)
     policy = tmp_path / "policy.yaml"
@@ -219,7 +219,7 @@ def test_the_pod_check_passes_on_the_local_stack(
     [line] = [x for x in lines if "demand source cluster ml" in x]
     assert line.startswith("error") and "the certificate authority data is not base64" in line  # moto's own
     try:
-        local_kube.start(tmp_path, "ml", local_stack.free_port())
+        local_kube.start(tmp_path, "ml", local_servers.free_port())
         local_kube.add_pod(tmp_path, "ml", local_kube.waiting_pod("team-a", "train-0", 4, {}, datetime.now(UTC)))
         monkeypatch.setenv("GPUFLEET_KUBE_ENDPOINTS", json.dumps(local_kube.endpoints(tmp_path)))
         _, lines = doctor(capsys, "--policy", str(policy), "--endpoint", aws)

@@ -24,8 +24,8 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from gpufleet_tools.local_stack import await_answer
-from rehearsal.kube_api import KubeApi, _handler, pod
+from gpufleet_tools.local_servers import await_answer
+from rehearsal.kube_api import KubeApi, pod, request_handler
 
 TOKEN = "gpufleet-local-token"  # the emulator's static token: local only, never a secret
 
@@ -104,7 +104,7 @@ def main() -> None:
     parser.add_argument("--port", required=True, type=int)
     args = parser.parse_args()
     api = FileKubeApi(tokens={TOKEN}, pods_file=args.pods)
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), _handler(api))
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), request_handler(api))
     server.daemon_threads = True
     server.serve_forever()
 

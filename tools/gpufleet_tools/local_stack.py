@@ -14,19 +14,17 @@ import json
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from gpufleet.domain import defaults
-from gpufleet.domain.models import GroupKind, GroupRef
+from gpufleet.domain.kinds import GroupKind
+from gpufleet.domain.models import GroupRef
 from gpufleet_tools.alarm_specs import put_metric_alarm_args, scaling_alarms
 from gpufleet_tools.local import load_template, resolve
+from gpufleet_tools.local_servers import await_answer, free_port
 from gpufleet_tools.session import client
 
 REGION = "us-east-1"
@@ -38,13 +36,6 @@ dry_run: false
 groups:
   - {name: train-spot, kind: asg, max: 6, scale_out_step: 2, target: {low: 30, high: 85}}
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def start_moto(state_dir: Path, port: int = 0) -> str:
@@ -62,22 +53,6 @@ def start_moto(state_dir: Path, port: int = 0) -> str:
     (state_dir / "moto.pid").write_text(str(proc.pid))
     await_answer(f"{url}/moto-api/", proc, "moto server", state_dir / "moto.log")
     return url
-
-
-def await_answer(probe: str, proc: subprocess.Popen[bytes], what: str, log: Path) -> None:
-    """Wait (10 s at most) until the server `proc` started answers HTTP on `probe`, any status (a 401
-    answers too); it exiting first, or never answering, ends the command with one line saying so."""
-    for _ in range(200):
-        try:
-            urllib.request.urlopen(probe, timeout=1)
-            return
-        except urllib.error.HTTPError:
-            return
-        except OSError:
-            if proc.poll() is not None:
-                raise SystemExit(f"error: {what} exited (see {log})") from None
-            time.sleep(0.05)
-    raise SystemExit(f"error: {what} did not answer on {probe.rsplit('/', 2)[0]}")
 
 
 def stop(state_dir: Path) -> bool:

@@ -16,7 +16,7 @@ from gpufleet.aws.alarms import AlarmReader
 from gpufleet.aws.audit import AuditLog
 from gpufleet.aws.clients import AwsClients, Session, client, region_of
 from gpufleet.aws.documents import DocStore
-from gpufleet.aws.fleet import FleetActuator, FleetReader
+from gpufleet.aws.fleet import FleetActuator, FleetReader, builtin_groups
 from gpufleet.aws.hyperpod import HyperPodFleet, LazyClient
 from gpufleet.aws.marks import LazyMarker, NodeMarker
 from gpufleet.aws.metrics import GpuMetricsReader, ec2_gpus
@@ -32,11 +32,12 @@ from gpufleet.policy_loading import LastGoodPolicy, policy_loader
 from gpufleet.scaling.demand_source import DemandReader
 from gpufleet.scaling.execution import ControlContext, Executor
 from gpufleet.scaling.service import Process, Scaler
-from gpufleet.settings import Settings
+from gpufleet.settings import KubeEndpoint, Settings
 
 if TYPE_CHECKING:
     from gpufleet.capacity.service import SpotWatch
     from gpufleet.guard.service import OomGuard
+    from gpufleet.kubernetes.cluster import PodReader
     from gpufleet.notify.service import Notifier
     from gpufleet.notify.slack import SlackPoster
     from gpufleet.scaling.answer import TerminationPolicy
@@ -107,10 +108,11 @@ def _control_context(
     )
     cordon = LazyMarker(lambda: _kube_marker(settings, clients, region))
     markers: dict[MarkChannel, NodeMarker] = {MarkChannel.KUBERNETES: cordon, MarkChannel.SLURM: slurm}
-    actuator = FleetActuator(clients.autoscaling, clients.eks, hyperpod, markers)
+    groups = builtin_groups(clients.autoscaling, clients.eks, hyperpod, logger)
+    actuator = FleetActuator(groups, markers, clients.autoscaling, clients.eks)
     wait = defaults.BATCH_WAIT_MAX_S if keeps_policy else defaults.TERMINATION_BATCH_WAIT_MAX_S
     return ControlContext(
-        fleet=FleetReader(clients.autoscaling, clients.eks, hyperpod, logger=logger),
+        fleet=FleetReader(groups, clients.autoscaling, clients.eks),
         state=state,
         docs=DocStore(clients.dynamodb, table),
         executor=Executor(actuator, state, AuditLog(clients.dynamodb, table, wait), logger, emf, queue, region),
@@ -150,54 +152,57 @@ def build_scaler(
     return scaler, config
 
 
+class ClusterPodsReader:
+    """Each EKS cluster's pods through its API (DescribeCluster, or the local override in
+    GPUFLEET_KUBE_ENDPOINTS): one pod reader per GPU resource table (its STS client kept), every cluster
+    of one tick in the time the tick gives them all (`start_tick`)."""
+
+    def __init__(self, eks: Any, session: Session, overrides: Mapping[str, KubeEndpoint]) -> None:
+        from gpufleet.kubernetes.cluster import TickBudget
+
+        self.eks, self.session, self.overrides = eks, session, overrides
+        self.budget = TickBudget()
+        self._readers: dict[frozenset[tuple[str, float]], PodReader] = {}
+
+    def start_tick(self) -> None:
+        self.budget.start()
+
+    def read(
+        self,
+        cluster: str,
+        resources: Mapping[str, float],
+        nodes: NodeListing,
+        queued: Collection[QueuedSource],
+        now: datetime,
+    ) -> ClusterPods:
+        from gpufleet.kubernetes.cluster import PodReader
+
+        key = frozenset(resources.items())
+        reader = self._readers.setdefault(key, PodReader(self.eks, self.session, self.overrides, resources))
+        return reader.read(cluster, self.budget.for_cluster(cluster), nodes=nodes, queued=queued, now=now)
+
+
 def demand_reader(
     settings: Settings, clients: AwsClients, logger: Logger, session: Session | None, ec2: Any
 ) -> DemandReader:
-    """The groups' demand sources: pods from each EKS cluster's API (DescribeCluster, or the local override
-    in GPUFLEET_KUBE_ENDPOINTS) for its managed node groups and self-managed ASGs, queues, backlog metrics.
-    Clients are made here; nothing is read until a group's policy names a source."""
-    from gpufleet.aws.asg_shape import asg_node_shape
-    from gpufleet.aws.eks_nodes import fewest_gpus, instances_by_node_name, node_shape
+    """The groups' demand sources: pods from each EKS cluster's API for its managed node groups and
+    self-managed ASGs, queues, backlog metrics. Clients are made here; nothing is read until a group's
+    policy names a source."""
+    from gpufleet.aws.eks_nodes import fewest_gpus, instances_by_node_name
+    from gpufleet.aws.groups.shapes_interim import InterimShapes
     from gpufleet.aws.readiness import node_readiness
-    from gpufleet.domain.models import GroupKind
-    from gpufleet.domain.nodes import NodeShape
-    from gpufleet.kubernetes.cluster import PodReader, TickBudget
 
-    own = session or Session()
-    overrides = settings.kube_endpoints
-
-    readers: dict[frozenset[tuple[str, float]], PodReader] = {}  # one per GPU resource table (its STS client kept)
-    budget = TickBudget()
-
-    def cluster_pods(
-        cluster: str,
-        resources: Mapping[str, float],
-        nodes: NodeListing = NodeListing.NONE,
-        queued: Collection[QueuedSource] = (),
-        now: datetime | None = None,
-    ) -> ClusterPods:
-        key = frozenset(resources.items())
-        reader = readers.setdefault(key, PodReader(clients.eks, own, overrides, resources))
-        return reader.read(cluster, budget.for_cluster(cluster), nodes=nodes, queued=queued, now=now)
-
-    def shape(
-        cluster: str, name: str, overrides: Mapping[str, str] | None = None, kind: Any = None, tell: Any = None
-    ) -> NodeShape:
-        """A managed node group's node shape, or (kind asg) a self-managed ASG's (`tell`: its unused tags)."""
-        if kind is GroupKind.ASG:
-            return asg_node_shape(clients.autoscaling, ec2, name, overrides=overrides, tell=tell)
-        return node_shape(clients.eks, ec2, cluster, name, overrides=overrides)
-
+    pods = ClusterPodsReader(clients.eks, session or Session(), settings.kube_endpoints)
     return DemandReader(
         sqs=client("sqs", session),
         cloudwatch=clients.cloudwatch,
-        cluster_pods=cluster_pods,
-        node_shape=shape,
+        cluster_pods=pods,
+        groups=InterimShapes.of(clients.autoscaling, clients.eks, ec2),
         type_gpus=lambda types: fewest_gpus(ec2, types),
         instances_of=lambda names: instances_by_node_name(ec2, names),
         logger=logger,
         readiness=lambda ids, now, young: node_readiness(ec2, GpuMetricsReader(clients.cloudwatch), ids, now, young),
-        tick_started=budget.start,
+        tick_started=pods.start_tick,
     )
 
 
@@ -267,8 +272,11 @@ def build_spot_watch(
     from gpufleet.capacity.service import SpotWatch
 
     scaler, _ = build_scaler(logger, emf, env, session)
-    fleet = scaler.ctx.fleet
-    return SpotWatch(scaler.ctx, scaler, LaunchActivityReader(fleet.autoscaling, fleet.eks, client("ec2", session)))
+    autoscaling = scaler.ctx.fleet.autoscaling
+    assert autoscaling is not None  # the control context's fleet reader always has it
+    return SpotWatch(
+        scaler.ctx, scaler, LaunchActivityReader(autoscaling, client("eks", session), client("ec2", session))
+    )
 
 
 def build_termination_policy(

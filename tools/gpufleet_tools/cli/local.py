@@ -264,7 +264,7 @@ def _as_eks_would(args: argparse.Namespace) -> None:
 def nodegroup(args: argparse.Namespace) -> int:
     """The node group, its backing ASG and its cluster's Kubernetes API; on stdout the export of
     GPUFLEET_KUBE_ENDPOINTS for every local cluster (`eval "$(gpufleet local nodegroup ...)"`)."""
-    from gpufleet_tools import local_kube, local_stack
+    from gpufleet_tools import local_kube, local_servers, local_stack
 
     endpoint, (cluster, _, name) = _local_endpoint(args), args.group.partition("/")
     if not endpoint:
@@ -283,7 +283,7 @@ def nodegroup(args: argparse.Namespace) -> int:
     tags = dict(t.split("=", 1) for t in args.tag or ()) or {defaults.TAG_MANAGED: defaults.TAG_MANAGED_VALUE}
     sizes = (args.min, args.max, args.desired)
     asg = local_stack.create_nodegroup(endpoint, cluster, name, sizes, args.instance_type, tags)
-    url = local_kube.start(Path(args.dir), cluster, local_stack.free_port())
+    url = local_kube.start(Path(args.dir), cluster, local_servers.free_port())
     print(
         f"eks:{cluster}/{name}: backing ASG {asg} ({args.desired} of {args.max}); Kubernetes API {url} [emulated]",
         file=sys.stderr,

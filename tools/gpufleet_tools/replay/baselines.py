@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from gpufleet_tools.replay import shortage
 from gpufleet_tools.replay.gangs import reserve
 from gpufleet_tools.replay.model import MILLI_PER_GPU, Pod, ReplayOptions, RunName, RunOutcome, RunResult, Timeline
-from gpufleet_tools.replay.simulate import Cluster, Node, TieBreaker, default_termination
+from gpufleet_tools.replay.nodes import Node
+from gpufleet_tools.replay.simulate import Cluster, TieBreaker, default_termination
 
 
 def demand_milli(pods: Sequence[Pod], horizon: int) -> list[int]:

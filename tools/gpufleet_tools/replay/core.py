@@ -40,12 +40,12 @@ from collections import Counter, deque
 from datetime import datetime, timedelta
 from statistics import fmean
 
+from gpufleet.domain.kinds import GroupKind
 from gpufleet.domain.models import (
     Action,
     Decision,
     Demand,
     Frozen,
-    GroupKind,
     GroupObservation,
     GroupRef,
     GroupState,
@@ -59,7 +59,8 @@ from gpufleet.policy.fleet import Consolidation, FleetPolicy, GroupSettings, Ste
 from gpufleet.scaling.core import decide_reconcile
 from gpufleet_tools.replay import shortage
 from gpufleet_tools.replay.model import MILLI_PER_GPU, ReplayOptions, RunName
-from gpufleet_tools.replay.simulate import Cluster, Node, default_termination
+from gpufleet_tools.replay.nodes import Node
+from gpufleet_tools.replay.simulate import Cluster, default_termination
 
 GROUP = GroupRef(kind=GroupKind.ASG, name="replay")
 RECENTLY_BUSY = 50.0  # percent reported for a node whose last pod left within the lookback window

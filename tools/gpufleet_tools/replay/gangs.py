@@ -19,12 +19,26 @@ Earmarks end when the gang starts or the node goes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from gpufleet_tools.replay.model import MILLI_PER_GPU, Placement, Pod
+from gpufleet_tools.replay.model import MILLI_PER_GPU, Placement, Pod, ReplayOptions
+from gpufleet_tools.replay.nodes import Node
 
-if TYPE_CHECKING:
-    from gpufleet_tools.replay.simulate import Cluster, Node
+
+class GangCluster(Protocol):
+    """What the gangs read and do of the simulated group (simulate.Cluster), declared here so that this
+    module, which the group imports, does not import it back."""
+
+    pods: Sequence[Pod]
+    options: ReplayOptions
+    ready: list[Node]
+    pending: list[int]
+    pending_milli: int
+    node_of: list[Node | None]
+    next_arrival: int
+    gangs: GangBook
+
+    def start(self, i: int, node: Node, t: int) -> None: ...
 
 
 def nodes_for(pods: Sequence[Pod], gpus_per_node: int) -> int:
@@ -55,7 +69,7 @@ class GangBook:
         self.earmarks: dict[str, list[Node]] = {}
         self.partial_node_minutes = 0
 
-    def earmark(self, nodes: Sequence[Node], cluster: Cluster) -> None:
+    def earmark(self, nodes: Sequence[Node], cluster: GangCluster) -> None:
         """New nodes go to the waiting gangs in arrival order, each up to what it still lacks."""
         if not self.members or not nodes:
             return
@@ -87,7 +101,7 @@ class GangBook:
         return round(sum(waits) / len(waits), 1) if waits else None
 
 
-def place(cluster: Cluster, gang: str, t: int) -> bool:
+def place(cluster: GangCluster, gang: str, t: int) -> bool:
     """Start every waiting member of a gang now, or none (not all arrived, or one has no place)."""
     members = [j for j in cluster.gangs.members[gang] if cluster.node_of[j] is None]
     arrived = all(j < cluster.next_arrival for j in members)  # a gang waits for all its members
@@ -101,7 +115,7 @@ def place(cluster: Cluster, gang: str, t: int) -> bool:
     return True
 
 
-def plan(cluster: Cluster, members: Sequence[int]) -> list[Node] | None:
+def plan(cluster: GangCluster, members: Sequence[int]) -> list[Node] | None:
     """A node for every member at once (the scheduler's scoring, on copies of the ready nodes), or None
     when one of them has no place: then none of them starts."""
     copies: dict[str, Node] = {}
@@ -137,6 +151,6 @@ def reserve(node: Node, pod: Pod) -> None:
 
 
 def _copy(node: Node) -> Node:
-    copy = type(node)(node.node_id, len(node.free), node.launched_at, node.ready_at, node.zone)
+    copy = Node(node.node_id, len(node.free), node.launched_at, node.ready_at, node.zone)
     copy.free, copy.free_whole, copy.used = list(node.free), node.free_whole, node.used
     return copy

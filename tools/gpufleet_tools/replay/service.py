@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.domain import defaults
-from gpufleet.domain.models import GroupKind, GroupRef
+from gpufleet.domain.kinds import GroupKind
+from gpufleet.domain.models import GroupRef
 from gpufleet.policy.fleet import FleetPolicy, parse_policy
 from gpufleet_node import schema
 from gpufleet_tools.replay.core import Experiment, group_settings

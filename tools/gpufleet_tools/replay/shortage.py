@@ -10,12 +10,18 @@ Without a shortage every launch is whole and nothing here changes a run.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from gpufleet_tools.replay.model import CapacityShortage
 
-if TYPE_CHECKING:
-    from gpufleet_tools.replay.simulate import Cluster
+
+class AsgCluster(Protocol):
+    """What the ASG's side needs of the simulated group (simulate.Cluster), declared here so that this
+    module, which the group imports, does not import it back."""
+
+    asg: Asg
+
+    def launch(self, count: int, t: int) -> object: ...  # the nodes started: not read here
 
 
 class Asg:
@@ -55,7 +61,7 @@ class Asg:
         return got
 
 
-def raise_desired(cluster: Cluster, count: int, t: int) -> int:
+def raise_desired(cluster: AsgCluster, count: int, t: int) -> int:
     """Desired + count: what EC2 has room for starts now, the rest waits in the group. Returns started."""
     started = cluster.asg.room(t, count)
     cluster.launch(started, t)
@@ -63,7 +69,7 @@ def raise_desired(cluster: Cluster, count: int, t: int) -> int:
     return started
 
 
-def retry(cluster: Cluster, t: int) -> None:
+def retry(cluster: AsgCluster, t: int) -> None:
     """The group retries its missing instances (oldest asked first) as far as capacity allows."""
     if cluster.asg.asked:
         got = cluster.asg.room(t, cluster.asg.missing)
@@ -72,7 +78,7 @@ def retry(cluster: Cluster, t: int) -> None:
             cluster.launch(got, t)
 
 
-def cancel(cluster: Cluster, count: int) -> int:
+def cancel(cluster: AsgCluster, count: int) -> int:
     """Desired lowered by up to `count` instances not yet launched (newest first). Returns how many."""
     gone = min(count, cluster.asg.missing)
     if gone:

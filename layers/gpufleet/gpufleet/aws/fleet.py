@@ -94,13 +94,14 @@ class FleetReader:
 
     groups: GroupRegistry
     autoscaling: AutoScalingClient | None = None
+    eks: EKSClient | None = None  # the client the node group adapter was built on (call counts)
 
     @classmethod
     def of(
         cls, autoscaling: AutoScalingClient, eks: EKSClient, hyperpod: HyperPodFleet | None = None, logger: Any = None
     ) -> FleetReader:
         """A reader over the built-in kinds (`builtin_groups`)."""
-        return cls(builtin_groups(autoscaling, eks, hyperpod, logger), autoscaling)
+        return cls(builtin_groups(autoscaling, eks, hyperpod, logger), autoscaling, eks)
 
     @property
     def hyperpod(self) -> HyperPodFleet | None:
@@ -188,6 +189,9 @@ class FleetActuator:
 
     groups: GroupRegistry
     markers: Mapping[MarkChannel, NodeMarker] = field(default_factory=dict)  # consolidation by attrition
+    # The clients the built-in adapters were built on, for counting calls (tests, the bench); unused here.
+    autoscaling: AutoScalingClient | None = None
+    eks: EKSClient | None = None
 
     @classmethod
     def of(
@@ -198,7 +202,7 @@ class FleetActuator:
         markers: Mapping[MarkChannel, NodeMarker] | None = None,
     ) -> FleetActuator:
         """An actuator over the built-in kinds (`builtin_groups`)."""
-        return cls(builtin_groups(autoscaling, eks, hyperpod), dict(markers or {}))
+        return cls(builtin_groups(autoscaling, eks, hyperpod), dict(markers or {}), autoscaling, eks)
 
     def apply(self, decision: Decision, obs: GroupObservation, token: str) -> str:
         """Returns a short account of what was done; raises on failure. Nodes are reopened before any

@@ -17,6 +17,8 @@ from typing import Any, ClassVar
 from pydantic import GetCoreSchemaHandler
 from pydantic_core import PydanticCustomError, core_schema
 
+from gpufleet.domain.demand_sources import SourceName
+
 
 class GroupKind(str):
     """One kind of group, by its policy word. Only registered words are kinds (`register`)."""
@@ -85,7 +87,7 @@ class KindTraits:
     # recovery (HyperPod), in which case gpufleet only tells.
     replaced_by_asg: bool
     # Demand sources a group of this kind can read (policy checks; `policy.fleet.DemandSource`).
-    demand_sources: frozenset[str]
+    demand_sources: frozenset[SourceName]
     knows_gpus_per_node: bool  # its GPUs per node follow from what it launches (else demand.gpus_per_node)
     own_cluster_pods: bool  # its pods are its own cluster's (demand.kubernetes.cluster is not for it)
     closes_own_nodes: bool  # its own scheduler can close nodes for attrition (Slurm drain), no cordon needed
@@ -135,8 +137,15 @@ def kind_of_prefix(prefix: str) -> GroupKind | None:
 
 
 def new_kind(word: str, **fields: Any) -> KindTraits:
-    """Defines and registers a kind from its word and traits (how an adapter adds its row)."""
-    return register(KindTraits(kind=GroupKind._define(word), **fields))
+    """Defines and registers a kind from its word and traits (how an adapter adds its row); a refused row
+    leaves its word no kind."""
+    fresh = word not in GroupKind._known
+    try:
+        return register(KindTraits(kind=GroupKind._define(word), **fields))
+    except ValueError:
+        if fresh:
+            GroupKind._known.pop(word, None)
+        raise
 
 
 # ---- the built-in kinds: one row each ----
@@ -151,7 +160,7 @@ GroupKind.ASG = new_kind(
     name_dimension="AutoScalingGroupName",
     in_asg=True,
     replaced_by_asg=True,
-    demand_sources=frozenset({"kubernetes", "sqs", "metric"}),
+    demand_sources=frozenset(SourceName),
     knows_gpus_per_node=False,
     own_cluster_pods=False,
     closes_own_nodes=False,
@@ -169,7 +178,7 @@ GroupKind.EKS_NODEGROUP = new_kind(
     name_dimension="NodegroupName",
     in_asg=True,
     replaced_by_asg=True,
-    demand_sources=frozenset({"kubernetes", "sqs", "metric"}),
+    demand_sources=frozenset(SourceName),
     knows_gpus_per_node=True,
     own_cluster_pods=True,
     closes_own_nodes=False,
@@ -187,7 +196,7 @@ GroupKind.HYPERPOD = new_kind(
     name_dimension="InstanceGroupName",
     in_asg=False,
     replaced_by_asg=False,
-    demand_sources=frozenset({"sqs", "metric"}),
+    demand_sources=frozenset({SourceName.SQS, SourceName.METRIC}),
     knows_gpus_per_node=True,
     own_cluster_pods=False,
     closes_own_nodes=True,
