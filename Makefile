@@ -21,7 +21,8 @@ PY39 := $(call find_python,3.9)
 help:
 	@echo "make demo    local rehearsal of the whole system on moto (no AWS account)"
 	@echo "make test    everything CI checks"
-	@echo "make unit    the pure cores' tests only (seconds)"
+	@echo "make unit    the pure tests only (tests/unit, hypothesis profile dev: under a minute)"
+	@echo "make fuzz    the pure tests and the fuzz at full depth (hypothesis profile deep)"
 	@echo "make bench   benchmarks (results go to bench/README.md by hand)"
 
 $(BIN)/.installed: pyproject.toml layers/gpufleet/requirements.txt
@@ -75,22 +76,26 @@ sam-build: $(SAM_VENV)/bin/.installed
 	@test -n "$(PY313)" || { echo "error: no python3.13 interpreter found; sam build needs it for the Lambda runtime python3.13 (install one, e.g. 'pyenv install 3.13')"; exit 1; }
 	SAM_CLI_TELEMETRY=0 PATH="$(dir $(PY313)):$$PATH" $(SAM_VENV)/bin/sam build
 
-# The fuzz at full scale (86k inputs, ~3 min): `make test` runs half of it to stay in its time budget.
+# hypothesis profiles (tests/profiles.py): dev (`make unit`, a tenth of the examples, a twentieth of the
+# fuzz), ci (`make test`: 100 examples a property, half the fuzz), deep (`make fuzz`: five times ci's, the
+# whole fuzz: 86k inputs). `make fuzz` runs the adapters' fuzz first: the pure fuzz's last test writes
+# both's counts to .pytest-fuzz.json.
 .PHONY: fuzz
 fuzz: venv
-	GPUFLEET_FUZZ_SCALE=1 $(BIN)/pytest -q -p no:cacheprovider tests/unit/test_fuzz_inputs.py
+	HYPOTHESIS_PROFILE=deep $(BIN)/pytest -q -p no:cacheprovider tests/adapters/test_fuzz_adapter_inputs.py tests/unit
 
+# The pure tests only (tests/unit: no adapter, server or process; tests/unit/test_unit_suite.py checks it).
 .PHONY: unit
 unit: venv
-	GPUFLEET_FUZZ_SCALE=0.05 $(BIN)/pytest -q -p no:cacheprovider tests/unit
+	HYPOTHESIS_PROFILE=dev $(BIN)/pytest -q -p no:cacheprovider tests/unit
 
 # Coverage of the shipped packages over the suite; the figure is quoted in the README. The crash-point
 # sweep (tests/crash: ~500 fault-injected runs, half of pytest's time) runs beside it in its own session
 # and moto server, on the second core, without coverage; its log lands in .pytest-crash.log.
 .PHONY: pytest
 pytest: venv
-	@GPUFLEET_SIDE_SESSION=1 $(BIN)/pytest -q -p no:cacheprovider tests/crash > .pytest-crash.log 2>&1 & crash=$$!; \
-	GPUFLEET_FUZZ_SCALE=0.5 GPUFLEET_REQUIRE_SAM_BUILD=1 $(BIN)/pytest tests --ignore=tests/crash --durations=12 --cov=gpufleet --cov=gpufleet_tools \
+	@HYPOTHESIS_PROFILE=ci GPUFLEET_SIDE_SESSION=1 $(BIN)/pytest -q -p no:cacheprovider tests/crash > .pytest-crash.log 2>&1 & crash=$$!; \
+	HYPOTHESIS_PROFILE=ci GPUFLEET_REQUIRE_SAM_BUILD=1 $(BIN)/pytest tests --ignore=tests/crash --durations=12 --cov=gpufleet --cov=gpufleet_tools \
 	  --cov=gpufleet_node --cov-report=term:skip-covered --cov-report=json:.coverage.json; main=$$?; \
 	wait $$crash; crashed=$$?; echo "--- crash points (tests/crash, its own session) ---"; tail -n 25 .pytest-crash.log; \
 	test $$main -eq 0 -a $$crashed -eq 0

@@ -76,7 +76,7 @@ IDLE_METRIC = "IdleNode"
 # drain that Slurm shows drained with gpufleet's reason and no job, the only word that makes it removable.
 DRAINED_METRIC = "DrainedNode"
 # The same literals as gpufleet.domain.defaults.SLURM_DRAIN_REASON_PREFIX / SLURM_MARKS_KEY_PREFIX and
-# gpufleet.aws.slurm_marks' MARKS_SK / NODE_ATTR_PREFIX (tests/unit/test_slurm_marks_names.py).
+# gpufleet.aws.slurm_marks' MARKS_SK / NODE_ATTR_PREFIX (tests/unit/ and tests/adapters/test_slurm_marks_names.py).
 DRAIN_PREFIX = "gpufleet:"
 MARKS_KEY_PREFIX = "slurm-marks#"
 MARKS_SK = "MARKS"

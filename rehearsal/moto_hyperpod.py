@@ -13,7 +13,7 @@ on moto server) after the API reference, and are answered over the normal API:
 
 What moto (and this emulation) hides, and where gpufleet is guarded for it instead:
 - every node is Running at once: no Pending, ShuttingDown, Failure, SystemUpdating or
-  DeepHealthCheckInProgress (tests/unit/aws/test_hyperpod.py reads a fake node list with each state; the
+  DeepHealthCheckInProgress (tests/adapters/aws/test_hyperpod.py reads a fake node list with each state; the
   rehearsal can set one here: POST /_gpufleet/emulation/hyperpod-node-status);
 - no delete is ever refused with InvalidNodeStatus or NodeIdInUse (the unit tests' fake client refuses);
 - no deep health check blocks UpdateCluster, no cluster is ever Updating; no IAM;

@@ -1,4 +1,5 @@
-"""Shared fixtures. Integration and e2e tests talk to a real moto server over HTTP on 127.0.0.1."""
+"""Shared fixtures. Integration and e2e tests talk to a real moto server over HTTP on 127.0.0.1. The
+hypothesis profile (HYPOTHESIS_PROFILE: dev, ci, deep) is loaded by tests/profiles.py, imported here first."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ import pytest
 
 from rehearsal.calls import CallRecorder
 from rehearsal.moto import MotoServer, aws_environment
+from tests import profiles
+
+HYPOTHESIS_PROFILE = profiles.PROFILE  # loaded on import: every test module's settings see it
 
 ROOT = Path(__file__).resolve().parents[1]
 # Every AWS call the functions make in this session, for the IAM conformance test (tests/iam).

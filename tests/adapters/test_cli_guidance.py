@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 from gpufleet.domain.errors import describe_validation_error
 from gpufleet_tools.cli import COMMANDS, DISTRIBUTION, build_parser, main
 from gpufleet_tools.cli import silence as silence_cli
-from tests.unit.test_cli import _modules_loaded_by
+from tests.adapters.test_cli import _modules_loaded_by
 
 
 @pytest.mark.parametrize(

@@ -48,6 +48,7 @@ from gpufleet_tools.invoke import LocalLambdaContext
 from rehearsal import fleet
 from tests.integration.conftest import NOW, TABLE, Fleet, decisions, sample, tick
 from tests.integration.test_spot_watch_moto import SPOT_FULL, spot_outage
+from tests.profiles import examples
 
 pytestmark = pytest.mark.integration
 
@@ -364,7 +365,7 @@ def alarm_world(gpu_fleet: Fleet) -> World:
     return World.build(gpu_fleet, SCALER_POLICY)
 
 
-@settings(max_examples=80, **ADVERSARIAL)
+@settings(max_examples=examples(80), **ADVERSARIAL)
 @given(
     alarm=ALARM_NAMES,
     state=st.sampled_from(["ALARM", "ALARM", "ALARM", "OK"]),
@@ -449,7 +450,7 @@ def tick_world(gpu_fleet: Fleet) -> World:
     return World.build(gpu_fleet, SCALER_POLICY)
 
 
-@settings(max_examples=30, **ADVERSARIAL)
+@settings(max_examples=examples(30), **ADVERSARIAL)
 @given(
     execution_id=mostly(NAME_TEXT),
     shape=st.sampled_from(sorted(TICKS)),
@@ -519,7 +520,7 @@ def spot_sweep_succeeds(world: World) -> None:
     assert failed == [], "the next spot_watch sweep failed"
 
 
-@settings(max_examples=40, **ADVERSARIAL)
+@settings(max_examples=examples(40), **ADVERSARIAL)
 @given(
     asg=mostly(st.sampled_from(["train-spot", "train-spot", "train-ondemand"])),
     activity=mostly(NAME_TEXT),

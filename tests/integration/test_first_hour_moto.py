@@ -242,7 +242,7 @@ def test_every_sample_reaches_its_function_by_a_rule_or_a_direct_route() -> None
 
 
 def test_every_argument_of_replay_and_local_says_what_it_is_for() -> None:
-    """The rest of the commands are checked in tests/unit/test_cli_guidance.py."""
+    """The rest of the commands are checked in tests/adapters/test_cli_guidance.py."""
     import argparse
 
     from gpufleet_tools.cli import build_parser

@@ -29,8 +29,8 @@ from gpufleet_tools.cli import main as cli_main
 from gpufleet_tools.invoke import LocalLambdaContext
 from rehearsal import fleet
 from rehearsal.slack import SlackReceiver, slack_receiver
+from tests.adapters.notify.hanging_slack import hanging_slack
 from tests.conftest import ROOT
-from tests.unit.notify.hanging_slack import hanging_slack
 
 TABLE = "gpufleet-state"
 WEBHOOK_SECRET_PART = "T0SECRET/B0SECRET/XOXSECRETTOKEN123"

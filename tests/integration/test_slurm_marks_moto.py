@@ -16,7 +16,8 @@ import pytest
 
 from gpufleet.aws.hyperpod import HyperPodFleet
 from gpufleet.aws.slurm_marks import SlurmMarker
-from gpufleet.domain.models import GroupKind, GroupObservation, GroupRef, MarkChannel, NodeMark
+from gpufleet.domain.kinds import GroupKind
+from gpufleet.domain.models import GroupObservation, GroupRef, MarkChannel, NodeMark
 from rehearsal import fleet, moto_hyperpod
 from tests.integration.conftest import TABLE
 

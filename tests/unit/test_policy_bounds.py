@@ -1,18 +1,13 @@
 """A hostile or broken policy document is a policy error like any other (issue 22, item 4): deep nesting,
-alias bombs and oversized texts give one clear line, never a RecursionError, so the last good policy holds."""
+alias bombs and oversized texts give one clear line, never a RecursionError, so the last good policy holds
+(the loader that holds it: tests/adapters/test_policy_last_good.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from datetime import datetime
-
 import pytest
-from aws_lambda_powertools import Logger
 
-from gpufleet.aws.policy_store import LastGood
 from gpufleet.domain.errors import PolicyError
 from gpufleet.policy.fleet import MAX_POLICY_ALIASES, MAX_POLICY_BYTES, MAX_POLICY_DEPTH, parse_policy
-from gpufleet.policy_loading import LastGoodPolicy
 
 NESTED = "defaults: " + "[" * 500 + "]" * 500  # 1 KB, 500 levels: RecursionError before the bound
 ALIAS_BOMB = "a: &a [x, x]\n" + "".join(
@@ -42,29 +37,6 @@ def test_real_policies_are_well_within_the_bounds() -> None:
     assert parse_policy(nested).defaults.target.low == 20
     anchors = "defaults: &d {scale_out_cooldown_s: 120}\n"
     assert parse_policy(anchors).defaults.scale_out_cooldown_s == 120
-
-
-@dataclass
-class KeptPolicy:
-    """A PolicyStore holding one last good text (fake: in memory)."""
-
-    kept: LastGood | None = None
-    saved: list[str] = field(default_factory=list)
-
-    def save(self, text: str, source: str, at: datetime) -> None:
-        self.saved.append(text)
-        self.kept = LastGood(text, source, at.isoformat())
-
-    def load(self) -> LastGood | None:
-        return self.kept
-
-
-def test_the_last_good_policy_holds_when_the_new_one_is_nested_500_deep() -> None:
-    store = KeptPolicy()
-    loader = LastGoodPolicy(store, Logger(service="test"), "scaler", writes=True)  # type: ignore[arg-type]
-    good = loader.parse("defaults: {scale_out_cooldown_s: 90}\n", "ssm:/gpufleet/policy")
-    assert good.defaults.scale_out_cooldown_s == 90 and store.saved
-    assert loader.parse(NESTED, "ssm:/gpufleet/policy").defaults.scale_out_cooldown_s == 90
 
 
 # Found by the fuzzer (tests/unit/test_fuzz_inputs.py): a scalar YAML cannot construct escaped as ValueError,
@@ -137,13 +109,6 @@ def test_a_lone_surrogate_anywhere_is_a_policy_error_naming_where(text: str, whe
 def test_text_outside_the_basic_plane_is_still_fine() -> None:
     policy = parse_policy('groups: [{name: "gpu-\\U0001F525", tags: {"t\\u00e9am": "\\uD83D\\uDD25"}}]')
     assert policy.groups[0].name == "gpu-\U0001f525" and policy.groups[0].tags == {"t\u00e9am": "\U0001f525"}
-
-
-def test_the_last_good_policy_holds_when_the_new_one_has_an_impossible_date() -> None:
-    store = KeptPolicy()
-    loader = LastGoodPolicy(store, Logger(service="test"), "scaler", writes=True)  # type: ignore[arg-type]
-    loader.parse("defaults: {scale_out_cooldown_s: 90}\n", "ssm:/gpufleet/policy")
-    assert loader.parse("a: 2026-02-30\n", "ssm:/gpufleet/policy").defaults.scale_out_cooldown_s == 90
 
 
 @pytest.mark.parametrize("price", [".nan", ".inf", "-1"])

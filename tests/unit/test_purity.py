@@ -25,6 +25,8 @@ Every module, glue included, also fails on:
 
 GLUE and SDK_HOMES cannot rot: an entry that names no module fails, and so does a glue module in which
 the purity check finds nothing (it belongs off the list, checked).
+
+Each file is read and parsed once per session (tests/sources.py), whatever the number of tests that read it.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
+
+from tests.sources import parsed, text, tree
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"gpufleet": ROOT / "layers" / "gpufleet" / "gpufleet", "gpufleet_tools": ROOT / "tools" / "gpufleet_tools"}
@@ -52,7 +56,11 @@ GLUE: dict[str, str] = {
     "gpufleet.policy_loading": "reads the policy from SSM or a file through Powertools, with the clock",
     "gpufleet.scaling.execution": "carries a decision out: lease, intent, Auto Scaling, audit, metrics",
     "gpufleet.scaling.service": "the scaler's glue: reads alarms, metrics and state, runs the execution",
-    "gpufleet.scaling.demand_source": "reads demand sources through the adapters (pods, queues, metrics), logs",
+    "gpufleet.scaling.demand_source": "the tick's demand hub: each source's reader, the GPU-ready probe, logs",
+    "gpufleet.scaling.sources.base": "tells each demand source's unreadable causes once, through Powertools",
+    "gpufleet.scaling.sources.kubernetes": "lists a cluster's pods and maps its GPU nodes to EC2 instances",
+    "gpufleet.scaling.sources.queue": "reads an SQS queue's message counts through the adapters",
+    "gpufleet.scaling.sources.metric": "reads a backlog metric's latest datum from CloudWatch",
     "gpufleet.scaling.answer": "answers a termination request or a lifecycle hook from the fleet's state",
     "gpufleet.scaling.ownership": "reads who else changed a group's size and writes the stand-aside",
     "gpufleet.capacity.service": "reads launch activities and resizes groups (the capacity function)",
@@ -70,6 +78,7 @@ GLUE: dict[str, str] = {
     "gpufleet_tools.local": "reads template.yaml with the SAM translator's YAML reader",
     "gpufleet_tools.local_stack": "starts a moto server (a process, a socket, HTTP) and creates the stack in it",
     "gpufleet_tools.local_kube": "serves the local stack's Kubernetes API (a process, a socket, a pods file)",
+    "gpufleet_tools.local_servers": "waits on a local server's process until it answers HTTP (a socket, the clock)",
     "gpufleet_tools.replay.service": "the replay's glue: files, CloudWatch history, matplotlib, tqdm, the clock",
     "gpufleet_tools.replay.plot": "draws the replay's capacity.png with matplotlib",
     "gpufleet_tools.doctor.service": "reads an account through the AWS adapters for the doctor's checks",
@@ -82,7 +91,7 @@ SDK_HOMES = ("gpufleet.aws", "gpufleet_tools.session")
 SDK = ("boto3", "botocore")
 SDK_STUBS = "mypy_boto3"  # mypy_boto3_eks, mypy_boto3_sqs, ...
 
-ALLOWED_THIRD_PARTY = {"pydantic", "yaml", "croniter"}
+ALLOWED_THIRD_PARTY = {"pydantic", "pydantic_core", "yaml", "croniter"}  # pydantic_core: pydantic's own core (schemas)
 SHARED = {"gpufleet_node.schema"}  # the metric names the node publisher and the runtime share
 FORBIDDEN_STDLIB = {
     "os",
@@ -171,17 +180,19 @@ def _import_problem(module: str, known: Mapping[str, Path]) -> str | None:
     return f"imports {module} (AWS SDK, Powertools or another library a pure module must not use)"
 
 
-def violations(source: str, name: str = "gpufleet.scaling.core", known: Mapping[str, Path] | None = None) -> list[str]:
-    """Every impurity in the source of the pure module `name`, as 'name:line: what'; `known` is every
-    module of the packages (default: as they are on disk)."""
-    known = known or modules()
+def violations(
+    source: str | ast.Module, name: str = "gpufleet.scaling.core", known: Mapping[str, Path] | None = None
+) -> list[str]:
+    """Every impurity in the source (or its tree) of the pure module `name`, as 'name:line: what'; `known`
+    is every module of the packages (default: as they are on disk)."""
+    known = known or KNOWN
     found = []
-    tree = ast.parse(source)
-    for node, module in _imports(tree, known):
+    module_tree = tree(source) if isinstance(source, str) else source
+    for node, module in _imports(module_tree, known):
         problem = _import_problem(module, known)
         if problem:
             found.append(f"{name}:{node.lineno}: {problem}")
-    for node in ast.walk(tree):
+    for node in ast.walk(module_tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in IO_BUILTINS:
             found.append(f"{name}:{node.lineno}: calls {node.func.id}() (I/O or dynamic code)")
         if isinstance(node, ast.Attribute) and node.attr in ENVIRONMENT:
@@ -194,15 +205,15 @@ def violations(source: str, name: str = "gpufleet.scaling.core", known: Mapping[
     return found
 
 
-def boundary_violations(source: str, name: str, known: Mapping[str, Path] | None = None) -> list[str]:
+def boundary_violations(source: str | ast.Module, name: str, known: Mapping[str, Path] | None = None) -> list[str]:
     """What every module, glue included, must not import: the AWS SDK outside SDK_HOMES (its type stubs
     only under TYPE_CHECKING), and gpufleet_tools from the runtime."""
-    known = known or modules()
-    tree = ast.parse(source)
-    type_only = _type_only(tree)
+    known = known or KNOWN
+    module_tree = tree(source) if isinstance(source, str) else source
+    type_only = _type_only(module_tree)
     home = any(_within(name, h) for h in SDK_HOMES)
     found = []
-    for node, module in _imports(tree, known):
+    for node, module in _imports(module_tree, known):
         top = module.split(".")[0]
         if top in SDK and not home:
             found.append(f"{name}:{node.lineno}: imports {module} (the AWS SDK belongs in {' or '.join(SDK_HOMES)})")
@@ -222,11 +233,14 @@ def all_violations(packages: Mapping[str, Path] = PACKAGES) -> list[str]:
     known = modules(packages)
     found = []
     for name, path in known.items():
-        source = path.read_text()
+        source = parsed(path)
         found += boundary_violations(source, name, known)
         if glue_entry(name) is None:
             found += violations(source, name, known)
     return found
+
+
+KNOWN = modules()  # the packages as they are on disk, found once
 
 
 def test_both_packages_have_pure_modules_to_check() -> None:
@@ -243,24 +257,24 @@ def test_both_packages_have_pure_modules_to_check() -> None:
 
 @pytest.mark.parametrize("name", sorted(pure_modules()))
 def test_module_is_pure(name: str) -> None:
-    found = violations(modules()[name].read_text(), name)
+    found = violations(parsed(KNOWN[name]), name)
     assert not found, "\n".join([f"{name} is pure unless GLUE says why it is glue:", *found])
 
 
-@pytest.mark.parametrize("name", sorted(modules()))
+@pytest.mark.parametrize("name", sorted(KNOWN))
 def test_module_keeps_to_the_boundaries(name: str) -> None:
-    found = boundary_violations(modules()[name].read_text(), name)
+    found = boundary_violations(parsed(KNOWN[name]), name)
     assert not found, "\n".join(found)
 
 
 def test_every_glue_entry_is_a_module_that_needs_to_be_glue() -> None:
-    known = modules()
+    known = KNOWN
     missing = [entry for entry in (*GLUE, *SDK_HOMES) if entry not in known]
     assert missing == [], "GLUE or SDK_HOMES names a module that is gone: drop it"
     clean = [
         entry
         for entry in GLUE
-        if not any(violations(path.read_text(), name, known) for name, path in known.items() if _within(name, entry))
+        if not any(violations(parsed(path), name, known) for name, path in known.items() if _within(name, entry))
     ]
     assert clean == [], "the purity check finds nothing in these glue modules: take them off GLUE"
 
@@ -305,7 +319,7 @@ def test_a_new_module_is_checked_without_touching_this_test(tmp_path: Path) -> N
     ],
 )
 def test_the_check_catches_each_kind_of_impurity(line: str, problem: str) -> None:
-    core = (PACKAGES["gpufleet"] / "scaling" / "core.py").read_text()
+    core = text(PACKAGES["gpufleet"] / "scaling" / "core.py")
     assert violations(core) == []
     found = violations(core + "\n" + line + "\n")
     assert any(problem in v for v in found), found

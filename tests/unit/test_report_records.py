@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from gpufleet_node.schema import TEAM_UNKNOWN, USAGE_RECORD_VERSION
 from gpufleet_tools.report.identity import identify
 from gpufleet_tools.report.records import RecordParser, Skipped, SkipReason, UsageRecord, WorkloadKind
+from tests.profiles import examples
 
 START = datetime(2026, 11, 23, 10, 5, tzinfo=UTC)
 TRAINER = {"kind": "pod", "namespace": "team-a", "pod": "trainer-0", "container": "main", "pod_uid": "u-1"}
@@ -172,7 +173,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     field=st.sampled_from(["v", "start", "s", "node", "type", "group", "gpus", "w", "u", "gone"]),
     value=json_values,
@@ -183,7 +184,7 @@ def test_any_value_in_any_field_parses_or_is_skipped(field: str, value: Any) -> 
     assert isinstance(parse(json.dumps(doc)), UsageRecord | Skipped)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(text=st.text(max_size=200))
 def test_any_text_parses_or_is_skipped(text: str) -> None:
     assert isinstance(parse(text), UsageRecord | Skipped)

@@ -1,5 +1,5 @@
 """The report's formats: the terminal table, Markdown, CSV (parses, every line), JSON (every number) and
-the chart's series."""
+the chart's series (the PNG drawn from it: tests/adapters/test_report_png.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,10 @@ import csv
 import io
 import json
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
 from gpufleet_node.schema import TEAM_UNALLOCATED
-from gpufleet_tools.report.chart import write_png
 from gpufleet_tools.report.model import Period
 from gpufleet_tools.report.render import (
     BAR_WIDTH,
@@ -143,10 +141,3 @@ def test_a_partial_first_hour_lies_on_the_right_of_its_slot() -> None:
     assert s.bar(0) == pytest.approx((BAR_WIDTH / 4, BAR_WIDTH / 4))  # the last quarter of 00:00
     assert sum(s.rate(s.held[t])[0] for t in s.teams) == pytest.approx(4.0)
     assert [b["covered"] for b in json_doc(r)["series"] if b["team"] == "alice"] == [0.25, 1.0]
-
-
-def test_the_png_is_drawn_from_those_spans(tmp_path: Path) -> None:
-    period = Period(DAY0, DAY0 + timedelta(hours=2, minutes=30))
-    png = tmp_path / "usage.png"
-    write_png(chart_series(report_of(windows(2.5), period=period)), png)
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

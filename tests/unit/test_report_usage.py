@@ -16,6 +16,7 @@ from gpufleet_tools.report.identity import identify
 from gpufleet_tools.report.prices import ON_DEMAND_US_EAST_1, PriceBook, PriceSource
 from gpufleet_tools.report.records import RecordParser
 from gpufleet_tools.report.usage import FindingKind, Period, Report, Selection, UsageSums
+from tests.profiles import examples
 from tests.unit.test_report_records import START, message
 
 DAY0 = START.replace(hour=0, minute=0)
@@ -205,7 +206,7 @@ def fleets(draw: st.DrawFn) -> list[str]:
     return messages
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(messages=fleets(), share=st.booleans())
 def test_gpu_hours_are_conserved_and_busy_stays_within_held(messages: list[str], share: bool) -> None:
     r = report_of(messages, share_unallocated=share)
@@ -220,7 +221,7 @@ def test_gpu_hours_are_conserved_and_busy_stays_within_held(messages: list[str],
     assert priced == pytest.approx(r.total.cost)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(messages=fleets())
 def test_sharing_the_unallocated_cost_keeps_the_total(messages: list[str]) -> None:
     plain, shared = report_of(messages), report_of(messages, share_unallocated=True)
@@ -230,7 +231,7 @@ def test_sharing_the_unallocated_cost_keeps_the_total(messages: list[str]) -> No
     assert all(t.shared >= 0 for t in shared.teams)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(messages=fleets())
 def test_findings_are_ranked_by_money_unknown_money_last(messages: list[str]) -> None:
     costs = [f.cost for f in report_of(messages).findings]
@@ -239,7 +240,7 @@ def test_findings_are_ranked_by_money_unknown_money_last(messages: list[str]) ->
     assert known == sorted(known, reverse=True)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(messages=fleets(), seed=st.integers(0, 1000))
 def test_the_order_records_arrive_in_does_not_matter(messages: list[str], seed: int) -> None:
     shuffled = list(messages)

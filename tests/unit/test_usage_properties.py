@@ -13,6 +13,7 @@ from gpufleet_tools.report.bounds import RESENT, Ledger, check, claimed
 from gpufleet_tools.report.identity import identify
 from gpufleet_tools.report.prices import PriceBook
 from gpufleet_tools.report.records import RecordParser, UsageRecord
+from tests.profiles import examples
 
 PODS = [Workload(POD, namespace=f"team-{i % 2}", pod=f"p{i}", container="c") for i in range(4)]
 holder = st.builds(
@@ -61,7 +62,7 @@ window_samples = st.lists(
 )
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(window_samples, st.integers(60, 4000), st.sampled_from([60, 300]), st.floats(0, 1.0), st.integers(0, 30))
 def test_an_honest_nodes_record_is_never_flagged_split_or_not(samples, max_bytes, window_s, reach_s, restart_at):
     """Each GPU sampled for at most the window (30 samples), its first sample reaching up to one sample

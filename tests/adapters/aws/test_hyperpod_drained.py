@@ -12,7 +12,7 @@ from botocore.exceptions import ClientError
 from gpufleet.aws.hyperpod import HyperPodFleet
 from gpufleet.aws.slurm_marks import RequestedDrain
 from gpufleet.domain.models import Action, Demand, MarkChannel
-from tests.unit.aws.test_hyperpod import IDLE, NOW, REF, FakeCloudWatch, FakeSageMaker, _decision, _node
+from tests.adapters.aws.test_hyperpod import IDLE, NOW, REF, FakeCloudWatch, FakeSageMaker, _decision, _node
 
 LONG_AGO = NOW - timedelta(hours=1)
 NODES = [_node("i-1", "Running"), _node("i-2", "Running"), _node("i-3", "Running", "controller")]

@@ -8,8 +8,9 @@ from botocore.exceptions import ClientError
 
 from gpufleet.aws.hyperpod import HyperPodFleet
 from gpufleet.aws.slurm_marks import RequestedDrain, clean_reason
-from gpufleet.domain.models import Demand, GroupKind, GroupRef, MarkChannel, NodeMark
-from tests.unit.aws.test_hyperpod import IDLE, NOW, REF, FakeCloudWatch, FakeSageMaker, _node
+from gpufleet.domain.kinds import GroupKind
+from gpufleet.domain.models import Demand, GroupRef, MarkChannel, NodeMark
+from tests.adapters.aws.test_hyperpod import IDLE, NOW, REF, FakeCloudWatch, FakeSageMaker, _node
 
 OTHER = GroupRef(kind=GroupKind.HYPERPOD, cluster="slurm-a", name="gpu-workers-2")
 NODES = [_node("i-1", "Running"), _node("i-2", "Running"), _node("i-3", "Running", "gpu-workers-2")]

@@ -15,7 +15,8 @@ import pytest
 from pydantic import SecretStr
 
 from gpufleet.domain.defaults import DRAIN_ANNOTATION, DRAIN_LABEL, NODE_MARKS_GROUP
-from gpufleet.domain.models import GroupKind, GroupObservation, GroupRef, InstanceObservation
+from gpufleet.domain.kinds import GroupKind
+from gpufleet.domain.models import GroupObservation, GroupRef, InstanceObservation
 from gpufleet.kubernetes.client import Connection
 from gpufleet.kubernetes.cluster import ClusterAccess, PodReader
 from gpufleet.kubernetes.marks import KubernetesMarker, MarkFailed, may_patch_nodes
@@ -277,7 +278,8 @@ def test_the_node_listing_gives_each_nodes_cordon_and_instance(served: tuple[Kub
 
 
 def test_a_self_managed_asg_whose_rule_names_the_cluster_is_marked_in_that_cluster() -> None:
-    from gpufleet.domain.models import GroupKind, GroupObservation, GroupRef
+    from gpufleet.domain.kinds import GroupKind
+    from gpufleet.domain.models import GroupObservation, GroupRef
     from gpufleet.kubernetes.marks import _default_cluster
 
     asg = GroupObservation(ref=GroupRef(kind=GroupKind.ASG, name="gpu-spot"), min_size=0, max_size=4, desired=1)

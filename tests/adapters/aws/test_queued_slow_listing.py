@@ -1,11 +1,14 @@
-"""R2 (MED-HIGH): one slow answer on a queued-jobs listing (Kueue's conversion webhook for v1beta1 when
-v1beta2 is the storage version and the kueue controller is slow/down; a huge Workload listing: Kueue keeps
-finished Workloads, each with its full pod templates) raises HttpProblem('timeout') out of QueuedReader
-(kubernetes/queued_reader.py `_lists` re-raises timeouts on purpose) and the WHOLE cluster read fails: the pods, already
-read fine, are thrown away and every group of the cluster gets no demand. `queued` is on by default
-([kueue, volcano]), so an existing pods-only user who upgrades is exposed. Correct: the system is
-`queued_unreadable`, the pods stay good (as for every other failure, and as the module docstring says
-for the pods)."""
+"""A slow queued-jobs listing makes that system unreadable, never the cluster: the pods read stay.
+
+The defect it reproduced: one slow answer on a queued-jobs listing (Kueue's conversion webhook for v1beta1
+when v1beta2 is the storage version and the kueue controller is slow/down; a huge Workload listing: Kueue
+keeps finished Workloads, each with its full pod templates) raises HttpProblem('timeout') out of
+QueuedReader (kubernetes/queued_reader.py `_lists` re-raises timeouts on purpose) and the WHOLE cluster read
+fails: the pods, already read fine, are thrown away and every group of the cluster gets no demand. `queued`
+is on by default ([kueue, volcano]), so an existing pods-only user who upgrades is exposed. Correct: the
+system is `queued_unreadable`, the pods stay good (as for every other failure, and as the module docstring
+says for the pods). (Found by the independent review of issue 32, queued jobs and gangs: reproduced on the
+first version, passing since its fix.)"""
 
 from __future__ import annotations
 

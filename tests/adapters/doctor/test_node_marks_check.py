@@ -12,7 +12,8 @@ import pytest
 from pydantic import SecretStr
 
 from gpufleet.domain import defaults
-from gpufleet.domain.models import GroupKind, GroupObservation, GroupRef
+from gpufleet.domain.kinds import GroupKind
+from gpufleet.domain.models import GroupObservation, GroupRef
 from gpufleet.policy.fleet import parse_policy
 from gpufleet.settings import KubeEndpoint
 from gpufleet_tools.doctor.core import DemandView, Level, _demand_finding

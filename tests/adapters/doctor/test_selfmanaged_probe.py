@@ -7,7 +7,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from gpufleet.domain.models import GroupKind, GroupObservation, GroupRef, QueuedSource
+from gpufleet.domain.kinds import GroupKind
+from gpufleet.domain.models import GroupObservation, GroupRef, QueuedSource
 from gpufleet.policy.fleet import parse_policy
 from gpufleet_tools.doctor.core import DemandView
 from gpufleet_tools.doctor.service import DemandProbe

@@ -1,59 +1,30 @@
 """Host memory in the OOM guard: forecast like a GPU's memory (table), screened on the group's fullest node
 every HOST_SCREEN_EVERY_MIN minutes or more (timed from the container's last screen), confirmed on the
 node's own series, told as a host (not a GPU) with the numbers, and resolved when it recovers. Injected
-clock, a fake CloudWatch that answers as adaptive publishers do (a node's own host series only above 70 %)."""
+clock, a fake CloudWatch that answers as adaptive publishers do (a node's own host series only above 70 %).
+The forecast itself, a table on the pure core: tests/unit/guard/test_host_memory.py."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
 from gpufleet.aws.metrics import GpuMetricsReader
-from gpufleet.domain.models import GroupKind, GroupObservation, GroupRef, InstanceObservation
+from gpufleet.domain.kinds import GroupKind
+from gpufleet.domain.models import GroupObservation, GroupRef, InstanceObservation
 from gpufleet.domain.notification import IncidentState
-from gpufleet.guard.core import HOST_INDEX, GpuRef, GuardState, Risk, forecast_host, group_pressure, instance_of
+from gpufleet.guard.core import GuardState, Risk
 from gpufleet.guard.hosts import HostScreening
 from gpufleet.guard.notes import GuardTeller, risk_notes
 from gpufleet.guard.screen import GpuScreen, Outside
 from gpufleet.policy.fleet import FleetPolicy
-from gpufleet.policy.guard import OomSettings
 from gpufleet_node import schema
+from tests.unit.guard.test_host_memory import MINUTES, SCREEN
 
-SCREEN = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)  # a host-screening run (a new container's first)
 BETWEEN = SCREEN + timedelta(minutes=2)  # not one, after SCREEN
-MINUTES = 15
 REF = GroupRef(kind=GroupKind.ASG, name="train")
-HOST = GpuRef(group="asg:train", instance_id="i-leak", gpu_index=HOST_INDEX)
-
-
-def series(values: list[float], now: datetime = SCREEN) -> list[tuple[datetime, float]]:
-    return [(now - timedelta(minutes=len(values) - 1 - m), v) for m, v in enumerate(values)]
-
-
-@pytest.mark.parametrize(
-    ("values", "risk", "words"),
-    [
-        ([50.0] * MINUTES, Risk.OK, "50.0% used"),
-        ([91.0] * MINUTES, Risk.WARNING, "91.0% used"),
-        ([98.0] * MINUTES, Risk.CRITICAL, "98.0% used"),
-        ([60.0 + 1.5 * m for m in range(MINUTES)], Risk.WARNING, "full in ~"),  # 81 % now, 1.5 %/min: ~13 min
-        ([70.0 + 2 * m for m in range(MINUTES)], Risk.CRITICAL, "rising 2.00 %/min"),  # 98 %, and ~1 min
-        ([], Risk.OK, "no recent reading of its own"),
-    ],
-)
-def test_forecast_host_like_gpu_memory(values: list[float], risk: Risk, words: str) -> None:
-    f = forecast_host(HOST, series(values), SCREEN, OomSettings())
-    assert f.risk is risk
-    assert words in f.reason and f.reason.startswith("host memory")
-
-
-def test_host_keys_round_trip_and_never_count_as_gpu_pressure() -> None:
-    assert HOST.key == "i-leak/host" and GpuRef.parse_key("asg:train", HOST.key) == HOST
-    assert instance_of("i-leak/host") == "i-leak" == instance_of("i-leak/gpu3")
-    at_risk = forecast_host(HOST, series([95.0] * MINUTES), SCREEN, OomSettings())
-    assert group_pressure([at_risk], {"asg:train": 1}, OomSettings(pressure_share=0.1)) == {}
 
 
 class FakeCloudWatch:

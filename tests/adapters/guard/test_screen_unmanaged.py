@@ -58,7 +58,7 @@ class FakeCloudWatch:
     def _values(self, name: str, stat: str, d: dict[str, str]) -> list[float]:
         iid = d[schema.DIM_INSTANCE_ID]
         if name == schema.HOST_MEMORY_USED_PERCENT.name:
-            return []  # hosts below 70 %: no own host series (tests/unit/guard/test_host_memory.py)
+            return []  # hosts below 70 %: no own host series (tests/adapters/guard/test_host_memory.py)
         gpus = self.memory.get(iid, [])
         if schema.DIM_GPU_INDEX in d:
             g = int(d[schema.DIM_GPU_INDEX])

@@ -14,7 +14,7 @@ import pytest
 
 from gpufleet.notify.slack import SlackConfig, SlackFailed, SlackPoster, SlackTimedOut
 from rehearsal.slack import SlackReceiver, slack_receiver
-from tests.unit.notify.hanging_slack import hanging_slack
+from tests.adapters.notify.hanging_slack import hanging_slack
 
 PAYLOAD = {"text": "asg:train: scaled 4 -> 6", "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": "x"}}]}
 

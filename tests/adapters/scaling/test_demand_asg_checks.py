@@ -7,19 +7,24 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from gpufleet.aws.fleet import _asg_observation
+from gpufleet.aws.groups.asg import asg_observation as _asg_observation
 from gpufleet.domain.models import Action, GroupState
 from gpufleet.domain.nodes import NodeShape
 from gpufleet.kubernetes.pods import ClusterPods, WaitingPod
 from gpufleet.policy.fleet import DemandSource, GroupSettings, KubernetesDemand, QueueDemand
 from gpufleet.scaling.core import decide_reconcile
 from gpufleet.scaling.demand_source import DemandReader
+from tests.adapters.scaling.wiring import Pods, shapes
 
 NOW = datetime(2026, 11, 26, 9, 0, tzinfo=UTC)
 PODS = GroupSettings(
     min=0, scale_in_cooldown_s=0, scale_out_cooldown_s=0, demand=DemandSource(kubernetes=KubernetesDemand())
 )
 TAGS = [{"Key": "kubernetes.io/cluster/ml", "Value": "owned"}]
+
+
+def g5(cluster: str, name: str) -> NodeShape:
+    return NodeShape(gpus=4, name="g5.12xlarge")
 
 
 def described(name: str, weights: tuple[str, ...], desired: int, *ids: str) -> dict[str, Any]:
@@ -49,7 +54,7 @@ class Told:
         self.lines.append((message, extra or {}))
 
 
-def reader(pods: ClusterPods, logger: Told, shape: Any = None) -> tuple[DemandReader, list[str]]:
+def reader(pods: ClusterPods, logger: Told, shape: Any = None, type_gpus: Any = None) -> tuple[DemandReader, list[str]]:
     listed: list[str] = []
 
     def cluster_pods(cluster: str, resources: Any, nodes: Any = None, **_: Any) -> ClusterPods:
@@ -59,10 +64,11 @@ def reader(pods: ClusterPods, logger: Told, shape: Any = None) -> tuple[DemandRe
     found = DemandReader(
         sqs=None,
         cloudwatch=None,
-        cluster_pods=cluster_pods,
-        node_shape=shape or (lambda *a, **k: NodeShape(gpus=4, name="g5.12xlarge")),
+        cluster_pods=Pods(cluster_pods),
+        groups=shapes(g5, shape or (lambda name, tell: NodeShape(gpus=4, name="g5.12xlarge"))),
         instances_of=lambda names: {},
         logger=logger,  # type: ignore[arg-type]
+        type_gpus=type_gpus,
     )
     return found, listed
 
@@ -99,8 +105,8 @@ def test_an_unweighted_group_is_read_as_before() -> None:
 
 
 def test_what_a_self_managed_asgs_tags_say_unused_is_told_once() -> None:
-    def shape(cluster: str, name: str, *extra: Any, **kw: Any) -> NodeShape:
-        kw["tell"]("ASG u: k8s.io/cluster-autoscaler/node-template/taint/x='y': no taint")
+    def shape(name: str, tell: Any) -> NodeShape:
+        tell("ASG u: k8s.io/cluster-autoscaler/node-template/taint/x='y': no taint")
         return NodeShape(gpus=4, name="g5.12xlarge")
 
     told = Told()
@@ -120,7 +126,7 @@ def test_an_asgs_gpus_per_node_are_never_guessed_from_the_instances_it_runs() ->
     needs demand.gpus_per_node, as validate-policy says; a HyperPod group's comes from its one type."""
     queue = GroupSettings(demand=DemandSource(sqs=QueueDemand(queue_url="https://sqs/q")))
     one = described("lt", (), 1, "i-1") | {"MixedInstancesPolicy": {}}
-    demand = reader(ClusterPods(cluster="ml"), Told())[0]
-    demand.type_gpus = lambda types: 4.0  # EC2 would say g5.12xlarge has 4: not asked for an ASG
+    # EC2 would say g5.12xlarge has 4: not asked for an ASG
+    demand = reader(ClusterPods(cluster="ml"), Told(), type_gpus=lambda types: 4.0)[0]
     [(seen, _)] = demand.attach([(_asg_observation(one), queue)], NOW)
     assert seen.demand is not None and "set demand.gpus_per_node" in str(seen.demand.unreadable)

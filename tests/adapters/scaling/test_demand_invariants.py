@@ -14,11 +14,11 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from gpufleet.domain.errors import ClusterUnreadable
+from gpufleet.domain.kinds import GroupKind
 from gpufleet.domain.models import (
     Action,
     Demand,
     Direction,
-    GroupKind,
     GroupObservation,
     GroupRef,
     GroupState,
@@ -40,6 +40,8 @@ from gpufleet.scaling.core import decide_reconcile, decide_request
 from gpufleet.scaling.demand import NodeShape, pack
 from gpufleet.scaling.demand_share import Sharer, split_backlog
 from gpufleet.scaling.demand_source import DemandReader
+from tests.adapters.scaling.wiring import Pods, shapes
+from tests.profiles import examples
 
 NOW = datetime(2026, 11, 26, 9, 0, tzinfo=UTC)
 QUIET = Logger(service="test", level="CRITICAL")
@@ -242,7 +244,7 @@ def _ffd(sizes: list[float], gpn: float, free: list[float], booting: int) -> int
     return new
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(
     st.lists(st.sampled_from([0.5, 1.0, 2.0, 3.0, 4.0, 8.0, 16.0]), max_size=40),
     st.sampled_from([1.0, 4.0, 8.0]),
@@ -309,8 +311,8 @@ def test_one_sources_failure_is_its_groups_alone_and_every_group_is_decided(
     reader = DemandReader(
         sqs=answers,
         cloudwatch=answers,
-        cluster_pods=answers.pods,
-        node_shape=lambda c, n: NodeShape(gpus=8),
+        cluster_pods=Pods(answers.pods),
+        groups=shapes(lambda c, n: NodeShape(gpus=8)),
         instances_of=lambda names: {},
         logger=QUIET,
     )

@@ -7,9 +7,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from gpufleet.domain.kinds import GroupKind
 from gpufleet.domain.models import (
     Action,
-    GroupKind,
     GroupObservation,
     GroupRef,
     GroupState,
@@ -22,6 +22,7 @@ from gpufleet.policy.fleet import Consolidation, DemandSource, GroupSettings, Ku
 from gpufleet.scaling.core import decide_reconcile
 from gpufleet.scaling.demand import NodeShape
 from gpufleet.scaling.demand_source import DemandReader
+from tests.adapters.scaling.wiring import Pods, shapes
 
 NOW = datetime(2026, 11, 27, 9, 0, tzinfo=UTC)
 PLAIN = GroupSettings(demand=DemandSource(kubernetes=KubernetesDemand()))
@@ -87,8 +88,8 @@ def attach(
     reader = DemandReader(
         sqs=None,
         cloudwatch=None,
-        cluster_pods=cluster_pods,
-        node_shape=lambda cluster, nodegroup: NodeShape(gpus=8),
+        cluster_pods=Pods(cluster_pods),
+        groups=shapes(lambda cluster, nodegroup: NodeShape(gpus=8)),
         instances_of=lambda names: {n: IDS[n] for n in names if n in IDS},
         logger=told or Told(),  # type: ignore[arg-type]
     )
@@ -154,10 +155,10 @@ def test_consolidation_switched_off_reopens_gpufleets_cordon_the_waiting_pod_wou
     reader = DemandReader(
         sqs=None,
         cloudwatch=None,
-        cluster_pods=lambda cluster, resources, nodes=NodeListing.NONE, **_: (
-            pods if nodes == "drained" else listing(None)
+        cluster_pods=Pods(
+            lambda cluster, resources, nodes=NodeListing.NONE, **_: pods if nodes == "drained" else listing(None)
         ),
-        node_shape=lambda cluster, nodegroup: NodeShape(gpus=8),
+        groups=shapes(lambda cluster, nodegroup: NodeShape(gpus=8)),
         instances_of=lambda names: {n: IDS[n] for n in names if n in IDS},
         logger=Told(),  # type: ignore[arg-type]
     )

@@ -11,12 +11,14 @@ from typing import Any
 import pytest
 from aws_lambda_powertools import Logger
 
-from gpufleet.domain.models import Action, GroupKind, GroupObservation, GroupRef, GroupState, InstanceObservation
+from gpufleet.domain.kinds import GroupKind
+from gpufleet.domain.models import Action, GroupObservation, GroupRef, GroupState, InstanceObservation
 from gpufleet.domain.nodes import NodeShape
 from gpufleet.kubernetes.pods import ClusterPods, Toleration, WaitingPod
 from gpufleet.policy.fleet import DemandSource, GroupSettings, KubernetesDemand
 from gpufleet.scaling.core import decide_reconcile
 from gpufleet.scaling.demand_source import DemandReader
+from tests.adapters.scaling.wiring import Pods, shapes
 
 NOW = datetime(2026, 11, 26, 9, 0, tzinfo=UTC)
 PODS = GroupSettings(
@@ -58,19 +60,21 @@ class Calls:
         self.listed.append(cluster)
         return self.pods
 
-    def node_shape(self, cluster: str, name: str, *extra: Any, **kind: Any) -> NodeShape:
-        self.tell = kind.pop("tell", None)  # where the shape tells its unused tags
-        self.shaped.append((cluster, name, *extra, *kind.values()))
-        if kind.get("kind") is GroupKind.ASG:  # what asg_node_shape makes of Cluster Autoscaler's tags
-            return NodeShape(gpus=4, taints=(TAINT,), labels=(("workload", "train"),), name="g5.12xlarge")
+    def managed(self, cluster: str, name: str) -> NodeShape:
+        self.shaped.append(("node group", cluster, name))
         return NodeShape(gpus=8, name="p4d.24xlarge")
+
+    def self_managed(self, name: str, tell: Any) -> NodeShape:
+        self.tell = tell  # where the shape tells its unused tags
+        self.shaped.append(("asg", name))  # what asg_node_shape makes of Cluster Autoscaler's tags
+        return NodeShape(gpus=4, taints=(TAINT,), labels=(("workload", "train"),), name="g5.12xlarge")
 
     def reader(self) -> DemandReader:
         return DemandReader(
             sqs=None,
             cloudwatch=None,
-            cluster_pods=self.cluster_pods,
-            node_shape=self.node_shape,
+            cluster_pods=Pods(self.cluster_pods),
+            groups=shapes(self.managed, self.self_managed),
             instances_of=lambda names: {n: self.nodes[n] for n in names if n in self.nodes},
             logger=Logger(service="test", level="CRITICAL"),
         )
@@ -93,7 +97,7 @@ def test_an_asg_tagged_for_the_cluster_shares_its_pod_listing_with_a_managed_nod
     pairs = [(asg("gpu-spot", OWNED), PODS), (managed("p4d"), PODS)]
     found = {o.ref.key: o for o, _ in calls.reader().attach(pairs, NOW)}
     assert calls.listed == ["ml"]  # one pod listing for the cluster, whatever the kinds of its groups
-    assert ("ml", "gpu-spot", GroupKind.ASG) in calls.shaped and ("ml", "p4d") in calls.shaped
+    assert ("asg", "gpu-spot") in calls.shaped and ("node group", "ml", "p4d") in calls.shaped
     spot, p4d = found["asg:gpu-spot"].demand, found["eks:ml/p4d"].demand
     assert spot is not None and p4d is not None
     assert [w.name for w in spot.waiting] == ["a/small"] and [w.name for w in p4d.waiting] == ["a/big"]

@@ -9,11 +9,13 @@ from datetime import UTC, datetime
 from aws_lambda_powertools import Logger
 from botocore.exceptions import ClientError
 
-from gpufleet.domain.models import GroupKind, GroupObservation, GroupRef, InstanceObservation
+from gpufleet.domain.kinds import GroupKind
+from gpufleet.domain.models import GroupObservation, GroupRef, InstanceObservation
 from gpufleet.kubernetes.pods import ClusterPods, WaitingPod
 from gpufleet.policy.fleet import DemandSource, GroupSettings, KubernetesDemand
 from gpufleet.scaling.demand import NodeShape
 from gpufleet.scaling.demand_source import DemandReader
+from tests.adapters.scaling.wiring import Pods, shapes
 
 NOW = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)
 SETTINGS = GroupSettings(demand=DemandSource(kubernetes=KubernetesDemand()))
@@ -34,8 +36,8 @@ def reader(pods: ClusterPods, instances_of: object) -> DemandReader:
     return DemandReader(
         sqs=None,
         cloudwatch=None,
-        cluster_pods=lambda cluster, resources, nodes=None, **_: pods,
-        node_shape=lambda cluster, nodegroup: SHAPES[nodegroup],
+        cluster_pods=Pods(lambda cluster, resources, nodes=None, **_: pods),
+        groups=shapes(lambda cluster, nodegroup: SHAPES[nodegroup]),
         instances_of=instances_of,  # type: ignore[arg-type]
         logger=Logger(service="test", level="CRITICAL"),
     )

@@ -13,10 +13,10 @@ import pytest
 from aws_lambda_powertools import Logger
 
 from gpufleet.domain.errors import ClusterUnreadable
+from gpufleet.domain.kinds import GroupKind
 from gpufleet.domain.models import (
     Action,
     Demand,
-    GroupKind,
     GroupObservation,
     GroupRef,
     GroupState,
@@ -36,6 +36,7 @@ from gpufleet.policy.fleet import (
 from gpufleet.scaling.core import decide_reconcile
 from gpufleet.scaling.demand import NodeShape, pack
 from gpufleet.scaling.demand_source import DemandReader
+from tests.adapters.scaling.wiring import Pods, shapes
 
 NOW = datetime(2026, 11, 26, 9, 0, tzinfo=UTC)
 QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/train-jobs"
@@ -105,11 +106,12 @@ def reader(**kw: Any) -> DemandReader:
         "sqs": FakeSqs(),
         "cloudwatch": None,
         "cluster_pods": lambda cluster, resources, nodes=None, **_: ClusterPods(cluster=cluster),
-        "node_shape": lambda cluster, nodegroup: NodeShape(gpus=8),
+        "groups": shapes(lambda cluster, nodegroup: NodeShape(gpus=8)),
         "instances_of": lambda names: {},
         "logger": QUIET,
     }
-    return DemandReader(**{**base, **kw})
+    merged = {**base, **kw}
+    return DemandReader(**{**merged, "cluster_pods": Pods(merged["cluster_pods"])})
 
 
 def decide(obs: GroupObservation, s: GroupSettings, state: GroupState | None = None) -> Any:

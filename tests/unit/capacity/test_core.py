@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from unittest import mock
 
 import pytest
 
-from gpufleet.capacity.classify import FailureClass, FailureSource, LaunchFailure, describe_failure
+from gpufleet.capacity.classify import FailureClass, FailureSource, LaunchFailure, describe_failure, eks_issue_id
 from gpufleet.capacity.core import (
     SpotState,
     fallback_change,
@@ -157,18 +158,12 @@ def test_cost_estimate_from_the_policys_price_table() -> None:
 
 def test_an_eks_health_issue_id_is_the_same_in_every_process() -> None:
     """Reproduced defect: the id was built with hash(message), which Python salts per process, so the
-    same node group health issue counted again after every cold start (and inflated the backoff)."""
-    import subprocess
-    import sys
-
-    code = (
-        "from datetime import datetime, UTC; from gpufleet.capacity.service import eks_issue_id; "
-        "print(eks_issue_id('Instances failed to join the kubernetes cluster', datetime(2026, 11, 23, 9, tzinfo=UTC)))"
-    )
-    ids = {
-        subprocess.run(
-            [sys.executable, "-c", code], env={"PYTHONHASHSEED": seed}, capture_output=True, text=True, check=True
-        ).stdout
-        for seed in ("1", "2", "3")
-    }
-    assert len(ids) == 1 and next(iter(ids)).startswith("eks-health:")
+    same node group health issue counted again after every cold start (and inflated the backoff). The id
+    is pinned: one built from anything salted per process could not equal it in every run, and hash()
+    is not called at all."""
+    message = "Instances failed to join the kubernetes cluster"
+    with mock.patch("builtins.hash", side_effect=AssertionError("hash() is salted per process")):
+        found = eks_issue_id(message, datetime(2026, 11, 23, 9, tzinfo=UTC))
+    assert found == "eks-health:a241da3559999dd7:2026112309"
+    assert eks_issue_id(message, datetime(2026, 11, 23, 9, 59, tzinfo=UTC)) == found  # the same hour: one failure
+    assert eks_issue_id(message, datetime(2026, 11, 23, 10, tzinfo=UTC)) != found

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from gpufleet.domain import defaults
-from gpufleet.domain.models import GroupKind, GroupObservation, GroupRef, MetricRef
+from gpufleet.domain.kinds import GroupKind
+from gpufleet.domain.models import GroupObservation, GroupRef, MetricRef
 from gpufleet.policy.fleet import parse_policy
 from gpufleet_node import schema
 from gpufleet_tools.doctor.core import AccountView, AlarmView, Finding, Level, Presence, diagnose, worst

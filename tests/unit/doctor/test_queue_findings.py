@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.domain.models import GroupKind, GroupObservation, GroupRef, InstanceObservation
+from gpufleet.domain.kinds import GroupKind
+from gpufleet.domain.models import GroupObservation, GroupRef, InstanceObservation
 from gpufleet.policy.fleet import parse_policy
 from gpufleet_tools.doctor.core import AccountView, DemandView, Finding, Level, Presence, diagnose
 from tests.unit.doctor.test_core import group

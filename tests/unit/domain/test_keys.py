@@ -1,5 +1,7 @@
 """Every DynamoDB key gpufleet builds from outside text is bounded, stable and keeps distinct inputs apart
-(issue 22 #1: a 246-character four-byte alarm name made an audit key DynamoDB refused, forever)."""
+(issue 22 #1: a 246-character four-byte alarm name made an audit key DynamoDB refused, forever). The pure
+builders here; those the adapters build (the group partition key, the decision sort key, the EKS request
+token) in tests/adapters/aws/test_keys.py, by the same check."""
 
 from __future__ import annotations
 
@@ -10,22 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpufleet.aws.audit import decision_sk
-from gpufleet.aws.state import group_pk
 from gpufleet.domain.keys import DIGEST_MARK, MAX_KEY_BYTES, bounded, joined, utf8_len
-from gpufleet.domain.models import Action, Decision, Trigger, TriggerKind
 from gpufleet.domain.notification import MAX_INCIDENT_KEY_BYTES, NotificationKind, Severity, note
-from gpufleet.scaling.execution import request_token
+from tests.profiles import examples
 
 AT = datetime(2026, 11, 23, 8, 12, tzinfo=UTC)
 ANY_TEXT = st.text(st.characters(codec="utf-8"), max_size=600) | st.text(st.sampled_from("a😀é#~h:"), max_size=600)
-
-
-def _decision(event_id: str, group: str = "asg:g") -> Decision:
-    trigger = Trigger(kind=TriggerKind.ALARM, name="a")
-    return Decision(
-        group=group, action=Action.HOLD, current=0, desired=0, reason="r", trigger=trigger, event_id=event_id, at=AT
-    )
+KEY_EXAMPLES = examples(150)  # per builder
 
 
 def _incident_key(group: str) -> str:
@@ -34,19 +27,12 @@ def _incident_key(group: str) -> str:
 
 
 BUILDERS: dict[str, tuple[Callable[[str], str], int]] = {
-    "group partition key": (group_pk, MAX_KEY_BYTES),
-    "decision sort key (alarm ARN / execution id)": (lambda t: decision_sk(_decision(t)), MAX_KEY_BYTES),
     "incident / silence sort key": (bounded, MAX_KEY_BYTES),
     "notification incident key": (_incident_key, MAX_INCIDENT_KEY_BYTES),
-    "EKS request token": (lambda t: request_token(t, "asg:g"), 64),
 }
 
 
-@pytest.mark.parametrize("name", sorted(BUILDERS))
-@settings(max_examples=150, deadline=None)
-@given(a=ANY_TEXT, b=ANY_TEXT)
-def test_every_key_builder_is_bounded_stable_and_injective(name: str, a: str, b: str) -> None:
-    build, limit = BUILDERS[name]
+def check_key_builder(build: Callable[[str], str], limit: int, a: str, b: str) -> None:
     key_a, key_b = build(a), build(b)
     assert utf8_len(key_a) <= limit and utf8_len(key_b) <= limit
     assert build(a) == key_a  # stable: a retry builds the same key
@@ -54,18 +40,15 @@ def test_every_key_builder_is_bounded_stable_and_injective(name: str, a: str, b:
         assert key_a != key_b  # distinct inputs stay distinct
 
 
-def test_a_key_that_fits_is_kept_and_a_long_one_keeps_its_readable_prefix() -> None:
-    assert group_pk("asg:train-spot") == "GROUP#asg:train-spot"
-    long_name = "asg:gpufleet-" + "😀" * 300
-    key = group_pk(long_name)
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+@settings(max_examples=KEY_EXAMPLES, deadline=None)
+@given(a=ANY_TEXT, b=ANY_TEXT)
+def test_every_key_builder_is_bounded_stable_and_injective(name: str, a: str, b: str) -> None:
+    check_key_builder(*BUILDERS[name], a, b)
+
+
+def test_a_short_text_that_looks_like_a_shortened_key_is_shortened_too() -> None:
+    """So it can never collide with one."""
+    key = bounded("GROUP#asg:gpufleet-" + "😀" * 300)
     assert key.startswith("GROUP#asg:gpufleet-😀") and DIGEST_MARK in key and utf8_len(key) <= MAX_KEY_BYTES
-    # A short text that looks like a shortened key is shortened too, so it can never collide with one.
     assert bounded(key) != key and joined("P#", "x") == "P#x"
-
-
-def test_the_old_builders_overflowed_as_the_probe_found() -> None:
-    """The ARN of an alarm named with the prefix and 246 four-byte characters, as the audit key had it."""
-    arn = "arn:aws:cloudwatch:us-east-1:123456789012:alarm:gpufleet-" + "\U0001d518" * 246
-    old_sk = f"DECISION#{AT.isoformat()}#{arn}@{AT.isoformat()}"
-    assert utf8_len(old_sk) > 1024  # what DynamoDB refused
-    assert utf8_len(decision_sk(_decision(f"{arn}@{AT.isoformat()}"))) <= 1024

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.domain.models import GroupKind, GroupRef
+from gpufleet.domain.kinds import GroupKind
+from gpufleet.domain.models import GroupRef
 from gpufleet.policy.fleet import PolicyError, Step, parse_policy
 
 TRAIN = GroupRef(kind=GroupKind.ASG, name="train-a")

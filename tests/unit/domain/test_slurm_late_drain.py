@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from gpufleet.aws.hyperpod import SlurmWord, late_drains
+from gpufleet.domain.slurm_report import SlurmWord, late_drains
 
 NOW = datetime(2026, 11, 27, 9, 30, tzinfo=UTC)
 

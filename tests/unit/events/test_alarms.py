@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from gpufleet.domain.errors import InvalidEvent, UnsupportedEvent
-from gpufleet.domain.models import AlarmState, Direction, GroupKind, GroupRef, MetricRef
+from gpufleet.domain.kinds import GroupKind
+from gpufleet.domain.models import AlarmState, Direction, GroupRef, MetricRef
 from gpufleet.events import EventKind, parse_event, parse_for
 from gpufleet.events.model import AlarmEvent, AlarmSource, ScheduleTick
 from gpufleet.policy.fleet import parse_policy

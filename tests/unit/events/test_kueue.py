@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from gpufleet.kubernetes.kueue import KueueObjects, kueue_demand
 from gpufleet.kubernetes.queued import QueuedDemand
 from rehearsal.kueue_objects import cluster_queue, local_queue, pod_set, resource_flavor, workload
+from tests.profiles import examples
 
 NOW = datetime(2026, 11, 27, 9, 0, tzinfo=UTC)
 GPU = "nvidia.com/gpu"
@@ -174,7 +175,7 @@ _keys = st.sampled_from([*_KEYS, "admission", "requeueState", "count", "template
 _doc = st.dictionaries(_keys, _json, max_size=5)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(
     st.lists(_doc | _json, max_size=3),
     st.lists(_doc | _json, max_size=2),
@@ -211,7 +212,7 @@ _PATHS = [
 ]
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(st.sampled_from(_PATHS), _json)
 def test_one_field_of_a_real_document_replaced_by_anything_never_raises(
     path: tuple[str, tuple[Any, ...]], junk: Any

@@ -17,6 +17,7 @@ from gpufleet.kubernetes import volcano
 from gpufleet.kubernetes.queued import QueuedDemand
 from gpufleet.kubernetes.volcano import VolcanoObjects, _Task, task_counts, volcano_demand
 from rehearsal.volcano_objects import podgroup, podgroup_of, task, vcjob
+from tests.profiles import examples
 
 NOW = datetime(2026, 11, 27, 9, 30, tzinfo=UTC)
 GPUS_8 = {"nvidia.com/gpu": "32", "requests.nvidia.com/gpu": "32", "cpu": "64", "pods": "4", "count/pods": "4"}
@@ -189,7 +190,7 @@ def _real() -> tuple[dict[str, Any], dict[str, Any]]:
     return podgroup_of(job), job
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(_doc | _json, max_size=3), st.one_of(st.none(), st.lists(_doc | _json, max_size=3)))
 def test_no_document_shape_raises(podgroups: list[Any], jobs: list[Any] | None) -> None:
     pg, job = _real()
@@ -220,7 +221,7 @@ _PATHS = [
 ]
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(st.sampled_from(_PATHS), _json)
 def test_one_field_of_a_real_document_replaced_by_anything_never_raises(
     path: tuple[str, tuple[Any, ...]], junk: Any

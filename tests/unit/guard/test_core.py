@@ -22,6 +22,7 @@ from gpufleet.guard.core import (
     health_findings,
     rising,
 )
+from tests.profiles import examples
 
 NOW = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)
 GPU = GpuRef(group="asg:train", instance_id="i-1", gpu_index=0)
@@ -99,7 +100,7 @@ def test_level_thresholds_on_a_flat_series(used: float, risk: Risk) -> None:
     assert forecast_gpu(series([pct(used)] * 10), NOW, S).risk is risk
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     start=st.floats(min_value=1, max_value=89.9),
     drops=st.lists(st.floats(min_value=0, max_value=3), min_size=3, max_size=30),
@@ -112,7 +113,7 @@ def test_a_non_increasing_series_below_warning_never_fires(start: float, drops: 
     assert forecast_gpu(series([pct(start), *values]), NOW, S).risk is Risk.OK
 
 
-@settings(max_examples=100, deadline=None)
+@settings(deadline=None)
 @given(
     level=st.floats(min_value=1, max_value=88.4),
     noise=st.floats(min_value=0, max_value=1.5),

@@ -19,6 +19,7 @@ from gpufleet.guard.core import (
     next_guard_state,
 )
 from gpufleet.policy.guard import HealthSettings
+from tests.profiles import examples
 
 S = HealthSettings(replace_unhealthy=True)
 G = "asg:infer"
@@ -81,7 +82,7 @@ FAULTS = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     shared=st.lists(st.tuples(st.sampled_from(["i-a", "i-b", "i-c"]), st.integers(0, 3), FAULTS), max_size=6),
     forged=st.lists(st.tuples(st.sampled_from(["i-a", "i-b", "i-c"]), st.integers(0, 3), FAULTS), max_size=6),

@@ -1,8 +1,12 @@
-"""R1 (HIGH): a PodGroup not owned by a Volcano Job (Kubeflow MPIJob / PyTorchJob with Volcano gang
-scheduling: a CPU launcher + 4 x 8-GPU workers; or a 403 on batch.volcano.sh jobs, which is silently
-optional) is read from minResources spread EVENLY over minMember: 32 GPUs / 5 pods -> 5 pods of 7 GPUs
-(6.4 rounded up). On 8-GPU nodes that is 5 nodes, not 4: one p5 over-launched, and at max 4 the gang
-is refused forever ("needs 5 nodes, its max is 4") although it fits."""
+"""A PodGroup's minResources is not spread evenly over minMember: a CPU launcher and 4 x 8-GPU workers need 4
+nodes, not 5.
+
+The defect it reproduced: a PodGroup not owned by a Volcano Job (Kubeflow MPIJob / PyTorchJob with Volcano
+gang scheduling: a CPU launcher + 4 x 8-GPU workers; or a 403 on batch.volcano.sh jobs, which is silently
+optional) is read from minResources spread EVENLY over minMember: 32 GPUs / 5 pods -> 5 pods of 7 GPUs (6.4
+rounded up). On 8-GPU nodes that is 5 nodes, not 4: one p5 over-launched, and at max 4 the gang is refused
+forever ("needs 5 nodes, its max is 4") although it fits. (Found by the independent review of issue 32,
+queued jobs and gangs: reproduced on the first version, passing since its fix.)"""
 
 from __future__ import annotations
 

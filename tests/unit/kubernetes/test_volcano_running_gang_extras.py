@@ -1,9 +1,13 @@
-"""R5 (MED): every waiting pod with Volcano's `scheduling.k8s.io/group-name` annotation keeps its gang key
-even when its PodGroup is NOT counted (Running: minMember already met; Unknown). Volcano starts a Running
-gang's extra replicas (replicas > minMember, elastic) one by one - they are not all-or-nothing - but
-gpufleet treats them as a gang: at max they are refused whole ("none launched for it") instead of getting
-the room there is, and their waiting makes `partial_launch` give back unrelated launches. Correct: only a
-COUNTED gang's pods are a gang; the pods of a PodGroup that is Running are pods on their own."""
+"""The extra replicas of a Running Volcano gang are pods on their own, not all-or-nothing.
+
+The defect it reproduced: every waiting pod with Volcano's `scheduling.k8s.io/group-name` annotation keeps
+its gang key even when its PodGroup is NOT counted (Running: minMember already met; Unknown). Volcano starts
+a Running gang's extra replicas (replicas > minMember, elastic) one by one - they are not all-or-nothing -
+but gpufleet treats them as a gang: at max they are refused whole ("none launched for it") instead of
+getting the room there is, and their waiting makes `partial_launch` give back unrelated launches. Correct:
+only a COUNTED gang's pods are a gang; the pods of a PodGroup that is Running are pods on their own. (Found
+by the independent review of issue 32, queued jobs and gangs: reproduced on the first version, passing since
+its fix.)"""
 
 from __future__ import annotations
 

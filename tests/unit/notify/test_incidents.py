@@ -24,6 +24,7 @@ from gpufleet.notify.incidents import (
 )
 from gpufleet.notify.render import render_slack
 from gpufleet.policy.notify import FlapDamping, Grouping
+from tests.profiles import examples
 
 T0 = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
 GROUPING = Grouping()  # 30 s wait, 5 min interval, 4 h repeat
@@ -315,7 +316,7 @@ events = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(events=events, tick_s=st.sampled_from([10, 60, 300]))
 def test_posts_are_paced_and_nothing_is_left_unsaid(events: list[tuple[int, bool, Severity]], tick_s: int) -> None:
     """Whatever arrives: no post before the group wait, posts at least a group interval apart, and

@@ -20,6 +20,7 @@ from gpufleet.notify.incidents import (
     plan_delivery,
 )
 from gpufleet.notify.render import MAYBE_DUPLICATE, render_slack
+from tests.profiles import examples
 from tests.unit.notify.test_incidents import FLAP, GROUPING, at, fold, note
 
 REPEAT_S = GROUPING.repeat_interval_s
@@ -118,7 +119,7 @@ def test_an_attempt_that_died_while_posting_counts_as_unanswered() -> None:
     assert plan_delivery(lost, at(260), GROUPING, FLAP).delivery is None  # held
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(outcomes=st.lists(st.sampled_from(["ok", "timeout", "5xx"]), min_size=1, max_size=300))
 def test_posts_that_may_have_landed_are_bounded_by_the_repeat_interval(outcomes: list[str]) -> None:
     """Whatever Slack answers at each minute's sweep: between two confirmed posts, at most two posts

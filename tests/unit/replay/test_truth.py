@@ -1,17 +1,17 @@
 """The replay tells the truth: pods no node can hold are counted and shown, a baseline that cannot start
-at the given bounds is marked and not compared, and the plot's pending panel scales to the ranked runs."""
+at the given bounds is marked and not compared. The plot's pending panel and `gpufleet replay`'s output:
+tests/adapters/replay/test_truth_outputs.py."""
 
 from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
+from functools import cache
 
 import pytest
 
 from gpufleet_tools.replay.baselines import oracle
 from gpufleet_tools.replay.model import Pod, ReplayOptions, RunName, RunOutcome, RunResult, Timeline, Trace
-from gpufleet_tools.replay.plot import legend_label, pending_limit
 from gpufleet_tools.replay.policy import Workload, recommended_policy
 from gpufleet_tools.replay.report import (
     STALL_MINUTES,
@@ -69,6 +69,12 @@ def test_the_oracle_does_not_count_a_pod_bigger_than_a_node_as_demand() -> None:
     assert out.result.gpu_hours_used == 0 and out.result.node_hours == 0
 
 
+@cache
+def _late_comparison(min_nodes: int) -> Comparison:
+    """The late trace compared at `min_nodes` (once: tests read it, none changes it)."""
+    return _compare(_late_trace(), min_nodes=min_nodes)
+
+
 def _late_trace() -> Trace:
     """Nothing runs at minute 0, so at min 0 the fleet starts empty."""
     trace = bursty_trace(random.Random(13), days=1)
@@ -81,7 +87,7 @@ def _late_trace() -> Trace:
 
 
 def test_target_tracking_at_min_zero_cannot_start_and_is_marked_not_ranked() -> None:
-    c = _compare(_late_trace(), min_nodes=0)
+    c = _late_comparison(0)
     assert c.initial_nodes == 0
     tt = c.result(RunName.ASG_TARGET_TRACKING)
     assert tt.node_hours == 0  # served nothing: the cheapest row, which is why it must not be ranked
@@ -96,12 +102,12 @@ def test_target_tracking_at_min_zero_cannot_start_and_is_marked_not_ranked() -> 
 
 
 def test_at_min_one_target_tracking_is_ranked() -> None:
-    c = _compare(_late_trace(), min_nodes=1)
+    c = _late_comparison(1)
     assert all(r.result.not_ranked is None for r in c.runs)
 
 
 def test_a_goal_against_a_run_that_could_not_start_is_not_compared() -> None:
-    c = _compare(_late_trace(), min_nodes=0)
+    c = _late_comparison(0)
     runs = tuple(
         r.model_copy(update={"result": r.result.model_copy(update={"not_ranked": "cannot start at min 0: x"})})
         if r.result.name == RunName.CLUSTER_AUTOSCALER
@@ -151,21 +157,6 @@ def _outcome(name: str, pending: list[float], not_ranked: str | None = None) -> 
     return RunOutcome(result=result, timeline=_timeline([1] * len(pending), pending))
 
 
-def test_the_pending_panel_ignores_a_run_that_is_not_ranked_and_labels_it_clipped() -> None:
-    runs = [
-        _outcome("gpufleet", [0.0, 10.0, 4.0]),
-        _outcome("cluster-autoscaler", [0.0, 20.0, 0.0]),
-        _outcome("asg-target-tracking", [50.0, 900.0, 2000.0], "cannot start at min 0: no metric without capacity"),
-    ]
-    limit = pending_limit(runs)
-    assert limit == pytest.approx(22.0)  # the ranked runs' highest, with headroom: not 2,000
-    assert legend_label(runs[0], limit) == "gpufleet"
-    assert legend_label(runs[2], limit) == (
-        "asg-target-tracking (not ranked: cannot start at min 0: no metric without capacity; clipped)"
-    )
-    assert pending_limit(runs[:2]) is None  # every run ranked: matplotlib scales as before
-
-
 def test_the_table_has_drained_and_undrained_columns() -> None:
     r = _outcome("gpufleet", [0.0]).result.model_copy(update={"nodes_drained": 7, "nodes_undrained": 2})
     head, _, row = table([r], 1.0)
@@ -173,20 +164,3 @@ def test_the_table_has_drained_and_undrained_columns() -> None:
     values = [c.strip() for c in row.split("|")]
     assert values[cells.index("drained")] == "7" and values[cells.index("undrained")] == "2"
     assert STALL_MINUTES >= 30  # a controller that answers waiting work launches well within it
-
-
-def test_gpufleet_replay_prints_the_pods_that_never_fit(
-    v2023_csv: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from gpufleet_tools.cli import main
-
-    trace, out = tmp_path / "pods.csv", tmp_path / "out"
-    trace.write_text(v2023_csv)
-    args = ["replay", "--trace", str(trace), "--out", str(out), "--no-progress", "--gpus-per-node", "4"]
-    assert main(args) == 0
-    printed = capsys.readouterr().out
-    assert "\n1 pods never fit a node of 4 GPUs (" in printed  # the 8-GPU pod: counted, not dropped
-    doc = json.loads((out / "report.json").read_text())
-    assert doc["pods"] == 3 and doc["never_fit"]["pods"] == 1
-    assert doc["never_fit"]["gpu_hours"] == round(8 * 120 / 60, 2)  # 7,200 s of 8 GPUs
-    assert (out / "capacity.png").exists()

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from gpufleet.domain import defaults
-from gpufleet.domain.models import Direction, GroupKind, GroupObservation, GroupRef, MetricRef
+from gpufleet.domain.kinds import GroupKind
+from gpufleet.domain.models import Direction, GroupObservation, GroupRef, MetricRef
 from gpufleet.policy.fleet import parse_policy
 from gpufleet_node import schema
 from gpufleet_tools.alarm_specs import cloudformation, put_metric_alarm_args, scaling_alarms

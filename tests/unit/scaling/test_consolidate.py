@@ -10,10 +10,10 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpufleet.domain.kinds import GroupKind
 from gpufleet.domain.models import (
     Action,
     Demand,
-    GroupKind,
     GroupObservation,
     GroupRef,
     GroupState,
@@ -27,6 +27,7 @@ from gpufleet.policy.fleet import Consolidation, GroupSettings, Owner, TargetBan
 from gpufleet.scaling.consolidate import plan_marks
 from gpufleet.scaling.core import decide_reconcile
 from gpufleet.scaling.demand import pack, waiting_sizes
+from tests.profiles import examples
 
 NOW = datetime(2026, 11, 27, 9, 0, tzinfo=UTC)
 REF = GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster="ml", name="gpu")
@@ -179,7 +180,7 @@ def _observed(nodes: list[tuple[float, NodeMark]], waiting: list[float]) -> Grou
     return group([node(k, h, m) for k, (h, m) in enumerate(nodes)], items)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(NODES, WAITING, SHARE)
 def test_nothing_is_removed_while_it_runs_work(
     nodes: list[tuple[float, NodeMark]], waiting: list[float], share: float
@@ -193,7 +194,7 @@ def test_nothing_is_removed_while_it_runs_work(
     assert not set(d.victims) & set(d.drain)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(NODES, WAITING, SHARE)
 def test_never_more_than_the_share_of_nodes_with_work_drains(
     nodes: list[tuple[float, NodeMark]], waiting: list[float], share: float
@@ -211,7 +212,7 @@ def test_never_more_than_the_share_of_nodes_with_work_drains(
     assert not set(d.drain) & {i.instance_id for i in obs.instances if i.mark is NodeMark.OTHER}
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(NODES, WAITING.filter(bool))
 def test_a_drained_node_waiting_work_fits_is_reopened_before_any_launch(
     nodes: list[tuple[float, NodeMark]], waiting: list[float]

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpufleet.domain.kinds import GroupKind
 from gpufleet.domain.models import (
     Action,
     AlarmState,
     Direction,
-    GroupKind,
     GroupObservation,
     GroupRef,
     GroupState,
@@ -31,6 +31,7 @@ from gpufleet.scaling.core import (
     effective_bounds,
     window_is_open,
 )
+from tests.profiles import examples
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 REF = GroupRef(kind=GroupKind.ASG, name="train")
@@ -333,7 +334,7 @@ def _bounds_ok(d_desired: int, obs: GroupObservation, s: GroupSettings, now: dat
     return b.min <= d_desired <= b.max
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(fleet_states(), st.sampled_from(list(Direction)), st.sampled_from(list(AlarmState)))
 def test_alarm_decisions_stay_in_bounds_and_only_take_idle_victims(fs, direction, alarm_state) -> None:  # type: ignore[no-untyped-def]
     obs, s = fs
@@ -350,7 +351,7 @@ def test_alarm_decisions_stay_in_bounds_and_only_take_idle_victims(fs, direction
         assert d.action is Action.HOLD
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     fleet_states(),
     st.lists(
@@ -384,7 +385,7 @@ def test_any_event_order_keeps_capacity_in_bounds(fs, events) -> None:  # type: 
     assert obs.desired <= max(b.max, fs[0].desired)  # never grown past max
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(fleet_states(), st.integers(0, 30), st.integers(0, 900), st.integers(0, 900))
 def test_target_changes_hold_bounds_and_cooldowns(fs, target, since_out, since_in) -> None:  # type: ignore[no-untyped-def]
     """Another controller's change (the spot fallback) stays inside the effective bounds, waits for the
@@ -451,7 +452,7 @@ def test_an_in_service_node_without_gpu_metrics_yet_is_still_booting() -> None:
     hi=st.integers(1, 20),
     minutes=st.integers(0, 20),
 )
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 def test_one_signal_never_launches_more_than_one_step_over_what_is_booting(
     serving: int, pending: int, step: int, hi: int, minutes: int
 ) -> None:

@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from gpufleet.domain.kinds import GroupKind
 from gpufleet.domain.models import (
     Action,
-    GroupKind,
     GroupObservation,
     GroupRef,
     GroupState,

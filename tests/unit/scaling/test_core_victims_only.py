@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpufleet.domain.kinds import GroupKind
 from gpufleet.domain.models import (
     Action,
     Decision,
     Direction,
-    GroupKind,
     GroupObservation,
     GroupRef,
     GroupState,
@@ -30,6 +30,7 @@ from gpufleet.scaling.core import (
     decide_request,
     decide_target,
 )
+from tests.profiles import examples
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 REF = GroupRef(kind=GroupKind.HYPERPOD, cluster="slurm-a", name="gpu-workers")
@@ -143,7 +144,7 @@ def test_a_replacement_gone_is_given_back_by_an_idle_victim_not_a_lower_count() 
 UTIL = st.one_of(st.none(), st.sampled_from([0.0, 3.0, 50.0, 99.0]))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     utils=st.lists(UTIL, min_size=0, max_size=6),
     lo=st.integers(0, 6),

@@ -6,16 +6,16 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpufleet.aws.eks_shape import allocatable, instance_type, shape_labels
 from gpufleet.domain.nodes import NodeShape
 from gpufleet.kubernetes.pods import SelectorTerm, Toleration, WaitingPod, cluster_pods, waiting_pods
 from gpufleet.scaling.fit import assign, fits, misfit, usable
+from tests.profiles import examples
 
 PODS: list[dict[str, Any]] = json.loads(
     (Path(__file__).parents[2] / "fixtures" / "kubernetes" / "pods-fit.json").read_text()
@@ -24,29 +24,37 @@ GIB = 2**30
 GPU_TAINT = (("nvidia.com/gpu", "true", "NoSchedule"),)
 
 
-def _item(name: str, vcpus: int, mib: int, gpus: int, gpu: str, gpu_mib: int, enis: int, ips: int) -> dict[str, Any]:
-    """A DescribeInstanceTypes item as EC2 writes it (the fields a shape reads)."""
-    return {
-        "InstanceType": name,
-        "VCpuInfo": {"DefaultVCpus": vcpus},
-        "MemoryInfo": {"SizeInMiB": mib},
-        "ProcessorInfo": {"SupportedArchitectures": ["x86_64"]},
-        "GpuInfo": {
-            "Gpus": [{"Count": gpus, "Manufacturer": "NVIDIA", "Name": gpu, "MemoryInfo": {"SizeInMiB": gpu_mib}}]
-        },
-        "NetworkInfo": {
-            "DefaultNetworkCardIndex": 0,
-            "Ipv4AddressesPerInterface": ips,
-            "NetworkCards": [{"NetworkCardIndex": 0, "MaximumNetworkInterfaces": enis}],
-        },
-    }
+class Machine(NamedTuple):
+    """An instance type as the EKS shape adapter describes it from DescribeInstanceTypes (gpufleet.aws.eks_shape:
+    its labels, and its allocatable with a 20 GiB disk); tests/adapters/scaling/test_fit_shapes.py holds
+    these equal to what the adapter computes."""
+
+    name: str
+    gpus: int
+    labels: dict[str, str]
+    allocatable: dict[str, float]
 
 
-G5_XLARGE = instance_type(_item("g5.xlarge", 4, 16384, 1, "A10G", 22888, 4, 15))
-G5_12XLARGE = instance_type(_item("g5.12xlarge", 48, 196608, 4, "A10G", 22888, 8, 30))
+A10G_LABELS = {
+    "nvidia.com/gpu.present": "true",
+    "nvidia.com/gpu.memory": "22888",
+    "nvidia.com/gpu.product": "NVIDIA-A10G",
+}
+G5_XLARGE = Machine(
+    "g5.xlarge",
+    1,
+    {"nvidia.com/gpu.count": "1", **A10G_LABELS},
+    {"cpu": 3.92, "memory": 15623237140.48, "pods": 58.0, "ephemeral-storage": 18253611008.0, "nvidia.com/gpu": 1.0},
+)
+G5_12XLARGE = Machine(
+    "g5.12xlarge",
+    4,
+    {"nvidia.com/gpu.count": "4", **A10G_LABELS},
+    {"cpu": 47.81, "memory": 196902398197.76, "pods": 234.0, "ephemeral-storage": 18253611008.0, "nvidia.com/gpu": 4.0},
+)
 
 
-def shape(t: Any = G5_XLARGE, group: str = "gpu-infer", zones: tuple[str, ...] = ("us-east-1a",)) -> NodeShape:
+def shape(t: Machine = G5_XLARGE, group: str = "gpu-infer", zones: tuple[str, ...] = ("us-east-1a",)) -> NodeShape:
     labels = {
         "eks.amazonaws.com/nodegroup": group,
         "eks.amazonaws.com/capacityType": "ON_DEMAND",
@@ -54,14 +62,14 @@ def shape(t: Any = G5_XLARGE, group: str = "gpu-infer", zones: tuple[str, ...] =
         "kubernetes.io/os": "linux",
         "node.kubernetes.io/instance-type": t.name,
         "topology.kubernetes.io/region": "us-east-1",
-        **shape_labels(t),
+        **t.labels,
         **({"topology.kubernetes.io/zone": zones[0]} if len(zones) == 1 else {}),
     }
     return NodeShape(
         gpus=t.gpus,
         labels=tuple(sorted(labels.items())),
         taints=GPU_TAINT,
-        allocatable=allocatable(t, disk_gib=20),
+        allocatable=t.allocatable,
         zones=zones,
         name=t.name,
     )
@@ -230,7 +238,7 @@ _shapes = st.dictionaries(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     st.lists(_pods, max_size=25, unique_by=lambda p: p.name),
     _shapes,

@@ -1,12 +1,15 @@
-"""R4 (MED): at max, `gangs.plan` takes a gang counting an existing idle node as the gang's, then lets
-pods on their own fill the rest of the room from the same packing. Room 2, one idle 8-GPU node, a gang
-of 3 x 8 GPUs and one single 8-GPU pod: the plan launches 2 (3 nodes for 4 pods). The default scheduler
-binds the single at once to the idle node (gpufleet cannot reserve it), the gang gets 2 of its 3 nodes
-and never starts; desired == listed so no partial give-back fires, and with work waiting nothing is
-released: 2 idle p5 nodes are billed until something else ends. Correct: when capped, a taken gang's
-nodes must not lean on free capacity that work launched for in the same plan also needs (either the
-capacity covers gang + singles, or the gang is refused / the singles get only what is left after the
-gang's own new nodes)."""
+"""At max, a gang taken with pods on their own gets capacity for both, or is refused.
+
+The defect it reproduced: at max, `gangs.plan` takes a gang counting an existing idle node as the gang's,
+then lets pods on their own fill the rest of the room from the same packing. Room 2, one idle 8-GPU node, a
+gang of 3 x 8 GPUs and one single 8-GPU pod: the plan launches 2 (3 nodes for 4 pods). The default scheduler
+binds the single at once to the idle node (gpufleet cannot reserve it), the gang gets 2 of its 3 nodes and
+never starts; desired == listed so no partial give-back fires, and with work waiting nothing is released: 2
+idle p5 nodes are billed until something else ends. Correct: when capped, a taken gang's nodes must not lean
+on free capacity that work launched for in the same plan also needs (either the capacity covers gang +
+singles, or the gang is refused / the singles get only what is left after the gang's own new nodes). (Found
+by the independent review of issue 32, queued jobs and gangs: reproduced on the first version, passing since
+its fix.)"""
 
 from __future__ import annotations
 

@@ -1,20 +1,23 @@
-"""R3 (MED-HIGH): `gangs.partial_launch` says "a gang's launch came in part" whenever ANY gang waits now
-and desired > listed 10 min after the last scale-out - whatever that scale-out was for. A scale-out for
-pods on their own that EC2 only half filled (p5 InsufficientInstanceCapacity: the ASG keeps retrying,
-which is what those pods want) is cancelled, and idle nodes removed, the moment any gang shows up - even
-one that arrived a minute ago, or a 1-member Volcano PodGroup (every pod with schedulerName volcano gets
-one). Then gangs rest 10 min, singles re-launch, and it repeats: flapping desired every ~10 min.
-Correct: give back only the launch that was made FOR a gang (record the gang keys / count in the state
-at scale-out), and never for a gang that started waiting after that scale-out."""
+"""A partial launch is given back only when it was made for a gang that waited before it.
+
+The defect it reproduced: `gangs.partial_launch` says "a gang's launch came in part" whenever ANY gang waits
+now and desired > listed 10 min after the last scale-out - whatever that scale-out was for. A scale-out for
+pods on their own that EC2 only half filled (p5 InsufficientInstanceCapacity: the ASG keeps retrying, which
+is what those pods want) is cancelled, and idle nodes removed, the moment any gang shows up - even one that
+arrived a minute ago, or a 1-member Volcano PodGroup (every pod with schedulerName volcano gets one). Then
+gangs rest 10 min, singles re-launch, and it repeats: flapping desired every ~10 min. Correct: give back
+only the launch that was made FOR a gang (record the gang keys / count in the state at scale-out), and never
+for a gang that started waiting after that scale-out. (Found by the independent review of issue 32, queued
+jobs and gangs: reproduced on the first version, passing since its fix.)"""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from gpufleet.domain.kinds import GroupKind
 from gpufleet.domain.models import (
     Action,
     Demand,
-    GroupKind,
     GroupObservation,
     GroupRef,
     GroupState,

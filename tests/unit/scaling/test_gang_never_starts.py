@@ -1,19 +1,22 @@
-"""R7 (MED): a counted gang that does NOT start although all its nodes are up and idle (Volcano: the
-PodGroup's Queue `capability` is used up - documented as a known limit, Queues are not read; a Queue
-closed; Kueue: a Workload held by a namespaceSelector the reader does not model) keeps its nodes forever:
-the give-back only fires when desired > listed (EC2 did not start some), and with work waiting
-`demand_release` never runs. Two idle p5 nodes billed with no end, and nothing told. Correct: a gang
-still waiting GANG_LAUNCH_TIMEOUT_S after all the nodes it was launched for are up and idle is not
-node-bound: stop counting it (tell why) and give the idle nodes back."""
+"""A gang that never starts on its idle nodes stops being counted and its nodes are given back.
+
+The defect it reproduced: a counted gang that does NOT start although all its nodes are up and idle
+(Volcano: the PodGroup's Queue `capability` is used up - documented as a known limit, Queues are not read; a
+Queue closed; Kueue: a Workload held by a namespaceSelector the reader does not model) keeps its nodes
+forever: the give-back only fires when desired > listed (EC2 did not start some), and with work waiting
+`demand_release` never runs. Two idle p5 nodes billed with no end, and nothing told. Correct: a gang still
+waiting GANG_LAUNCH_TIMEOUT_S after all the nodes it was launched for are up and idle is not node-bound:
+stop counting it (tell why) and give the idle nodes back. (Found by the independent review of issue 32,
+queued jobs and gangs: reproduced on the first version, passing since its fix.)"""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from gpufleet.domain.kinds import GroupKind
 from gpufleet.domain.models import (
     Action,
     Demand,
-    GroupKind,
     GroupObservation,
     GroupRef,
     GroupState,

@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpufleet.domain import defaults
+from gpufleet.domain.kinds import GroupKind
 from gpufleet.domain.models import (
     Action,
     Demand,
-    GroupKind,
     GroupObservation,
     GroupRef,
     GroupState,
@@ -28,6 +28,7 @@ from gpufleet.scaling import gangs
 from gpufleet.scaling.core import decide_reconcile
 from gpufleet.scaling.demand import pack, waiting_sizes
 from gpufleet.scaling.fit import assign
+from tests.profiles import examples
 
 NOW = datetime(2026, 11, 27, 9, 30, tzinfo=UTC)
 REF = GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster="ml", name="p5")
@@ -153,7 +154,7 @@ def test_assign_tells_a_gang_larger_than_every_max() -> None:
     )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     sizes=st.lists(st.tuples(st.integers(1, 5), st.sampled_from([1.0, 2.0, 4.0, 8.0])), min_size=1, max_size=6),
     singles=st.integers(0, 6),

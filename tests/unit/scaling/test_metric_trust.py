@@ -7,11 +7,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpufleet.domain import defaults
+from gpufleet.domain.kinds import GroupKind
 from gpufleet.domain.models import (
     Action,
     AlarmCondition,
     Decision,
-    GroupKind,
     GroupRef,
     MetricRef,
     SeriesStats,
@@ -33,6 +33,7 @@ from gpufleet.scaling.metric_trust import (
     statistic_problem,
 )
 from gpufleet_node import schema
+from tests.profiles import examples
 
 LOOKBACK = 300
 TWO = [Member(instance_id="i-a", gpus=4), Member(instance_id="i-b", gpus=4)]  # bound 2 x 4 x 360 = 2,880
@@ -218,7 +219,7 @@ def test_which_decisions_are_checked(
     assert series_acted_on(decision, REF, {"a": metrics}) is series
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     members=st.lists(st.integers(min_value=1, max_value=8), min_size=1, max_size=6),
     util=st.floats(min_value=0, max_value=100),
@@ -253,7 +254,7 @@ def test_a_forger_moves_a_minute_by_the_jitter_or_is_never_used(
         assert used.utilization == pytest.approx(util, abs=1e-6) and not used.tell
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(
     utils=st.lists(st.floats(min_value=0, max_value=100), min_size=2, max_size=6),
     spoiled=st.data(),

@@ -29,7 +29,7 @@ from gpufleet.aws.clients import AWS_FAILURES, chunks, error_code
 from gpufleet.domain import defaults
 from gpufleet.domain.models import GroupObservation
 
-MARKS_SK = "MARKS"  # the publisher's literal too (tests/unit/test_slurm_marks_names.py checks they agree)
+MARKS_SK = "MARKS"  # the publisher's literal too (tests/adapters/test_slurm_marks_names.py checks they agree)
 NODE_ATTR_PREFIX = "node#"
 REASON_MAX = 120  # characters of the reason kept: Slurm shows it in `sinfo -R`; a paragraph helps nobody
 PER_CALL = 40  # node attributes per UpdateItem: its expression stays far below DynamoDB's 4 KB

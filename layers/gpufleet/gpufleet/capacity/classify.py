@@ -12,6 +12,7 @@ message suggests instead ("... or choosing us-east-1b").
 
 from __future__ import annotations
 
+import hashlib
 import re
 from datetime import datetime
 from enum import StrEnum
@@ -312,3 +313,9 @@ def describe_failure(
         detail=detail,
         hint=hint,
     )
+
+
+def eks_issue_id(message: str, now: datetime) -> str:
+    """A node group health issue has no activity id: the same message within the hour is one failure,
+    the same across processes and cold starts (a stable digest, not Python's salted hash())."""
+    return f"eks-health:{hashlib.sha256(message.encode()).hexdigest()[:16]}:{now:%Y%m%d%H}"

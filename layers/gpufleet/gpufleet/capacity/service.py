@@ -5,7 +5,6 @@ tell the group's capacity incident. Rules live in `capacity.classify`, `capacity
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -15,7 +14,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from gpufleet.aws.activities import LaunchActivityReader, activity_az, activity_message
 from gpufleet.aws.documents import SPOT_SK
-from gpufleet.capacity.classify import FailureSource, LaunchFailure, describe_failure
+from gpufleet.capacity.classify import FailureSource, LaunchFailure, describe_failure, eks_issue_id
 from gpufleet.capacity.core import FallbackPlan, SpotState, fallback_change, fold_failures, owed_after, plan_fallback
 from gpufleet.capacity.notes import spot_notes
 from gpufleet.capacity.reservations import ReservationWatch
@@ -43,12 +42,6 @@ def _failure(
 ) -> LaunchFailure:
     itype = obs.instance_types[0] if len(obs.instance_types) == 1 else None
     return describe_failure(activity_id, obs.ref.key, asg, at, message, az, source, obs.capacity_type, itype)
-
-
-def eks_issue_id(message: str, now: datetime) -> str:
-    """A node group health issue has no activity id: the same message within the hour is one failure,
-    the same across processes and cold starts (a stable digest, not Python's salted hash())."""
-    return f"eks-health:{hashlib.sha256(message.encode()).hexdigest()[:16]}:{now:%Y%m%d%H}"
 
 
 @dataclass
