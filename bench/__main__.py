@@ -32,7 +32,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gpufleet.domain.models import GroupKind, GroupObservation, GroupRef, GroupState, InstanceObservation
+from gpufleet.domain.kinds import GroupKind
+from gpufleet.domain.models import GroupObservation, GroupRef, GroupState, InstanceObservation
 from gpufleet.policy.fleet import GroupSettings
 from gpufleet.scaling.core import decide_reconcile
 

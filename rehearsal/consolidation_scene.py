@@ -24,7 +24,8 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 from gpufleet.domain.defaults import DRAIN_ANNOTATION
-from gpufleet.domain.models import GroupKind, GroupRef
+from gpufleet.domain.kinds import GroupKind
+from gpufleet.domain.models import GroupRef
 from gpufleet_node import schema
 from rehearsal import fleet
 from rehearsal.kube_api import node, pod

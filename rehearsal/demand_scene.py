@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from gpufleet.domain.models import GroupKind, GroupRef
+from gpufleet.domain.kinds import GroupKind
+from gpufleet.domain.models import GroupRef
 from gpufleet.settings import ENV_KUBE_ENDPOINTS
 from rehearsal import fleet
 from rehearsal.kube_api import KubeApi, pod

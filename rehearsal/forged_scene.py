@@ -39,7 +39,8 @@ import boto3
 from aws_lambda_powertools import Logger, Metrics
 
 from gpufleet.domain import defaults
-from gpufleet.domain.models import GroupKind, GroupRef
+from gpufleet.domain.kinds import GroupKind
+from gpufleet.domain.models import GroupRef
 from gpufleet.guard.core import forgery_reason
 from gpufleet.runtime import build_guard, build_notifier, build_scaler
 from gpufleet_node import schema

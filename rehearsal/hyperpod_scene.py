@@ -52,7 +52,8 @@ import boto3
 from aws_lambda_powertools import Logger, Metrics
 
 from gpufleet.domain import defaults
-from gpufleet.domain.models import GroupKind, GroupRef, MarkChannel
+from gpufleet.domain.kinds import GroupKind
+from gpufleet.domain.models import GroupRef, MarkChannel
 from gpufleet.runtime import build_guard
 from gpufleet_node import schema
 from gpufleet_node.attribution import Attributor

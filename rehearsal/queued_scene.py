@@ -22,7 +22,8 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 
-from gpufleet.domain.models import GroupKind, GroupRef
+from gpufleet.domain.kinds import GroupKind
+from gpufleet.domain.models import GroupRef
 from rehearsal import fleet
 from rehearsal import kueue_objects as kq
 from rehearsal import volcano_objects as vc

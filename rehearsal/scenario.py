@@ -32,7 +32,8 @@ from aws_lambda_powertools import Logger, Metrics
 from gpufleet.aws.metrics import group_dimensions
 from gpufleet.domain import defaults
 from gpufleet.domain.errors import InvalidEvent
-from gpufleet.domain.models import GroupKind, GroupRef
+from gpufleet.domain.kinds import GroupKind
+from gpufleet.domain.models import GroupRef
 from gpufleet.runtime import build_guard, build_notifier, build_scaler, build_spot_watch, build_termination_policy
 from gpufleet_node.identity import Identity
 from gpufleet_node.nvml import SimulatedBackend

@@ -34,7 +34,8 @@ from typing import Any
 import boto3
 from aws_lambda_powertools import Logger, Metrics
 
-from gpufleet.domain.models import GroupKind, GroupRef
+from gpufleet.domain.kinds import GroupKind
+from gpufleet.domain.models import GroupRef
 from gpufleet.runtime import build_notifier, build_scaler
 from gpufleet.settings import ENV_KUBE_ENDPOINTS
 from gpufleet_node import schema

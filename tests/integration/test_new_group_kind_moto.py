@@ -20,6 +20,7 @@ import boto3
 import pytest
 
 from gpufleet.aws.groups.provider import GroupProvider, NotSupported
+from gpufleet.domain import defaults
 from gpufleet.domain.kinds import GroupKind, forget, new_kind, traits
 from gpufleet.domain.models import Decision, GroupObservation, GroupRef, InstanceObservation
 from gpufleet.domain.nodes import NodeShape
@@ -52,6 +53,7 @@ class FakePool:
             desired=len(ids),
             instances=tuple(InstanceObservation(instance_id=i, instance_type="p5.48xlarge") for i in ids),
             instance_types=("p5.48xlarge",),
+            tags={defaults.TAG_MANAGED: defaults.TAG_MANAGED_VALUE},  # gpufleet acts only on managed groups
         )
 
     def observe(

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet.domain import defaults
-from gpufleet.domain.models import Direction, Frozen, GroupKind, GroupRef
+from gpufleet.domain.kinds import GroupKind
+from gpufleet.domain.models import Direction, Frozen, GroupRef
 from gpufleet_node import schema
 
 

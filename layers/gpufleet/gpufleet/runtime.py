@@ -17,6 +17,7 @@ from gpufleet.aws.audit import AuditLog
 from gpufleet.aws.clients import AwsClients, Session, client, region_of
 from gpufleet.aws.documents import DocStore
 from gpufleet.aws.fleet import FleetActuator, FleetReader, builtin_groups
+from gpufleet.aws.groups.provider import GroupShapes
 from gpufleet.aws.hyperpod import HyperPodFleet, LazyClient
 from gpufleet.aws.marks import LazyMarker, NodeMarker
 from gpufleet.aws.metrics import GpuMetricsReader, ec2_gpus
@@ -85,6 +86,7 @@ def _control_context(
     emf: Metrics,
     region: str,
     keeps_policy: bool = True,
+    ec2: Callable[[], Any] = lambda: None,
 ) -> ControlContext:
     """`keeps_policy`: the last good fleet policy is kept and fallen back on (not by the termination
     policy, whose 2 s and narrow role leave no room for it: an invalid policy fails it, and Auto Scaling
@@ -108,7 +110,7 @@ def _control_context(
     )
     cordon = LazyMarker(lambda: _kube_marker(settings, clients, region))
     markers: dict[MarkChannel, NodeMarker] = {MarkChannel.KUBERNETES: cordon, MarkChannel.SLURM: slurm}
-    groups = builtin_groups(clients.autoscaling, clients.eks, hyperpod, logger)
+    groups = builtin_groups(clients.autoscaling, clients.eks, hyperpod, logger, ec2)
     actuator = FleetActuator(groups, markers, clients.autoscaling, clients.eks)
     wait = defaults.BATCH_WAIT_MAX_S if keeps_policy else defaults.TERMINATION_BATCH_WAIT_MAX_S
     return ControlContext(
@@ -138,10 +140,10 @@ def build_scaler(
             f"notifications have nowhere to go: {defaults.ENV_NOTIFY_QUEUE_URL} is not set; "
             "decisions are audited (gpufleet explain) but nobody is told"
         )
-    ctx = _control_context(settings, clients, table, queue, logger, emf, region_of(session))
+    ec2 = client("ec2", session)  # one for node shapes, the demand reader and the forged-series check's GPU counts
+    ctx = _control_context(settings, clients, table, queue, logger, emf, region_of(session), ec2=lambda: ec2)
     config, wrap = idempotency_for("scaler", table, clients.dynamodb)
-    ec2 = client("ec2", session)  # one for the demand reader and the forged-series check's GPU counts
-    demand = demand_reader(settings, clients, logger, session, ec2)
+    demand = demand_reader(settings, clients, logger, session, ec2, ctx.fleet.groups)
     scaler = Scaler(
         ctx,
         GpuMetricsReader(clients.cloudwatch, gpus_per_type=ec2_gpus(ec2)),
@@ -183,13 +185,12 @@ class ClusterPodsReader:
 
 
 def demand_reader(
-    settings: Settings, clients: AwsClients, logger: Logger, session: Session | None, ec2: Any
+    settings: Settings, clients: AwsClients, logger: Logger, session: Session | None, ec2: Any, groups: GroupShapes
 ) -> DemandReader:
     """The groups' demand sources: pods from each EKS cluster's API for its managed node groups and
     self-managed ASGs, queues, backlog metrics. Clients are made here; nothing is read until a group's
-    policy names a source."""
+    policy names a source. `groups`: what each group's kind says of its nodes (the fleet's registry)."""
     from gpufleet.aws.eks_nodes import fewest_gpus, instances_by_node_name
-    from gpufleet.aws.groups.shapes_interim import InterimShapes
     from gpufleet.aws.readiness import node_readiness
 
     pods = ClusterPodsReader(clients.eks, session or Session(), settings.kube_endpoints)
@@ -197,7 +198,7 @@ def demand_reader(
         sqs=client("sqs", session),
         cloudwatch=clients.cloudwatch,
         cluster_pods=pods,
-        groups=InterimShapes.of(clients.autoscaling, clients.eks, ec2),
+        groups=groups,
         type_gpus=lambda types: fewest_gpus(ec2, types),
         instances_of=lambda names: instances_by_node_name(ec2, names),
         logger=logger,

@@ -1,5 +1,5 @@
 """The demand reader's adapters from a test's functions: its cluster pod listing (`Pods`) and what a
-group's kind says of it (`shapes`: the interim `GroupShapes` over a test's node shapes), so a test fakes
+group's kind says of it (`shapes`: the group registry over a test's node shapes), so a test fakes
 only what it reads and the kinds' rules stay the seam's."""
 
 from __future__ import annotations
@@ -8,8 +8,11 @@ from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from typing import Any
 
-from gpufleet.aws.groups.shapes_interim import InterimShapes
-from gpufleet.domain.models import QueuedSource
+from gpufleet.aws.fleet import GroupRegistry
+from gpufleet.aws.groups.asg import AsgGroups, AutoScalingReads
+from gpufleet.aws.groups.hyperpod import HyperPodGroups
+from gpufleet.aws.groups.nodegroup import NodegroupGroups
+from gpufleet.domain.models import GroupObservation, QueuedSource
 from gpufleet.domain.nodes import NodeShape
 from gpufleet.kubernetes.pods import ClusterPods, NodeListing
 
@@ -33,17 +36,39 @@ class Pods:
         return self.listing(cluster, resources, nodes=nodes, queued=queued, now=now)
 
 
+class _Asgs(AsgGroups):
+    def __init__(self, shape: Callable[[str, Tell | None], NodeShape]) -> None:
+        super().__init__(AutoScalingReads(None))  # type: ignore[arg-type]  # never called: shapes are the test's
+        self.shape = shape
+
+    def node_shape(self, obs: GroupObservation, overrides: Mapping[str, str] | None, tell: Tell | None) -> NodeShape:
+        return self.shape(obs.ref.name, tell)
+
+
+class _Nodegroups(NodegroupGroups):
+    def __init__(self, shape: Callable[[str, str], NodeShape]) -> None:
+        super().__init__(None, AutoScalingReads(None))  # type: ignore[arg-type]  # never called
+        self.shape = shape
+
+    def node_shape(self, obs: GroupObservation, overrides: Mapping[str, str] | None, tell: Tell | None) -> NodeShape:
+        return self.shape(obs.ref.cluster or "", obs.ref.name)
+
+
 def shapes(
     managed: Callable[[str, str], NodeShape] | None = None,
     asg: Callable[[str, Tell | None], NodeShape] | None = None,
-) -> InterimShapes:
-    """`managed`: a node group's shape by (cluster, name); `asg`: a self-managed ASG's by (name, tell).
-    One not given is a shape nobody may ask for."""
+) -> GroupRegistry:
+    """The real group registry (each kind's own rules: which cluster it joins, its GPUs per node) with the
+    test's node shapes: `managed`, a node group's by (cluster, name); `asg`, a self-managed ASG's by
+    (name, tell). One not given is a shape nobody may ask for."""
 
     def unasked(*args: Any) -> NodeShape:
         raise AssertionError(f"a node shape was asked that the test does not expect: {args}")
 
-    return InterimShapes(
-        managed=(lambda c, n, o: managed(c, n)) if managed else (lambda c, n, o: unasked(c, n)),
-        self_managed=(lambda n, o, tell: asg(n, tell)) if asg else (lambda n, o, tell: unasked(n)),
+    return GroupRegistry(
+        [
+            _Asgs(asg or (lambda n, tell: unasked(n))),
+            _Nodegroups(managed or (lambda c, n: unasked(c, n))),
+            HyperPodGroups(None),  # type: ignore[arg-type]  # its fleet is never read here
+        ]
     )

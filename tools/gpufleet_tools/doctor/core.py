@@ -26,7 +26,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 
 from gpufleet.domain import defaults
-from gpufleet.domain.models import AlarmState, Direction, Frozen, GroupKind, GroupObservation, GroupRef, MetricRef
+from gpufleet.domain.kinds import GroupKind
+from gpufleet.domain.models import AlarmState, Direction, Frozen, GroupObservation, GroupRef, MetricRef
 from gpufleet.events.model import AlarmEvent, AlarmSource
 from gpufleet.policy.checks import policy_problems
 from gpufleet.policy.fleet import FleetPolicy, GroupSettings, Owner

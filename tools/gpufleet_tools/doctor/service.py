@@ -15,7 +15,8 @@ from typing import Any
 from gpufleet.aws.alarms import AlarmReader
 from gpufleet.aws.backlog import BacklogUnreadable, latest_values, queue_counts
 from gpufleet.aws.clients import AWS_FAILURES, AwsClients, Session, client, error_code
-from gpufleet.aws.fleet import FleetReader
+from gpufleet.aws.fleet import FleetReader, builtin_groups
+from gpufleet.aws.groups.provider import GroupShapes
 from gpufleet.aws.metrics import group_dimensions
 from gpufleet.domain import defaults
 from gpufleet.domain.errors import ClusterUnreadable
@@ -25,7 +26,6 @@ from gpufleet.kubernetes.client import Connection, HttpProblem
 from gpufleet.kubernetes.cluster import TIMEOUT_S, ClusterAccess, PodReader
 from gpufleet.kubernetes.marks import may_patch_nodes
 from gpufleet.policy.fleet import Consolidation, FleetPolicy
-from gpufleet.scaling.demand_source import joined_cluster
 from gpufleet.settings import ENV_KUBE_ENDPOINTS, KubeEndpoint, Settings
 from gpufleet_tools.doctor.core import AccountView, AlarmView, DemandView, Presence, reads_gpufleet_metrics
 from gpufleet_tools.doctor.queued_access import queued_jobs_check
@@ -119,6 +119,8 @@ class DemandProbe:
     session: Session
     now: datetime
     overrides: Mapping[str, KubeEndpoint] = field(default_factory=dict)  # GPUFLEET_KUBE_ENDPOINTS, as the scaler
+    # Which cluster each group's nodes join, by its kind's adapter (no call: the rule and the group's tags).
+    groups: GroupShapes = field(default_factory=lambda: builtin_groups(None, None))  # type: ignore[arg-type]
 
     def check(self, policy: FleetPolicy, groups: list[GroupObservation]) -> list[DemandView]:
         out: list[DemandView] = []
@@ -131,7 +133,7 @@ class DemandProbe:
             if d is None:
                 continue
             if d.kubernetes is not None:  # a managed node group's cluster, or a self-managed ASG's (rule or tags)
-                cluster, why = joined_cluster(obs, d)
+                cluster, why = self.groups.joined_cluster(obs, d.kubernetes.cluster)
                 if cluster is None:
                     out.append(DemandView(group=obs.ref.key, source=f"pods of {obs.ref.key}", problem=why))
                     continue

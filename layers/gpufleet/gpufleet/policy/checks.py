@@ -11,6 +11,7 @@ import fnmatch
 import re
 from typing import Any
 
+from gpufleet.domain.demand_sources import SourceName
 from gpufleet.domain.kinds import GroupKind, traits
 from gpufleet.domain.models import GroupRef
 from gpufleet.policy.fleet import Consolidation, FleetPolicy, GroupRule, GroupSettings, Owner
@@ -133,7 +134,7 @@ def _demand_problems(policy: FleetPolicy) -> list[str]:
         if demand is None:
             continue
         row = traits(kind) if kind is not None else None
-        if demand.kubernetes is not None and (row is None or "kubernetes" not in row.demand_sources):
+        if demand.kubernetes is not None and (row is None or SourceName.KUBERNETES not in row.demand_sources):
             problems.append(
                 f"{label}: demand.kubernetes reads an EKS cluster's pods: give the rule kind: eks-nodegroup, or "
                 "kind: asg for a self-managed node group (other groups use demand.sqs or demand.metric)"
@@ -144,8 +145,8 @@ def _demand_problems(policy: FleetPolicy) -> list[str]:
                 "read from its own cluster (drop it)"
             )
         if demand.kubernetes is None and demand.gpus_per_node is None and (row is None or not row.knows_gpus_per_node):
-            source = "sqs" if demand.sqs is not None else "metric"
-            problems.append(f"{label}: demand.{source} needs demand.gpus_per_node (GPUs per instance of the ASG)")
+            needs = "needs demand.gpus_per_node (GPUs per instance of the ASG)"
+            problems.append(f"{label}: demand.{demand.source.name} {needs}")
         if demand.metric is not None and node_writable(demand.metric.namespace):
             problems.append(
                 f"{label}: demand.metric.namespace {demand.metric.namespace!r} is one every GPU node may write "

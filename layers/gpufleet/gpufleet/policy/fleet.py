@@ -12,7 +12,7 @@ import math
 import re
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Annotated, Any, Literal, Self, get_args
+from typing import Annotated, Any, ClassVar, Literal, Self, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
@@ -20,8 +20,10 @@ from croniter import croniter
 from pydantic import BaseModel, BeforeValidator, Field, ValidationError, model_validator
 
 from gpufleet.domain import defaults
+from gpufleet.domain.demand_sources import SourceName
 from gpufleet.domain.errors import PolicyError, describe_validation_error, one_line
-from gpufleet.domain.models import Direction, Frozen, GroupKind, GroupRef, QueuedSource
+from gpufleet.domain.kinds import GroupKind, traits
+from gpufleet.domain.models import Direction, Frozen, GroupRef, QueuedSource
 from gpufleet.domain.quantity import is_quantity
 from gpufleet.domain.values import LONE_SURROGATE, is_storable
 from gpufleet.policy.capacity import SpotPolicy
@@ -161,6 +163,7 @@ class KubernetesDemand(Frozen):
     required node affinity, taints and GPUs per instance): a managed node group's cluster, or the one a
     self-managed ASG's nodes join (`cluster`, else its kubernetes.io/cluster/NAME or eks:cluster-name tag)."""
 
+    name: ClassVar[SourceName] = SourceName.KUBERNETES
     # A self-managed ASG's cluster, where its tags do not say it (or say several); unset: from its tags.
     cluster: str | None = Field(default=None, min_length=1, max_length=100, pattern=r"^[0-9A-Za-z][A-Za-z0-9_-]*$")
 
@@ -189,6 +192,7 @@ class KubernetesDemand(Frozen):
 class QueueDemand(Frozen):
     """An SQS queue of jobs for a plain ASG: each visible message is one job of `gpus_per_message` GPUs."""
 
+    name: ClassVar[SourceName] = SourceName.SQS
     queue_url: str = Field(pattern=r"^https?://\S+$")
     gpus_per_message: float = Field(default=1.0, gt=0, le=1024)
     in_flight: bool = False  # kept for old policies: in-flight messages now always count as running work
@@ -198,13 +202,20 @@ class MetricDemand(Frozen):
     """A CloudWatch metric a scheduler publishes: GPUs requested by waiting jobs (latest datum, Maximum),
     on the group's dimension unless `dimensions` says otherwise (the Slurm publisher: ami/slurm-pending-gpus)."""
 
+    name: ClassVar[SourceName] = SourceName.METRIC
     namespace: str = Field(min_length=1, max_length=255)
     metric_name: str = Field(min_length=1, max_length=255)
     dimensions: dict[str, str] | None = None
 
 
+# One demand source's settings, told apart by `name` (the policy's key for it): what `DemandSource.source`
+# holds. The policy keeps one optional key per source beside gpus_per_node and order, so the YAML and
+# validate-policy's messages stay as users know them; validation makes exactly one of them set.
+SourceSpec = KubernetesDemand | QueueDemand | MetricDemand
+
+
 class DemandSource(Frozen):
-    """Where a group's waiting work is read each tick: exactly one source."""
+    """Where a group's waiting work is read each tick: exactly one source (its key is its `SourceName`)."""
 
     kubernetes: KubernetesDemand | None = None
     sqs: QueueDemand | None = None
@@ -216,10 +227,19 @@ class DemandSource(Frozen):
 
     @model_validator(mode="after")
     def _one_source(self) -> Self:
-        given = [name for name in ("kubernetes", "sqs", "metric") if getattr(self, name) is not None]
+        given = [name for name in SourceName if getattr(self, name) is not None]
         if len(given) != 1:
-            raise ValueError(f"demand needs exactly one of kubernetes, sqs, metric (got {', '.join(given) or 'none'})")
+            names = ", ".join(SourceName)
+            raise ValueError(f"demand needs exactly one of {names} (got {', '.join(given) or 'none'})")
         return self
+
+    @property
+    def source(self) -> SourceSpec:
+        """The one source set (validation sees to it); its `name` says which it is."""
+        found = self.kubernetes or self.sqs or self.metric
+        if found is None:  # only a model built without validation (model_construct) gets here
+            raise ValueError("demand needs exactly one of its sources")
+        return found
 
 
 class GroupSettings(Frozen):
@@ -265,8 +285,8 @@ class GroupRule(GroupSettings):
     def _selector(self) -> Self:
         if self.name is None and not self.tags:
             raise ValueError("a group rule selects by name or by tags (or both)")
-        if self.kind in (GroupKind.EKS_NODEGROUP, GroupKind.HYPERPOD) and self.name and not self.cluster:
-            article = "an" if self.kind is GroupKind.EKS_NODEGROUP else "a"
+        if self.kind is not None and traits(self.kind).in_cluster and self.name and not self.cluster:
+            article = "an" if str(self.kind)[:1] in "aeiou" else "a"
             raise ValueError(f"{article} {self.kind} rule with a name also needs its cluster")
         return self
 

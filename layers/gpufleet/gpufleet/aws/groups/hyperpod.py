@@ -8,6 +8,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from gpufleet.aws.eks_nodes import ShapeUnknown
 from gpufleet.aws.groups.provider import NotSupported
 from gpufleet.aws.hyperpod import HyperPodFleet
 from gpufleet.domain.kinds import GroupKind
@@ -62,7 +63,8 @@ class HyperPodGroups:
     def node_shape(
         self, obs: GroupObservation, overrides: Mapping[str, str] | None, tell: Callable[[str], None] | None
     ) -> NodeShape:
-        raise NotSupported(f"{obs.ref.key}: a HyperPod instance group's pods are Slurm jobs, not Kubernetes pods")
+        why = "a HyperPod instance group runs Slurm jobs, not Kubernetes pods"
+        raise ShapeUnknown(obs.ref.cluster or "", obs.ref.name, why, what=f"group {obs.ref.key}")
 
     def gpus_per_node(self, obs: GroupObservation, type_gpus: Callable[[Sequence[str]], float | None]) -> float | None:
         """Its one instance type's GPUs."""

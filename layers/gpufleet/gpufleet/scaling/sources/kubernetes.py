@@ -1,0 +1,126 @@
+"""Pods waiting in an EKS cluster (`demand.kubernetes`): one pod listing per cluster however many of its
+groups read it, whichever their kind (managed node groups, self-managed ASGs whose nodes join it). Which
+cluster a group's nodes join and what one of its nodes offers are its kind's to say (`GroupShapes`); a
+waiting pod is matched to the groups whose node shape it fits and counted once (`scaling.fit.assign`)."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from gpufleet.aws.clients import AWS_FAILURES, error_code
+from gpufleet.aws.eks_nodes import ShapeUnknown
+from gpufleet.aws.groups.provider import GroupShapes
+from gpufleet.domain.errors import ClusterUnreadable
+from gpufleet.domain.models import GroupObservation
+from gpufleet.domain.nodes import NodeShape
+from gpufleet.kubernetes.pods import ClusterPods, NodeListing
+from gpufleet.policy.fleet import DemandSource
+from gpufleet.scaling.demand_rules import ClusterAsk, Member, Tick, cluster_demand, shape_source
+from gpufleet.scaling.sources.base import ClusterPodsReader, InstancesOf, SourceDeps, Warnings
+
+Running = tuple[dict[str, str], str | None, int]  # node name -> instance id, why scale-in is closed, unmapped
+
+
+@dataclass(frozen=True)
+class KubernetesReader:
+    """One cluster's groups (managed node groups and self-managed ASGs alike) from one pod listing."""
+
+    cluster_pods: ClusterPodsReader
+    groups: GroupShapes
+    instances_of: InstancesOf
+    told: Warnings
+
+    @classmethod
+    def of(cls, deps: SourceDeps) -> KubernetesReader:
+        return cls(deps.cluster_pods, deps.groups, deps.instances_of, deps.told)
+
+    def unit_of(self, obs: GroupObservation, d: DemandSource) -> Hashable:
+        return self._cluster(obs, d)[0] or obs.ref.key
+
+    def source(self, d: DemandSource) -> str:
+        return "pods"
+
+    def read(self, unit: list[Member], run: Tick) -> dict[str, GroupObservation]:
+        out: dict[str, GroupObservation] = {}
+        joined: list[Member] = []
+        for m in unit:
+            cluster, why = self._cluster(m[0], m[2])
+            if cluster is None:
+                out[m[0].ref.key] = self.told.unreadable(m[0], f"pods of {m[0].ref.key}", why)
+            else:
+                joined.append(m)
+        if not joined:
+            return out
+        cluster = str(self._cluster(joined[0][0], joined[0][2])[0])
+        try:
+            pods = self.listing(cluster, ClusterAsk.of(joined), run)
+        except ClusterUnreadable as err:
+            return out | {o.ref.key: self.told.unreadable(o, f"cluster {cluster}", err.cause) for o, _, _ in joined}
+        shapes, unknown = self.node_shapes(joined)
+        for obs, _, _ in joined:
+            if obs.ref.key in unknown:
+                out[obs.ref.key] = self.told.unreadable(obs, *unknown[obs.ref.key])
+        found, assigned = cluster_demand(joined, cluster, pods, shapes, self.running(cluster, pods), run)
+        if assigned.unfit:
+            self.told.warn_once(f"unfit pods of cluster {cluster}", assigned.unfit[0].key, "waiting pods fit no group")
+        return out | found
+
+    def _cluster(self, obs: GroupObservation, d: DemandSource) -> tuple[str | None, str]:
+        """The cluster the group's pods are read from (its kind's to say), or (None, why)."""
+        return self.groups.joined_cluster(obs, d.kubernetes.cluster if d.kubernetes else None)
+
+    def listing(self, cluster: str, ask: ClusterAsk, run: Tick) -> ClusterPods:
+        """The cluster's pods (ClusterUnreadable raised), and its nodes: all of them when a group of it
+        drains by attrition, else only those gpufleet labelled closed (so a switch to `consolidate: off`
+        still finds and reopens them). A node listing that fails is told once and leaves the marks unknown.
+        The queueing systems whose jobs its groups count are read with the pods, as of now."""
+        source, marks = f"cluster {cluster}", f"node marks of cluster {cluster}"
+        listing = NodeListing.ALL if ask.attrition else NodeListing.DRAINED
+        pods = self.cluster_pods.read(cluster, ask.resources, listing, ask.queued, run.now)
+        self.told.read_well(source)
+        if pods.nodes is not None:
+            self.told.read_well(marks)
+        elif ask.attrition or pods.nodes_unreadable:
+            said = "no node of the cluster drains" if ask.attrition else "a node gpufleet closed is not reopened"
+            self.told.warn_once(
+                marks, pods.nodes_unreadable or "the node listing was not read", f"node marks unknown: {said}"
+            )
+        return pods
+
+    def node_shapes(self, joined: list[Member]) -> tuple[dict[str, NodeShape], dict[str, tuple[str, str]]]:
+        """Each group's node shape, and (source, why) for those whose shape cannot be told (`tell`: where
+        a kind says what of its configuration the shape does not use, once per group)."""
+        shapes: dict[str, NodeShape] = {}
+        unknown: dict[str, tuple[str, str]] = {}
+        for obs, _, d in joined:
+            overrides = (d.kubernetes.allocatable if d.kubernetes else None) or None
+            try:
+                shapes[obs.ref.key] = self.groups.node_shape(obs, overrides, self.told.tell_shape(obs.ref.key))
+            except ShapeUnknown as err:
+                unknown[obs.ref.key] = (shape_source(obs), str(err))
+        return shapes, unknown
+
+    def running(self, cluster: str, pods: ClusterPods) -> Running:
+        """Node name -> instance id of the nodes bound to GPU pods, and why no node may be removed when that
+        cannot be told for every GPU pod (a node name EC2 does not map, EC2 unreadable). The ids found
+        still mark their nodes; the others' room is left as it is."""
+        if not pods.gpu_nodes:
+            return {}, None, 0
+        source = f"nodes of cluster {cluster}"
+        try:
+            found = self.instances_of(pods.gpu_nodes)
+        except AWS_FAILURES as err:
+            why = f"DescribeInstances failed ({error_code(err)}): which nodes run GPU pods is unknown"
+            self.told.warn_once(source, why, "demand source partly unreadable")
+            return {}, why, 0
+        unmapped = sorted(set(pods.gpu_nodes) - set(found))
+        if unmapped:
+            why = (
+                f"{len(unmapped)} node name(s) with GPU pods match no EC2 private DNS name ({unmapped[0]}...): "
+                "one of them may be this group's"
+            )
+            self.told.warn_once(source, why, "demand source partly unreadable")
+            return dict(found), why, len(unmapped)
+        self.told.read_well(source)
+        return dict(found), None, 0
