@@ -6,13 +6,13 @@ and does not do.
 Which nodes run a Slurm job is Slurm's to say, not the node's: the backlog publisher on the cluster's
 controller node puts `IdleNode` = 1 each minute for every node Slurm reports IDLE (defaults.HYPERPOD_IDLE_*),
 into a namespace only the scheduler's role may write, in the same PutMetricData call as the group's
-`PendingGPUs` (the marker that a run's report landed). A node is a candidate for removal only if the
-newest landed report (this minute's or the last) called it idle and every recent minute did (idle_nodes);
-anything else, a stale report or an unreadable answer, keeps it (fail closed). A node gpufleet asked Slurm to
-drain (consolidation by attrition) is one only once that newest report also says Slurm shows it drained by
-gpufleet (`DrainedNode`, drained_nodes): the clock is never trusted for it. Its count is never lowered
-(set_count): only idle nodes go, by id. API facts relied
-on (SageMaker API reference, botocore's sagemaker model):
+`PendingGPUs` (the marker that a run's report landed). This module reads that report (read_report); what
+it says is domain.slurm_report's, pure: a node is a candidate for removal only if the newest landed report
+(this minute's or the last) called it idle and every recent minute did (idle_nodes); anything else, a stale
+report or an unreadable answer, keeps it (fail closed). A node gpufleet asked Slurm to drain (consolidation
+by attrition) is one only once that newest report also says Slurm shows it drained by gpufleet
+(`DrainedNode`, drained_nodes): the clock is never trusted for it. Its count is never lowered (set_count):
+only idle nodes go, by id. API facts relied on (SageMaker API reference, botocore's sagemaker model):
 - ClusterInstanceStatus (ListClusterNodes' InstanceStatus.Status): Running | Failure | Pending |
   ShuttingDown | SystemUpdating | DeepHealthCheckInProgress | NotFound | DetachInProgress | AttachInProgress;
 - UpdateCluster takes the instance groups to change ("Specify the instance groups to update"; removing
@@ -40,15 +40,27 @@ from gpufleet.aws.clients import AWS_FAILURES, chunks, error_code
 from gpufleet.aws.metrics import GpuMetricsReader, MetricsIncomplete, SeriesQuery
 from gpufleet.aws.slurm_marks import RequestedDrain, SlurmMarker, prune_marks, read_drains
 from gpufleet.domain import defaults
+from gpufleet.domain.kinds import GroupKind
 from gpufleet.domain.models import (
     Action,
     Decision,
-    GroupKind,
     GroupObservation,
     GroupRef,
     InstanceObservation,
     MarkChannel,
     NodeMark,
+)
+from gpufleet.domain.slurm_report import (
+    DRAINED_NODE,
+    IDLE_NODE,
+    REPORT_LANDED,
+    SlurmReport,
+    SlurmWord,
+    asked_drains,
+    by_minute,
+    late_drains,
+    minute_of,
+    nodes_to_read,
 )
 from gpufleet_node import schema
 
@@ -153,49 +165,11 @@ def update_spec(group: dict[str, Any], count: int, fields: Sequence[str] | None 
     return spec
 
 
-def minute_of(at: datetime) -> datetime:
-    """The whole minute (UTC) a datum's timestamp falls in: the key GetMetricData's 60 s buckets share."""
-    return at.astimezone(UTC).replace(second=0, microsecond=0)
-
-
-def report_minute(reports: Collection[datetime], end: datetime) -> datetime | None:
-    """The newest minute, up to and including the current one (`end`), in which the group's report
-    landed (its PendingGPUs datum: the publisher sends it in the same PutMetricData call as that run's
-    IdleNode data); None when neither the current nor the previous whole minute holds one: the report
-    is stale, and no node is idle by it."""
-    recent = [m for m in reports if end - timedelta(minutes=1) <= m <= end]
-    return max(recent, default=None)
-
-
-def idle_nodes(
-    minutes: Mapping[str, Mapping[datetime, float]], reports: Collection[datetime], end: datetime
-) -> set[str]:
-    """Nodes Slurm called idle through the window. `end` is the current minute (whole, UTC); `reports`
-    the minutes in which the group's report landed; the window is the HYPERPOD_IDLE_MINUTES minutes
-    ending at the newest of them (report_minute). A node is idle only if
-    - its IdleNode is 1 in that newest landed minute: the publisher sends nothing for a node a job holds,
-      so a report that landed without the node is Slurm saying busy (or not idle), never forgiven;
-    - every datum read says 1 (a 0 or a NaN - anywhere, the current partial minute too - keeps it);
-    - at most HYPERPOD_IDLE_MISSING_OK older minutes of the window are missing (cron jitter, a late
-      ingestion).
-    No landed report in the current or the previous minute, or a node with no series: not idle."""
-    newest = report_minute(reports, end)
-    if newest is None:
-        return set()
-    older = [newest - timedelta(minutes=k) for k in range(1, defaults.HYPERPOD_IDLE_MINUTES)]
-    idle = set()
-    for iid, series in minutes.items():
-        if any(v != 1.0 for v in series.values()) or series.get(newest) != 1.0:
-            continue
-        if sum(1 for m in older if m not in series) <= defaults.HYPERPOD_IDLE_MISSING_OK:
-            idle.add(iid)
-    return idle
-
-
 @dataclass
 class HyperPodFleet:
     """Reads and changes HyperPod instance groups named by policy rules (no tag discovery: each group
-    is named, with its cluster and a max)."""
+    is named, with its cluster and a max). It reads SageMaker and Slurm's report; what the report says
+    of a node is `domain.slurm_report`'s rule."""
 
     sagemaker: Any
     cloudwatch: Any
@@ -262,27 +236,19 @@ class HyperPodFleet:
         victims (their GPUs read idle); only they are read, every other node is marked running work, and
         with none no read is made. None: every InService node is read. One GetMetricData read in all."""
         ours = [o for o in observations if o.ref.kind is GroupKind.HYPERPOD]
-        asked = [
-            (o.ref, i.instance_id)
-            for o in ours
-            for i in o.instances
-            if i.in_service and (candidates is None or i.instance_id in candidates.get(o.ref.key, ()))
-        ]
-        drains = _asked_drains(ours)
+        asked = nodes_to_read(ours, candidates)
+        drains = asked_drains(ours)
         word = self._idle(asked, now, drains) if asked else SlurmWord()
         for line in late_drains(word, drains, now, self._late):
             self.warn(line)
-        return [
-            _with_marks(o, word, word.closed.get(o.ref.key)) if o.ref.kind is GroupKind.HYPERPOD else o
-            for o in observations
-        ]
+        return [word.marked(o) if o.ref.kind is GroupKind.HYPERPOD else o for o in observations]
 
     def _cluster(self, name: str) -> dict[str, Any] | None:
+        """DescribeCluster's answer; None for a cluster that is gone (SageMaker answers ResourceNotFound,
+        moto ValidationException)."""
         try:
             return dict(self.sagemaker.describe_cluster(ClusterName=name))
-        except (
-            ClientError
-        ) as exc:  # SageMaker answers a missing cluster with ResourceNotFound (moto: ValidationException)
+        except ClientError as exc:
             if error_code(exc) in ("ResourceNotFound", "ResourceNotFoundException", "ValidationException"):
                 return None
             raise
@@ -367,7 +333,7 @@ class HyperPodFleet:
         if obs.scale_in_closed is None and now_idle & set(decision.victims):
             # Read Slurm's word again right before the delete, by the same rule (a minute may have
             # passed since the observation: a retry, a slow tick); unreadable now keeps every node.
-            word = self._idle([(obs.ref, v) for v in decision.victims if v in now_idle], None, _asked_drains([obs]))
+            word = self._idle([(obs.ref, v) for v in decision.victims if v in now_idle], None, asked_drains([obs]))
             now_idle = set() if word.closed else now_idle & word.removable
         victims = [v for v in decision.victims if v in now_idle]
         kept = [v for v in decision.victims if v not in now_idle]
@@ -395,23 +361,13 @@ class HyperPodFleet:
         return text
 
 
-# Slurm's report, as the controller node's publisher puts it (ami/slurm_pending_gpus.py --hyperpod).
-IDLE_NODE = schema.Metric(defaults.HYPERPOD_IDLE_METRIC, "Count", "1 each minute Slurm calls the node idle")
-DRAINED_NODE = schema.Metric(
-    defaults.HYPERPOD_DRAINED_METRIC, "Count", "1 each minute Slurm shows the node drained by gpufleet, no job"
-)
-REPORT_LANDED = schema.Metric(
-    defaults.HYPERPOD_PENDING_METRIC, "Count", "the group's backlog, sent with its run's IdleNode data"
-)
-
-
 def read_report(
     cloudwatch: Any,
     namespace: str,
     running: Sequence[tuple[GroupRef, str]],
     end: datetime,
     asked: Collection[str] = (),
-) -> tuple[dict[str, dict[datetime, float]], dict[str, dict[datetime, float]], dict[str, set[datetime]]]:
+) -> SlurmReport:
     """Slurm's report in one strict GetMetricData read (GpuMetricsReader: calls of at most 500 queries,
     60 s periods), each datum keyed by its minute, from the window's minutes before the current one
     (`end`) to the current one's end (a datum the publisher put in it counts too): per node the Minimum of
@@ -432,30 +388,11 @@ def read_report(
     queries += [node_query("n", IDLE_NODE, ref, iid) for ref, iid in running]
     queries += [node_query("d", DRAINED_NODE, ref, iid) for ref, iid in running if iid in asked]
     points = GpuMetricsReader(cloudwatch).fetch_points(queries, start, stop, strict=True)
-    reports = {key: {minute_of(at) for at, value in points[f"g:{key}"] if value > 0} for key in groups}
-    minutes = {iid: _by_minute(points[f"n:{iid}"]) for _, iid in running}
-    drained = {iid: _by_minute(points[f"d:{iid}"]) for _, iid in running if iid in asked}
-    return minutes, drained, reports
-
-
-def _by_minute(points: Iterable[tuple[datetime, float]]) -> dict[datetime, float]:
-    """Each datum by its minute; two data in one minute: a not-1 sticks."""
-    series: dict[datetime, float] = {}
-    for at, value in points:
-        if series.get(minute_of(at), 1.0) == 1.0:
-            series[minute_of(at)] = value
-    return series
-
-
-def drained_nodes(
-    drained: Mapping[str, Mapping[datetime, float]], asked: Mapping[str, datetime], newest: datetime
-) -> set[str]:
-    """The nodes gpufleet asked to drain that Slurm itself shows drained by gpufleet, no job: DrainedNode 1
-    in the newest landed report minute (`newest`), a report made after the ask (its minute starts after
-    it). The clock is never trusted: a drain the controller never applied (scontrol failing, a publisher
-    run without --marks-table) or one it resumed since keeps the node open, never removable; a node
-    resumed and asked again counts only once a report after the new ask says drained."""
-    return {iid for iid, at in asked.items() if drained.get(iid, {}).get(newest) == 1.0 and at < newest}
+    return SlurmReport(
+        minutes={iid: by_minute(points[f"n:{iid}"]) for _, iid in running},
+        drained={iid: by_minute(points[f"d:{iid}"]) for _, iid in running if iid in asked},
+        reports={key: {minute_of(at) for at, value in points[f"g:{key}"] if value > 0} for key in groups},
+    )
 
 
 def slurm_word(
@@ -465,38 +402,20 @@ def slurm_word(
     end: datetime,
     asked: Mapping[str, datetime],
 ) -> SlurmWord:
-    """The Running nodes Slurm has called idle through the window (idle_nodes says the rule); of them the
-    removable ones (a node gpufleet asked to drain, `asked`: id -> when, only once the newest landed report
-    says Slurm shows it drained by gpufleet: drained_nodes); and per group key why that cannot be told
-    (then none of its nodes is): the read failed, or no report of the group landed in the current or the
-    previous minute (stale). `end`: the current minute."""
+    """Slurm's word on the Running nodes (`SlurmReport.word` says the rules), read now; a read that fails
+    or does not complete closes every group read (then none of its nodes is idle). `end`: the current
+    minute; `asked`: the nodes gpufleet asked to drain, and when."""
     if not running:
         return SlurmWord()
     keys = {ref.key for ref, _ in running}
     try:
-        minutes, drained, reports = read_report(cloudwatch, namespace, running, end, asked)
+        report = read_report(cloudwatch, namespace, running, end, asked)
     except AWS_FAILURES as exc:
         why = f"GetMetricData failed ({error_code(exc)}): which nodes Slurm calls idle is unknown"
-        return SlurmWord(closed=dict.fromkeys(keys, why))
+        return SlurmWord.unknown(keys, why)
     except MetricsIncomplete as exc:
-        return SlurmWord(closed=dict.fromkeys(keys, f"{exc}: which nodes Slurm calls idle is unknown"))
-    word = SlurmWord()
-    for key in sorted(keys):
-        newest = report_minute(reports[key], end)
-        if newest is None:
-            word.closed[key] = (
-                f"Slurm's idle report is stale: none landed at {end - timedelta(minutes=1):%H:%M} or "
-                f"{end:%H:%M} UTC (is the controller node's publisher running?)"
-            )
-            continue
-        idle = idle_nodes({iid: minutes[iid] for ref, iid in running if ref.key == key}, reports[key], end)
-        word.idle |= idle
-        word.removable |= {i for i in idle if i not in asked} | drained_nodes(drained, asked, newest) & idle
-    return word
-
-
-def _running(node: dict[str, Any]) -> bool:
-    return bool(node.get("InstanceStatus", {}).get("Status") == "Running")
+        return SlurmWord.unknown(keys, f"{exc}: which nodes Slurm calls idle is unknown")
+    return report.word(running, end, asked)
 
 
 def _observation(
@@ -528,66 +447,3 @@ def _observation(
         shrinks_by_victims_only=True,
         marks=MarkChannel.SLURM if drains is not None else None,
     )
-
-
-@dataclass
-class SlurmWord:
-    """What Slurm's report says of the nodes read: `idle` (no job: it holds no GPU), of them `removable`
-    (idle, and, for a node gpufleet asked to drain, shown drained by gpufleet), and per group key why it
-    cannot be told (`closed`)."""
-
-    idle: set[str] = field(default_factory=set)
-    removable: set[str] = field(default_factory=set)
-    closed: dict[str, str] = field(default_factory=dict)
-
-
-def late_drains(word: SlurmWord, asked: Mapping[str, datetime], now: datetime, told: set[str]) -> list[str]:
-    """Nodes Slurm calls idle whose drain gpufleet asked for HYPERPOD_DRAIN_LATE_MIN ago or more and Slurm's
-    report still does not show: they are never removed until it does (is the controller's publisher run
-    with --marks-table? does scontrol fail?). Told once per node (`told`)."""
-    late = timedelta(minutes=defaults.HYPERPOD_DRAIN_LATE_MIN)
-    out = []
-    for iid in sorted(word.idle - word.removable):
-        at = asked.get(iid)
-        if at is not None and now - at >= late and iid not in told:
-            told.add(iid)
-            out.append(
-                f"{iid}: Slurm drain asked at {at:%H:%M} UTC, not in Slurm's report yet: the node stays until it "
-                "is (is the controller's publisher run with --marks-table? does scontrol fail?)"
-            )
-    return out
-
-
-def _asked_drains(observations: Iterable[GroupObservation]) -> dict[str, datetime]:
-    """Instance id -> when gpufleet asked Slurm to drain it, for the nodes the observations mark GPUFLEET."""
-    return {
-        i.instance_id: i.marked_at or datetime.min.replace(tzinfo=UTC)
-        for o in observations
-        for i in o.instances
-        if i.mark is NodeMark.GPUFLEET
-    }
-
-
-def _with_marks(obs: GroupObservation, word: SlurmWord, closed: str | None) -> GroupObservation:
-    """A node that is not removable runs work (never a victim); with the report unreadable, every node does
-    and the group is closed for scale-in. GPUs held, from Slurm's idle word alone (a node gpufleet asked to
-    drain that is idle but not yet shown drained holds none, though it is not yet removable): Slurm's report
-    says idle or not, never a partial allocation, so a node running work holds all its GPUs (the group's
-    GPUs per node, when its demand says) and an idle one none; unknown when the report is unreadable."""
-    per_node = obs.demand.gpus_per_node if obs.demand is not None else None
-
-    def held(iid: str) -> float | None:
-        if closed is not None:
-            return None
-        return 0.0 if iid in word.idle else per_node
-
-    instances = tuple(
-        i.model_copy(
-            update={
-                "runs_gpu_work": closed is not None or i.instance_id not in word.removable,
-                "gpus_held": held(i.instance_id),
-            }
-        )
-        for i in obs.instances
-    )
-    return obs.model_copy(update={"instances": instances, "scale_in_closed": closed})

@@ -10,10 +10,9 @@ from datetime import datetime
 from typing import Any
 
 from gpufleet.aws.activities import LaunchActivityReader
-from gpufleet.aws.fleet import owning_group
 from gpufleet.capacity.notes import handback_note, warning_note
 from gpufleet.capacity.reservations import ReservationWatch
-from gpufleet.domain.models import Decision, Direction, GroupKind, GroupObservation, GroupRef, GroupState
+from gpufleet.domain.models import Decision, Direction, GroupObservation, GroupState
 from gpufleet.events.model import EventKind, InstanceWarning
 from gpufleet.policy.capacity import WarningAction
 from gpufleet.policy.fleet import FleetPolicy, GroupSettings
@@ -59,11 +58,7 @@ class CapacityWarnings:
 
     def _managed_group_of(self, instance_id: str, policy: FleetPolicy) -> tuple[GroupObservation, GroupSettings] | None:
         asg = self.ctx.fleet.asg_of_instance(instance_id)
-        backing = self.ctx.fleet.observe_one(GroupRef(kind=GroupKind.ASG, name=asg)) if asg else None
-        if backing is None:
-            return None
-        owner = owning_group(backing)
-        obs = backing if owner == backing.ref else self.ctx.fleet.observe_one(owner)
+        obs = self.ctx.fleet.owner_of_asg(asg) if asg else None
         settings = policy.settings_for(obs.ref, obs.tags) if obs is not None else None
         return (obs, settings) if obs is not None and settings is not None else None
 

@@ -140,12 +140,12 @@ HOST_SILENT_LOOKBACK_MIN = 60
 # controller node's role: the dimensions stay the instance id either way). The scaler removes a node
 # only if HYPERPOD_IDLE_MINUTES whole minutes before the current one all say idle, the newest of them
 # present, one older missing minute forgiven (cron jitter, ingestion delay: HYPERPOD_IDLE_MISSING_OK), and
-# no datum (the current minute's too) says anything but 1 (aws.hyperpod.idle_nodes).
+# no datum (the current minute's too) says anything but 1 (domain.slurm_report.idle_nodes).
 HYPERPOD_IDLE_NAMESPACE = "Slurm"  # the backlog publisher's namespace (its PendingGPUs lives there too)
 HYPERPOD_IDLE_METRIC = "IdleNode"
 # With it, for a node Slurm shows `drained` with a gpufleet reason and no job (the drain gpufleet asked for has
 # landed): HYPERPOD_DRAINED_METRIC = 1, same dimensions. A node gpufleet asked to drain is removable only
-# when the newest landed report says so (aws.hyperpod.drained_nodes): the clock is never trusted for it.
+# when the newest landed report says so (domain.slurm_report.drained_nodes): the clock is never trusted for it.
 HYPERPOD_DRAINED_METRIC = "DrainedNode"
 HYPERPOD_IDLE_MINUTES = 5
 HYPERPOD_IDLE_MISSING_OK = 1
@@ -187,7 +187,7 @@ DEFAULT_DRAIN_MAX_SHARE_PCT = 50
 # The state table item the controller-side Slurm publisher reads the drains gpufleet asks for from.
 SLURM_MARKS_KEY_PREFIX = "slurm-marks#"
 # No longer read by the scaler (a drained node is removable only on Slurm's DrainedNode word, never on the
-# clock: aws.hyperpod.drained_nodes); kept only while rehearsal/hyperpod_scene.py still cites it. Remove both.
+# clock: domain.slurm_report.drained_nodes); kept only while rehearsal/hyperpod_scene.py still cites it. Remove both.
 SLURM_DRAIN_SETTLE_S = 180
 # After node marks fail (RBAC missing, API refusing), this long nothing drains or reopens and waiting work
 # gets a launch instead of a drained node's room: one failure is told, not retried every minute.

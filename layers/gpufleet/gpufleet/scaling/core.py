@@ -231,7 +231,11 @@ class _Group:
 
 @dataclass(frozen=True)
 class _Ctx(_Group):
-    """What every rule needs to build a decision for one group and one event."""
+    """What every rule needs to build a decision for one group and one event, and the rules themselves.
+
+    Long because each rule (bounds, steps, cooldowns, demand, gangs, release) is a method over the same
+    context: the decision builder, the bounds and the low water mark; split, each part takes it all back.
+    """
 
     event_id: str
     dry_run: bool
@@ -355,12 +359,73 @@ class _Ctx(_Group):
         return self.decision(Action.HOLD, trigger, f"{why}, but {describe_waiting(d.waiting, self.now, d.noun)}")
 
     def demand_out(self) -> Decision | None:
-        """Work that waits, packed onto the group's node shape: `_demand_out`."""
-        return _demand_out(self)
+        """Work that waits, packed onto the group's node shape (existing room first, then nodes booting,
+        then new nodes): one scale-out to the size it needs, within bounds. A gang's nodes come in that one
+        change or not at all (`scaling.gangs`). No cooldown: nodes already on the way are counted, so a
+        second tick asks only for what is still missing."""
+        d = self.obs.demand
+        if d is None or not d.known or not d.waiting:
+            return None
+        trigger = Trigger(kind=TriggerKind.DEMAND, name=d.source)
+        what = describe_waiting(d.waiting, self.now, d.noun)
+        rest = gangs.resting(self.state, self.now)
+        items = [w for w in d.waiting if not (rest and w.gang)]
+        if not items:
+            why = f"a partial gang launch was given back: gangs are asked for again from {rest:%H:%M} UTC"
+            return self.decision(Action.HOLD, trigger, f"{what}, but {why}")
+        booting = self.on_the_way(d)
+        per_node = f"{gpus_text(d.gpus_per_node)} per node"
+        room = max(0, self.bounds.max - self.obs.desired)
+        p = gangs.plan(items, d.gpus_per_node, d.free_gpus, booting, room)
+        if p.unplaceable == sum(waiting_sizes(items, d.gpus_per_node).values()):
+            return self.decision(Action.HOLD, trigger, f"{what}, but none fits a node of this group ({per_node})")
+        refused = "; ".join(r.text(room) for r in p.refused[:2]) + (" (and more gangs)" if len(p.refused) > 2 else "")
+        if p.new_nodes > 0:
+            on_way = f", {booting} already booting" if booting else ""
+            step = f" ({per_node}{on_way})" + (f"; {refused}" if refused else "")
+            return self.scale_out_to(self.obs.desired + p.new_nodes, trigger, what, step)
+        if refused:
+            return self.decision(Action.HOLD, trigger, f"{what}, but {refused}")
+        if p.capped:
+            return self.scale_out_to(self.obs.desired + 1, trigger, what)  # at max: says so
+        room_text = f"{booting} node(s) booting" if booting else "room on the group's nodes"
+        doubt = f" (no node may be removed: {d.scale_in_closed})" if d.scale_in_closed else ""
+        return self.decision(Action.HOLD, trigger, f"{what}: {room_text} will take them, no new node needed{doubt}")
 
     def gang_give_back(self) -> Decision | None:
-        """A gang's partial launch given back after the timeout: `_gang_give_back`."""
-        return _gang_give_back(self)
+        """A gang waits while nodes asked for it have not launched for GANG_LAUNCH_TIMEOUT_S: the nodes
+        that came and sit idle go back and the launches still owed are cancelled (desired down to what
+        the group holds), so a gang that cannot start bills nothing; gangs then rest GANG_REST_S."""
+        part = gangs.partial_launch(self.obs, self.state, self.now)
+        if part is None or gangs.resting(self.state, self.now) is not None:
+            return None
+        trigger = Trigger(kind=TriggerKind.GANG_PARTIAL, name=part.gang)
+        minutes = defaults.GANG_LAUNCH_TIMEOUT_S // 60
+        why = (
+            f"gang {part.gang} cannot start: {part.missing} node(s) asked at {part.asked_at:%H:%M} UTC have not "
+            f"launched in {minutes} min"
+            if part.missing
+            else f"gang {part.gang} has not started {2 * minutes} min after its nodes were asked, with room for it on"
+            " the group's nodes: something other than nodes holds it (its queue's limits?)"
+        )
+        free = [i for i in self.obs.instances if i.in_service and not i.runs_gpu_work]
+        if free and not self.obs.instance_metrics_loaded:
+            return self.decision(Action.SCALE_IN, trigger, f"{why}: choosing idle nodes", needs_instance_metrics=True)
+        listed = self.obs.desired - part.missing
+        room = max(0, listed - self.low_water)
+        # Not only nodes gpufleet closed (consolidation by attrition): those a partial gang launched never ran
+        # its work; one that took other work since holds GPUs (runs_gpu_work) and is never a victim.
+        choice = choose_scale_in_victims(self.obs.instances, room, self.settings.idle, closed_only=False)
+        victims = choice.victims if room else ()
+        target = max(self.low_water, listed - len(victims))
+        if target >= self.obs.desired:
+            return None
+        reason = (
+            f"{why}: scale in {self.obs.desired} -> {target}, giving back {len(victims)} idle node(s)"
+            + (f" and the {part.missing} never launched" if part.missing else "")
+            + f"; gangs are asked for again after {defaults.GANG_REST_S // 60} min"
+        )
+        return self.decision(Action.SCALE_IN, trigger, reason, target, victims=victims, skipped=choice.skipped)
 
     def demand_release(self) -> Decision | None:
         """Nothing waits: every idle node above min (or a window's desired) and above the nodes running
@@ -406,77 +471,6 @@ class _Ctx(_Group):
             why = f"desired {self.obs.desired} is above max {target} ({trigger.name})"
             return self.scale_in_by(self.obs.desired - target, trigger, why)
         return self.decision(Action.SET_DESIRED, trigger, reason, target)
-
-
-def _demand_out(self: _Ctx) -> Decision | None:
-    """Work that waits, packed onto the group's node shape (existing room first, then nodes booting,
-    then new nodes): one scale-out to the size it needs, within bounds. A gang's nodes come in that one
-    change or not at all (`scaling.gangs`). No cooldown: nodes already on the way are counted, so a
-    second tick asks only for what is still missing."""
-    d = self.obs.demand
-    if d is None or not d.known or not d.waiting:
-        return None
-    trigger = Trigger(kind=TriggerKind.DEMAND, name=d.source)
-    what = describe_waiting(d.waiting, self.now, d.noun)
-    rest = gangs.resting(self.state, self.now)
-    items = [w for w in d.waiting if not (rest and w.gang)]
-    if not items:
-        why = f"a partial gang launch was given back: gangs are asked for again from {rest:%H:%M} UTC"
-        return self.decision(Action.HOLD, trigger, f"{what}, but {why}")
-    booting = self.on_the_way(d)
-    per_node = f"{gpus_text(d.gpus_per_node)} per node"
-    room = max(0, self.bounds.max - self.obs.desired)
-    p = gangs.plan(items, d.gpus_per_node, d.free_gpus, booting, room)
-    if p.unplaceable == sum(waiting_sizes(items, d.gpus_per_node).values()):
-        return self.decision(Action.HOLD, trigger, f"{what}, but none fits a node of this group ({per_node})")
-    refused = "; ".join(r.text(room) for r in p.refused[:2]) + (" (and more gangs)" if len(p.refused) > 2 else "")
-    if p.new_nodes > 0:
-        on_way = f", {booting} already booting" if booting else ""
-        step = f" ({per_node}{on_way})" + (f"; {refused}" if refused else "")
-        return self.scale_out_to(self.obs.desired + p.new_nodes, trigger, what, step)
-    if refused:
-        return self.decision(Action.HOLD, trigger, f"{what}, but {refused}")
-    if p.capped:
-        return self.scale_out_to(self.obs.desired + 1, trigger, what)  # at max: says so
-    room_text = f"{booting} node(s) booting" if booting else "room on the group's nodes"
-    doubt = f" (no node may be removed: {d.scale_in_closed})" if d.scale_in_closed else ""
-    return self.decision(Action.HOLD, trigger, f"{what}: {room_text} will take them, no new node needed{doubt}")
-
-
-def _gang_give_back(self: _Ctx) -> Decision | None:
-    """A gang waits while nodes asked for it have not launched for GANG_LAUNCH_TIMEOUT_S: the nodes
-    that came and sit idle go back and the launches still owed are cancelled (desired down to what
-    the group holds), so a gang that cannot start bills nothing; gangs then rest GANG_REST_S."""
-    part = gangs.partial_launch(self.obs, self.state, self.now)
-    if part is None or gangs.resting(self.state, self.now) is not None:
-        return None
-    trigger = Trigger(kind=TriggerKind.GANG_PARTIAL, name=part.gang)
-    minutes = defaults.GANG_LAUNCH_TIMEOUT_S // 60
-    why = (
-        f"gang {part.gang} cannot start: {part.missing} node(s) asked at {part.asked_at:%H:%M} UTC have not "
-        f"launched in {minutes} min"
-        if part.missing
-        else f"gang {part.gang} has not started {2 * minutes} min after its nodes were asked, with room for it on"
-        " the group's nodes: something other than nodes holds it (its queue's limits?)"
-    )
-    free = [i for i in self.obs.instances if i.in_service and not i.runs_gpu_work]
-    if free and not self.obs.instance_metrics_loaded:
-        return self.decision(Action.SCALE_IN, trigger, f"{why}: choosing idle nodes", needs_instance_metrics=True)
-    listed = self.obs.desired - part.missing
-    room = max(0, listed - self.low_water)
-    # Not only nodes gpufleet closed (consolidation by attrition): those a partial gang launched never ran
-    # its work; one that took other work since holds GPUs (runs_gpu_work) and is never a victim.
-    choice = choose_scale_in_victims(self.obs.instances, room, self.settings.idle, closed_only=False)
-    victims = choice.victims if room else ()
-    target = max(self.low_water, listed - len(victims))
-    if target >= self.obs.desired:
-        return None
-    reason = (
-        f"{why}: scale in {self.obs.desired} -> {target}, giving back {len(victims)} idle node(s)"
-        + (f" and the {part.missing} never launched" if part.missing else "")
-        + f"; gangs are asked for again after {defaults.GANG_REST_S // 60} min"
-    )
-    return self.decision(Action.SCALE_IN, trigger, reason, target, victims=victims, skipped=choice.skipped)
 
 
 def out_of_bounds(b: Bounds, current: int) -> tuple[int, Trigger, str] | None:

@@ -8,7 +8,7 @@ simulated one. Every decision, acted or not, is logged, counted and audited.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
@@ -45,15 +45,8 @@ from gpufleet.scaling import trust_reads
 from gpufleet.scaling.core import decide_alarm, decide_reconcile, decide_request, skip_reason
 from gpufleet.scaling.demand_source import DemandReader
 from gpufleet.scaling.execution import ControlContext
-from gpufleet.scaling.metric_trust import (
-    Verdict,
-    alarm_checked,
-    doubted,
-    hold,
-    series_acted_on,
-    series_audited,
-    statistic_problem,
-)
+from gpufleet.scaling.metric_trust import Verdict, alarm_checked, hold, series_acted_on
+from gpufleet.scaling.needs import AlarmsRead, Need, Weighed, bad_statistic
 from gpufleet.scaling.notes import (
     CANNOT_ACT,
     alarm_resolved_notes,
@@ -76,6 +69,13 @@ Process = Callable[..., dict[str, Any]]
 
 @dataclass
 class Scaler:
+    """The scaler's paths: an alarm delivery, a reconcile tick (`ReconcileTick` weighs its groups), and
+    another controller's request or change (the OOM guard, the spot fallback).
+
+    Long because every path enters and finishes here, on the same reads and the same executor: split by
+    path, each part would carry the others' wiring back.
+    """
+
     ctx: ControlContext
     metrics: GpuMetricsReader
     alarms: AlarmReader
@@ -184,8 +184,35 @@ class Scaler:
         dry = self.ctx.dry(policy)
         decision = decide_alarm(obs, settings, state, now, alarm=alarm, direction=target.direction, global_dry_run=dry)
         decision = decision.model_copy(update={"reason": f"{decision.reason} [{target.found_by}]"})
-        decision, told = alarm_series_checked(self, decision, alarm, obs, now, policy)
+        decision, told = self.alarm_series_checked(decision, alarm, obs, now, policy)
         return self.ctx.executor.execute(decision, obs, state), told
+
+    def alarm_series_checked(
+        self, decision: Decision, alarm: AlarmEvent, obs: GroupObservation, now: datetime, policy: FleetPolicy
+    ) -> tuple[Decision, list[Notification]]:
+        """An alarm on the group's own GPU series acts only if that series passes the check (`metric_trust`),
+        and only with a statistic the check holds down (Average); where only the members' own series pass,
+        their mean is weighed against the alarm's threshold (one DescribeAlarms, on those deliveries alone).
+        A read that fails raises: the delivery is retried (its idempotency record is released), never
+        decided as a hold for good."""
+        bad_stat = bad_statistic(decision, {alarm.alarm_name: alarm.metrics})
+        if bad_stat is not None:
+            return hold(decision, bad_stat), []
+        metric = series_acted_on(decision, obs.ref, {alarm.alarm_name: alarm.metrics})
+        if metric is None:
+            return decision, []
+        wanted = {obs.ref.key: (obs, metric)}
+        if not alarm.described:  # an EventBridge delivery: no threshold or range in it (SNS and actions were re-read)
+            found = self.alarms.describe(alarm.alarm_name)
+            alarm = alarm.model_copy(update={"condition": described_condition(found), "range_s": alarm_range_s(found)})
+        # The alarm may look further back than the policy's lookback (10 periods of 60 s): check all it read.
+        lookback = max(policy.metric_lookback_s, alarm.range_s)
+        rate = policy.node_samples_per_gpu_s
+        verdict = trust_reads.verdicts(self.metrics, wanted, now, lookback, rate, policy.node_window_s)[obs.ref.key]
+        told = [forged_series_note(obs.ref.key, verdict, now, alarm.event_id, self.ctx.region)] if verdict.tell else []
+        weigh = not verdict.from_group and verdict.trusted
+        condition = alarm.condition if weigh else None
+        return alarm_checked(decision, verdict, condition), told
 
     # ---- requests from other controllers ----
 
@@ -224,38 +251,13 @@ class Scaler:
         tracked = [obs.ref for obs, s in managed if s.target.enabled]
         utils = self.metrics.group_utilization(tracked, now, policy.metric_lookback_s) if tracked else {}
         firing, alarm_metrics, conditions = firing_alarms(self.alarms, tick, policy, self.ctx.logger)
-
-        def decide(obs: GroupObservation, settings: GroupSettings) -> Decision:
-            alarms = firing.get(obs.ref.key, ())
-            dry = self.ctx.dry(policy)
-            state = states[obs.ref.key]
-            return decide_reconcile(
-                obs, settings, state, now, event_id=tick.event_id, firing_alarms=alarms, global_dry_run=dry
-            )
-
-        def isolated(obs: GroupObservation, settings: GroupSettings) -> Decision:
-            return _isolated(decide, obs, settings, self.ctx.logger, tick.event_id, now)
-
         pairs = [(obs.model_copy(update={"gpu_utilization": utils.get(obs.ref.key)}), s) for obs, s in managed]
         told: list[Notification] = []
         if self.demand is not None:
             pairs, told = _attached(self.demand, self.ctx.logger, pairs, now, policy, self.ctx.region)
-        first = [isolated(obs, s) for obs, s in pairs]
-        read = (alarm_metrics, conditions)
-        doubted = checked_series(self, pairs, first, read, isolated, tick.event_id, now, policy)
-        want = [i for i, d in enumerate(first) if d.needs_instance_metrics]
-        if want:
-            enriched = _metrics_or_none(self.metrics, [pairs[i][0] for i in want], now, policy, self.ctx)
-            for i, obs in zip(want, enriched, strict=True):
-                if obs is None:  # without the metrics no victim can be told idle: this group holds
-                    first[i] = _held_without_metrics(first[i])
-                    continue
-                pairs[i] = (obs, pairs[i][1])
-                first[i] = isolated(obs, pairs[i][1])
-        acted = [
-            _act(self.ctx, d, obs, states[obs.ref.key], tick.event_id, now)
-            for d, (obs, _) in zip(first, pairs, strict=True)
-        ]
+        alarms = AlarmsRead(metrics=alarm_metrics, conditions=conditions)
+        weighed, doubted = ReconcileTick(self, tick, policy, now, states, firing, alarms).weigh(pairs)
+        acted = [_act(self.ctx, w.decision, w.obs, states[w.obs.ref.key], tick.event_id, now) for w in weighed]
         return acted, told + doubted
 
     def with_demand(
@@ -276,6 +278,86 @@ class Scaler:
         )
 
 
+@dataclass(frozen=True)
+class ReconcileTick:
+    """One reconcile tick's needs loop: each group decided on what the tick read for all of them, then
+    each read a decision lacks (`scaling.needs`) made once for every group that lacks it, and those
+    groups decided again. What the tick read stays here, so no list is changed in place."""
+
+    scaler: Scaler
+    tick: ScheduleTick
+    policy: FleetPolicy
+    now: datetime
+    states: Mapping[str, GroupState]
+    firing: Mapping[str, Sequence[tuple[str, Direction]]]
+    alarms: AlarmsRead
+
+    def weigh(
+        self, pairs: Sequence[tuple[GroupObservation, GroupSettings]]
+    ) -> tuple[list[Weighed], list[Notification]]:
+        """Every group decided, then for each need in order (`Need`) the groups that lack it fetched in one
+        read and decided again; and what the series check must tell. Ticks where nothing lacks a read read
+        nothing more."""
+        weighed = [Weighed(obs, s, self.decide(obs, s)).screened(self.alarms) for obs, s in pairs]
+        told: list[Notification] = []
+        for need in Need:
+            lacking = [i for i, w in enumerate(weighed) if w.lacks(need, self.alarms, self.now.minute)]
+            if not lacking:
+                continue
+            answered, said = self.fetched(need, [weighed[i] for i in lacking])
+            again = dict(zip(lacking, answered, strict=True))
+            weighed = [again.get(i, w) for i, w in enumerate(weighed)]
+            told += said
+        return weighed, told
+
+    def fetched(self, need: Need, lacking: list[Weighed]) -> tuple[list[Weighed], list[Notification]]:
+        """The groups that lack `need`, given it in one read and decided again."""
+        if need is Need.SERIES:
+            return self.series_checked(lacking)
+        ctx = self.scaler.ctx
+        enriched = _metrics_or_none(self.scaler.metrics, [w.obs for w in lacking], self.now, self.policy, ctx)
+        return [w.loaded(obs, self.decide) for w, obs in zip(lacking, enriched, strict=True)], []
+
+    def series_checked(self, lacking: list[Weighed]) -> tuple[list[Weighed], list[Notification]]:
+        """Decisions that would act on a group's GPU series (the band, an alarm on it), or audit it, act
+        only on a series its members could have written (`metric_trust`); and what to tell."""
+        wanted: dict[str, tuple[GroupObservation, schema.Metric]] = {}
+        for w in lacking:
+            metric = w.series_lacked(self.alarms, self.now.minute)
+            if metric is not None:
+                wanted[w.obs.ref.key] = (w.obs, metric)
+        ctx = self.scaler.ctx
+        verdicts = series_verdicts(self.scaler.metrics, ctx.logger, wanted, self.now, self.policy)
+        out, told = [], []
+        for w in lacking:
+            verdict = verdicts.get(w.obs.ref.key)
+            if verdict is None:
+                out.append(w)
+                continue
+            if verdict.tell:
+                told.append(forged_series_note(w.obs.ref.key, verdict, self.now, self.tick.event_id, ctx.region))
+            out.append(w.checked(verdict, self.alarms, self.decide))
+        return out, told
+
+    def decide(self, obs: GroupObservation, settings: GroupSettings) -> Decision:
+        """One group's decision; whatever it raises is this group's alone and the tick goes on."""
+        ctx = self.scaler.ctx
+        try:
+            return decide_reconcile(
+                obs,
+                settings,
+                self.states[obs.ref.key],
+                self.now,
+                event_id=self.tick.event_id,
+                firing_alarms=self.firing.get(obs.ref.key, ()),
+                global_dry_run=ctx.dry(self.policy),
+            )
+        except Exception as exc:
+            ctx.logger.exception("group decision failed; the others carry on", extra={"group": obs.ref.key})
+            why = f"no decision: {type(exc).__name__}: {exc}"
+            return _no_action(obs.ref.key, _RECONCILE, self.tick.event_id, self.now, why)
+
+
 def series_verdicts(
     metrics: GpuMetricsReader,
     logger: Logger,
@@ -291,90 +373,6 @@ def series_verdicts(
         logger.exception("GPU series could not be checked; those groups hold", extra={"n": len(wanted)})
         why = f"the GPU series could not be checked ({type(exc).__name__}: {exc})"
         return {key: Verdict(held=why, source="none", tell=True) for key in wanted}
-
-
-def checked_series(
-    scaler: Scaler,
-    pairs: list[tuple[GroupObservation, GroupSettings]],
-    first: list[Decision],
-    alarms_read: tuple[dict[str, tuple[MetricRef, ...]], dict[str, AlarmCondition | None]],
-    isolated: Callable[[GroupObservation, GroupSettings], Decision],
-    event_id: str,
-    now: datetime,
-    policy: FleetPolicy,
-) -> list[Notification]:
-    """Decisions that would act on a group's GPU series (the band, an alarm on it) act only on a series
-    its members could have written (`metric_trust`): the band then decides on the checked mean (the
-    members' own where the group series fails), an alarm as `alarm_checked` says; an alarm whose
-    statistic one datum can set holds. Updates `pairs` and `first` in place; returns what to tell. Ticks
-    where nothing would act read nothing more."""
-    alarm_metrics, conditions = alarms_read
-    wanted: dict[str, tuple[GroupObservation, schema.Metric]] = {}
-    for i, ((obs, _), d) in enumerate(zip(pairs, first, strict=True)):
-        bad_stat = _bad_statistic(d, alarm_metrics)
-        if bad_stat is not None:
-            first[i] = hold(d, bad_stat)
-            continue
-        metric = series_acted_on(d, obs.ref, alarm_metrics) or series_audited(d, now.minute)
-        if metric is not None:
-            wanted[obs.ref.key] = (obs, metric)
-    verdicts = series_verdicts(scaler.metrics, scaler.ctx.logger, wanted, now, policy) if wanted else {}
-    told = []
-    for i, ((obs, settings), d) in enumerate(zip(pairs, first, strict=True)):
-        verdict = verdicts.get(obs.ref.key)
-        if verdict is None:
-            continue
-        if verdict.tell:
-            told.append(forged_series_note(obs.ref.key, verdict, now, event_id, scaler.ctx.region))
-        if d.trigger.kind is not TriggerKind.UTILIZATION_BAND:
-            first[i] = alarm_checked(d, verdict, conditions.get(d.trigger.name or ""))
-        elif verdict.held is not None:
-            first[i] = doubted(d, verdict)
-        else:
-            pairs[i] = (obs.model_copy(update={"gpu_utilization": verdict.utilization}), settings)
-            again = isolated(*pairs[i])
-            if verdict.note:
-                again = again.model_copy(update={"reason": f"{again.reason} [{verdict.note}]"})
-            unchecked = again.trigger.kind is TriggerKind.ALARM and (
-                series_acted_on(again, obs.ref, alarm_metrics) or _bad_statistic(again, alarm_metrics)
-            )
-            first[i] = hold(again, "its alarm's series was not checked this tick") if unchecked else again
-    return told
-
-
-def alarm_series_checked(
-    scaler: Scaler, decision: Decision, alarm: AlarmEvent, obs: GroupObservation, now: datetime, policy: FleetPolicy
-) -> tuple[Decision, list[Notification]]:
-    """An alarm on the group's own GPU series acts only if that series passes the check (`metric_trust`),
-    and only with a statistic the check holds down (Average); where only the members' own series pass,
-    their mean is weighed against the alarm's threshold (one DescribeAlarms, on those deliveries alone).
-    A read that fails raises: the delivery is retried (its idempotency record is released), never
-    decided as a hold for good."""
-    bad_stat = _bad_statistic(decision, {alarm.alarm_name: alarm.metrics})
-    if bad_stat is not None:
-        return hold(decision, bad_stat), []
-    metric = series_acted_on(decision, obs.ref, {alarm.alarm_name: alarm.metrics})
-    if metric is None:
-        return decision, []
-    wanted = {obs.ref.key: (obs, metric)}
-    if not alarm.described:  # an EventBridge delivery: no threshold or range in it (SNS and actions were re-read)
-        found = scaler.alarms.describe(alarm.alarm_name)
-        alarm = alarm.model_copy(update={"condition": described_condition(found), "range_s": alarm_range_s(found)})
-    # The alarm may look further back than the policy's lookback (10 periods of 60 s): check all it read.
-    lookback = max(policy.metric_lookback_s, alarm.range_s)
-    rate = policy.node_samples_per_gpu_s
-    verdict = trust_reads.verdicts(scaler.metrics, wanted, now, lookback, rate, policy.node_window_s)[obs.ref.key]
-    told = [forged_series_note(obs.ref.key, verdict, now, alarm.event_id, scaler.ctx.region)] if verdict.tell else []
-    weigh = not verdict.from_group and verdict.trusted
-    condition = alarm.condition if weigh else None
-    return alarm_checked(decision, verdict, condition), told
-
-
-def _bad_statistic(decision: Decision, alarm_metrics: dict[str, tuple[MetricRef, ...]]) -> str | None:
-    """Why an alarm's scale step cannot act on the statistic it reads (`statistic_problem`), or None."""
-    if decision.action not in (Action.SCALE_OUT, Action.SCALE_IN) or decision.trigger.kind is not TriggerKind.ALARM:
-        return None
-    return statistic_problem(alarm_metrics.get(decision.trigger.name or "", ()))
 
 
 def as_cloudwatch_says_now(alarms: AlarmReader, alarm: AlarmEvent) -> AlarmEvent | str:
@@ -513,22 +511,6 @@ def _act(
         return decision.model_copy(update={"outcome": Outcome.FAILED, "detail": f"{type(exc).__name__}: {exc}"})
 
 
-def _isolated(
-    decide: Callable[[GroupObservation, GroupSettings], Decision],
-    obs: GroupObservation,
-    settings: GroupSettings,
-    logger: Logger,
-    event_id: str,
-    now: datetime,
-) -> Decision:
-    """One group's decision; whatever it raises is this group's alone and the tick goes on."""
-    try:
-        return decide(obs, settings)
-    except Exception as exc:
-        logger.exception("group decision failed; the others carry on", extra={"group": obs.ref.key})
-        return _no_action(obs.ref.key, _RECONCILE, event_id, now, f"no decision: {type(exc).__name__}: {exc}")
-
-
 def _metrics_or_none(
     metrics: GpuMetricsReader,
     observations: list[GroupObservation],
@@ -542,11 +524,6 @@ def _metrics_or_none(
     except Exception:
         ctx.logger.exception("instance metrics unreadable; scale-in waits", extra={"groups": len(observations)})
         return [None] * len(observations)
-
-
-def _held_without_metrics(decision: Decision) -> Decision:
-    reason = f"{decision.reason}, but the instances' GPU metrics cannot be read: none removed"
-    return decision.model_copy(update={"action": Action.HOLD, "needs_instance_metrics": False, "reason": reason})
 
 
 def spot_fallbacks(policy: FleetPolicy) -> frozenset[str]:

@@ -48,19 +48,19 @@ def verdicts(
     """Per group key: the series its decision would act on, checked (`metric_trust`): one batched read
     of the groups' series (4 metrics each), and of the InService members' own where a group's fails."""
     groups = metrics.group_checks({k: (obs.ref, m) for k, (obs, m) in wanted.items()}, end, lookback_s)
-    members = {k: members(metrics, obs.instances, per_gpu_s, window_s) for k, (obs, _) in wanted.items()}
+    listed = {k: members(metrics, obs.instances, per_gpu_s, window_s) for k, (obs, _) in wanted.items()}
     out: dict[str, Verdict] = {}
     failing: dict[str, schema.Metric] = {}
     for key in wanted:
-        verdict = check_group(groups[key], members[key], lookback_s)
+        verdict = check_group(groups[key], listed[key], lookback_s)
         if verdict is None:
             failing[key] = wanted[key][1]
         else:
             out[key] = verdict
     for metric in {m.name: m for m in failing.values()}.values():
         keys = [k for k, m in failing.items() if m.name == metric.name]
-        ids = [m.instance_id for k in keys for m in members[k] if m.in_service]
+        ids = [m.instance_id for k in keys for m in listed[k] if m.in_service]
         own = metrics.member_checks(ids, metric, end, lookback_s) if ids else {}
         for key in keys:
-            out[key] = from_members(groups[key], members[key], own, lookback_s, wanted[key][0].max_size)
+            out[key] = from_members(groups[key], listed[key], own, lookback_s, wanted[key][0].max_size)
     return out
