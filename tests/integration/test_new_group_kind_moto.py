@@ -25,8 +25,8 @@ from gpufleet.domain.kinds import GroupKind, forget, new_kind, traits
 from gpufleet.domain.models import Decision, GroupObservation, GroupRef, InstanceObservation
 from gpufleet.domain.nodes import NodeShape
 from gpufleet.policy.fleet import Discovery
-from tests.integration.conftest import NOW, TABLE, Fleet, decisions, tick
 from rehearsal import fleet
+from tests.integration.conftest import NOW, TABLE, Fleet, decisions, tick
 
 POOL_DIMENSION = "GpuPoolName"
 
@@ -171,8 +171,11 @@ def test_a_kind_registered_in_a_test_is_scaled_out_and_in_by_the_real_scaler(
     assert scale_in["outcome"] == "applied" and scale_in["victims"], scale_in
     assert pool.calls[-1].startswith("shrink pool:pool-a by ")
     assert set(scale_in["victims"]).isdisjoint(pool.nodes["pool-a"])  # each victim named, and removed
-    assert traits(pool_kind).label == "GPU pool"
-    assert TABLE  # the decisions above went through the state table (lease, intent, audit)
+    # Both changes went through the state table: the group's lease/intent item and its audited decisions.
+    items = gpu_fleet.clients.dynamodb.scan(TableName=TABLE)["Items"]
+    keys = {item["pk"]["S"] for item in items if "pool:pool-a" in item["pk"]["S"]}
+    assert keys, "nothing of the pool's was stored"
+    assert traits(pool_kind).console_title == "GPU pool"  # its row is what the notifier's links read
 
 
 def test_the_fake_kind_is_gone_after_its_test() -> None:

@@ -24,7 +24,7 @@ class NodeMarker(Protocol):
 
     def close(self, obs: GroupObservation, instance_ids: Sequence[str], reason: str) -> str:
         """Close the nodes to new work (already closed by gpufleet: done). Returns a short account;
-        raises on failure (the decision's intent stays and the next invocation finishes it)."""
+        raises on failure (`MarksFailed` for the whole change: told, and decided afresh next tick)."""
         ...
 
     def reopen(self, obs: GroupObservation, instance_ids: Sequence[str]) -> str:

@@ -1,1 +1,2 @@
-"""The shared vocabulary: typed models, the fleet policy, errors, defaults. Pure: no AWS, no clock."""
+"""The shared vocabulary, the lowest floor: typed models, group kinds and their traits, node shapes,
+notifications and incident records, errors, defaults. Pure: no AWS, no clock."""

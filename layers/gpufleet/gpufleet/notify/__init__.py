@@ -1,2 +1,3 @@
-"""Notifications: the model producers build (`model`), routing policy, incidents folded and paced
-(`incidents`, pure), rendered for people (`render`, pure), posted (`slack`) by the notifier (`service`)."""
+"""Notifications: incidents folded and paced (`incidents`, pure), rendered for people (`render`, pure),
+posted (`slack`) by the notifier (`service`). What producers build is `domain.notification`; the routing
+policy is `policy.notify`."""
