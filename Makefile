@@ -89,17 +89,22 @@ fuzz: venv
 unit: venv
 	HYPOTHESIS_PROFILE=dev $(BIN)/pytest -q -p no:cacheprovider tests/unit
 
-# Coverage of the shipped packages over the suite; the figure is quoted in the README. The crash-point
-# sweep (tests/crash: ~500 fault-injected runs, half of pytest's time) runs beside it in its own session
-# and moto server, on the second core, without coverage; its log lands in .pytest-crash.log.
+# Coverage of the shipped packages over the suite; the figure is quoted in the README. Beside it, on the
+# second core, a side session with its own moto server runs what adds no coverage: the e2e rehearsal and
+# the quick bench (both subprocesses), then the crash-point sweep (tests/crash: ~900 fault-injected runs,
+# run without coverage). Its log lands in .pytest-side.log. The e2e rehearsal's AWS calls reach the main
+# session's IAM conformance test through .pytest-rehearsal-calls.jsonl (written whole, at its end; the
+# test replays the rehearsal itself if the side session has not written it yet).
 .PHONY: pytest
 pytest: venv
-	@HYPOTHESIS_PROFILE=ci GPUFLEET_SIDE_SESSION=1 $(BIN)/pytest -q -p no:cacheprovider tests/crash > .pytest-crash.log 2>&1 & crash=$$!; \
-	HYPOTHESIS_PROFILE=ci GPUFLEET_REQUIRE_SAM_BUILD=1 $(BIN)/pytest tests --ignore=tests/crash --durations=12 --cov=gpufleet --cov=gpufleet_tools \
+	@rm -f .pytest-rehearsal-calls.jsonl; \
+	HYPOTHESIS_PROFILE=ci GPUFLEET_KEEP_REHEARSAL_CALLS=1 $(BIN)/pytest -q -p no:cacheprovider tests/e2e tests/test_bench_quick.py tests/crash > .pytest-side.log 2>&1 & side=$$!; \
+	HYPOTHESIS_PROFILE=ci GPUFLEET_KEEP_REHEARSAL_CALLS=1 GPUFLEET_REQUIRE_SAM_BUILD=1 $(BIN)/pytest tests --ignore=tests/crash --ignore=tests/e2e \
+	  --deselect tests/test_bench_quick.py::test_every_benchmark_runs_in_quick_mode --durations=12 --cov=gpufleet --cov=gpufleet_tools \
 	  --cov=gpufleet_node --cov-report=term:skip-covered --cov-report=json:.coverage.json; main=$$?; \
-	wait $$crash; crashed=$$?; echo "--- crash points (tests/crash, its own session) ---"; tail -n 25 .pytest-crash.log; \
-	test $$main -eq 0 -a $$crashed -eq 0
-	@$(BIN)/python -c 'import json; print("coverage of gpufleet, gpufleet_tools and gpufleet_node (crash sweep not counted): %.1f%%" % json.load(open(".coverage.json"))["totals"]["percent_covered"])'
+	wait $$side; sided=$$?; echo "--- e2e rehearsal, quick bench, crash points (their own session) ---"; tail -n 25 .pytest-side.log; \
+	test $$main -eq 0 -a $$sided -eq 0
+	@$(BIN)/python -c 'import json; print("coverage of gpufleet, gpufleet_tools and gpufleet_node (side session not counted): %.1f%%" % json.load(open(".coverage.json"))["totals"]["percent_covered"])'
 
 .PHONY: test-node
 test-node: $(PY39_VENV)/bin/.installed $(PY313_VENV)/bin/.installed

@@ -22,7 +22,7 @@ REHEARSAL_CALLS = ROOT / ".pytest-rehearsal-calls.jsonl"  # what the e2e rehears
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    if not os.environ.get("GPUFLEET_SIDE_SESSION"):  # `make test` runs tests/crash beside the main session
+    if not os.environ.get("GPUFLEET_KEEP_REHEARSAL_CALLS"):  # `make pytest`: the side session writes them
         REHEARSAL_CALLS.unlink(missing_ok=True)
     RECORDER.install()
 
