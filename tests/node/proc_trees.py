@@ -4,6 +4,8 @@ kernel's /proc/PID/stat, status and cgroup files, and the kubelet's pod log dire
 
 import os
 import pickle
+import select
+import signal
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
@@ -111,10 +113,27 @@ class ProcTree:
                 os.symlink(str(log), str(links / ("%s_%s_%s-%s.log" % (pod, namespace, container, cid))))
 
 
+CHILD_WAIT_S = 20.0  # a child that has not answered by then is stuck (see run_unprivileged); only then waited
+CHILD_TRIES = 3
+
+
 def run_unprivileged(fn: Callable[[], Any]) -> Any:
-    """fn() as an ordinary user (nobody) even when the tests run as root, who could read anything."""
+    """fn() as an ordinary user (nobody) even when the tests run as root, who could read anything.
+
+    It forks, and the tests that use it fork beside gRPC's threads (a fake kubelet serving): a child can
+    inherit a lock one of those threads held and never run (seen once in a CI run, stuck for good on a
+    futex). Such a child is killed and the fork tried again; a child that answers is never waited on."""
     if os.geteuid() != 0:
         return fn()
+    for _ in range(CHILD_TRIES):
+        answer = _in_child(fn)
+        if answer is not None:
+            return pickle.loads(answer)
+    raise TimeoutError("the unprivileged child never answered (%d forks)" % CHILD_TRIES)
+
+
+def _in_child(fn: Callable[[], Any]) -> "bytes | None":
+    """The child's pickled answer, or None when it did not answer in CHILD_WAIT_S (it is killed)."""
     read_end, write_end = os.pipe()
     child = os.fork()
     if child == 0:  # pragma: no cover - the child
@@ -129,11 +148,16 @@ def run_unprivileged(fn: Callable[[], Any]) -> Any:
         os._exit(0)
     os.close(write_end)
     chunks = []
-    while True:
-        chunk = os.read(read_end, 65536)
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(read_end)
-    os.waitpid(child, 0)
-    return pickle.loads(b"".join(chunks))
+    try:
+        while True:
+            ready, _, _ = select.select([read_end], [], [], CHILD_WAIT_S)
+            if not ready:
+                os.kill(child, signal.SIGKILL)
+                return None
+            chunk = os.read(read_end, 65536)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(read_end)
+        os.waitpid(child, 0)
