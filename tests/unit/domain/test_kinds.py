@@ -76,3 +76,14 @@ def test_a_kind_is_registered_once_and_its_prefix_is_its_own() -> None:
 def test_articles_follow_the_label() -> None:
     assert traits(GroupKind.ASG).article == "an"
     assert traits(GroupKind.HYPERPOD).article == "a"
+
+
+def test_a_ref_without_what_its_kind_is_named_by_has_no_series() -> None:
+    with pytest.raises(ValueError, match="a group is an ASG name"):
+        _ = GroupRef(kind=GroupKind.EKS_NODEGROUP, name="ng").metric_dimensions
+
+
+def test_the_policy_still_has_a_json_schema_with_the_kinds() -> None:
+    from gpufleet.policy.fleet import FleetPolicy
+
+    assert "hyperpod" in str(FleetPolicy.model_json_schema())

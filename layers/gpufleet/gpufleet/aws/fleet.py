@@ -207,14 +207,14 @@ class FleetActuator:
     def apply(self, decision: Decision, obs: GroupObservation, token: str) -> str:
         """Returns a short account of what was done; raises on failure. Nodes are reopened before any
         launch (waiting work takes them first) and closed after the capacity change."""
-        provider = self.groups.provider(obs.ref.kind)
-        provider.prepare(obs)
+        if self.groups.has(obs.ref.kind):
+            self.groups.provider(obs.ref.kind).prepare(obs)
         done: list[str] = []
         failed: list[str] = []
         if decision.undrain:
             self._mark(lambda m: m.reopen(obs, decision.undrain), obs, "reopen", done, failed)
         if decision.changes_capacity:  # a failed reopen never holds back a launch
-            done.append(self._capacity(provider, decision, obs, token))
+            done.append(self._capacity(self._provider(obs), decision, obs, token))
         if decision.drain:
             reason = f"surplus node drained by attrition at {decision.at:%Y-%m-%dT%H:%MZ}; removed once idle"
             self._mark(lambda m: m.close(obs, decision.drain, reason), obs, "drain", done, failed)
@@ -236,6 +236,12 @@ class FleetActuator:
             raise RuntimeError(f"{obs.ref.key}: no way to mark its nodes ({obs.marks or 'no mark channel'})")
         return marker
 
+    def _provider(self, obs: GroupObservation) -> GroupProvider:
+        try:
+            return self.groups.provider(obs.ref.kind)
+        except LookupError as exc:  # said with the group, as any failed change is
+            raise RuntimeError(f"{obs.ref.key}: {exc}") from None
+
     @staticmethod
     def _capacity(provider: GroupProvider, decision: Decision, obs: GroupObservation, token: str) -> str:
         if decision.action in (Action.SCALE_OUT, Action.SET_DESIRED):
@@ -246,5 +252,4 @@ class FleetActuator:
 
     def replace_failed(self, obs: GroupObservation, instance_id: str) -> str:
         """Have a node whose GPU failed replaced by whoever replaces the group's nodes (its ASG)."""
-        provider = self.groups.provider(obs.ref.kind)
-        return provider.replace_failed(obs, instance_id)
+        return self._provider(obs).replace_failed(obs, instance_id)

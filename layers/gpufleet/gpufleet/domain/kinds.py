@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from pydantic import GetCoreSchemaHandler
+from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import PydanticCustomError, core_schema
 
 from gpufleet.domain.demand_sources import SourceName
@@ -61,6 +62,13 @@ class GroupKind(str):
             expected = " or ".join([", ".join(words[:-1]), words[-1]] if len(words) > 1 else words)
             raise PydanticCustomError("enum", "Input should be {expected}", {"expected": expected})
         return found
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        """The kinds known when the schema is made, as the enum's schema said them."""
+        return {"type": "string", "enum": list(cls._known)}
 
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:

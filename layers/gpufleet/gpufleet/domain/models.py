@@ -79,6 +79,8 @@ class GroupRef(Frozen):
     def metric_dimensions(self) -> dict[str, str]:
         """The dimensions of this group's own GPU metrics, as the publisher sends them."""
         row = traits(self.kind)
+        if not self.name or (row.cluster_dimension is not None and not self.cluster):
+            raise ValueError("a group is an ASG name, a (cluster, node group) or a (cluster, instance group) pair")
         if row.cluster_dimension is None:
             return {row.name_dimension: self.name}
         return {row.cluster_dimension: self.cluster or "", row.name_dimension: self.name}

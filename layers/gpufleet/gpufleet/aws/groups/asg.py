@@ -116,7 +116,8 @@ def asg_observation(asg: Mapping[str, Any]) -> GroupObservation:
 
 
 def backs_a_nodegroup(asg: Mapping[str, Any]) -> bool:
-    """EKS tags the ASG it made for a managed node group with eks:nodegroup-name."""
+    """EKS tags the ASG it made for a managed node group with eks:nodegroup-name (a discovered ASG with the
+    key is skipped whatever its value; a named one is skipped only when it names a node group)."""
     return any(t.get("Key") == defaults.TAG_EKS_NODEGROUP for t in asg.get("Tags", []))
 
 
@@ -187,11 +188,11 @@ class AsgGroups:
     def _named_backing_asg(self, asg: Mapping[str, Any]) -> bool:
         """Whether a named ASG is the one EKS made for a managed node group: named by a kind: asg rule it
         would be sized twice, as itself and as its node group. Told once."""
-        if not backs_a_nodegroup(asg):
-            return False
         tags = tags_of(asg)
-        name, cluster = asg["AutoScalingGroupName"], tags.get(defaults.TAG_EKS_CLUSTER) or "CLUSTER"
         nodegroup = tags.get(defaults.TAG_EKS_NODEGROUP)
+        if not nodegroup:
+            return False
+        name, cluster = asg["AutoScalingGroupName"], tags.get(defaults.TAG_EKS_CLUSTER) or "CLUSTER"
         if self.logger is not None and name not in self._told:
             self._told.add(name)
             self.logger.warning(
