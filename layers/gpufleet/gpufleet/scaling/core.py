@@ -47,11 +47,23 @@ INTERRUPTED = "interrupted:"  # the group's ledger key prefix for replacements l
 
 
 def window_is_open(window: ScheduleWindow, now: datetime) -> bool:
-    """True if the latest cron firing (in the window's time zone) plus its duration covers now."""
-    local_now = now.astimezone(ZoneInfo(window.timezone))
-    # croniter steps back from "now + 1 minute" so a firing at exactly `now` counts as open.
-    start = croniter(window.cron, local_now + timedelta(minutes=1)).get_prev(datetime)
-    return start <= local_now < start + timedelta(minutes=window.duration_minutes)
+    """True if a cron firing covers the minute this tick is for: firing <= minute < firing + duration.
+
+    Ticks run a few hundred ms late, so the tick decides for its whole minute: 07:59:00.300 and
+    07:59:59.9 are both the 07:59 tick. Firings and durations are on the window's wall clock, as a cron
+    is read (KEDA's cron scaler, a CronJob's timeZone): `0 9 * * 1-5` for 600 minutes is 09:00-19:00 local
+    on every day, DST days too, and a window lasting its period (a daily one for 1440) never closes. A
+    firing in the hour skipped in spring fires when the gap ends (croniter: 02:30 fires at 03:00); in the
+    hour repeated in autumn the wall clock reads the same minutes twice, and a window open at them is open
+    in both passes.
+    """
+    minute = now.astimezone(ZoneInfo(window.timezone)).replace(second=0, microsecond=0)
+    # get_prev is strictly before its start: from second 1 a firing on the minute counts. replace()
+    # keeps `fold` (the second pass of a repeated hour); adding a timedelta would reset it.
+    start = croniter(window.cron, minute.replace(second=1)).get_prev(datetime)
+    wall, opened = minute.replace(tzinfo=None), start.replace(tzinfo=None)
+    # One duration for every firing, so the latest firing ends last: if it has ended, all have.
+    return opened <= wall < opened + timedelta(minutes=window.duration_minutes)
 
 
 def effective_bounds(obs: GroupObservation, settings: GroupSettings, now: datetime) -> Bounds:
