@@ -277,7 +277,7 @@ def _passed_over(scenes: DemandScenes, applied: Applied) -> tuple[bool, str]:
         (m, d)
         for m, d in ins
         if TRAINED_MINUTE <= m < LOADED_MINUTE
-        and "passed over 1 running a GPU pod" in d["reason"]
+        and "passed over 1 running work" in d["reason"]
         and scenes.loaded_on not in d["victims"]
         and len(d["victims"]) == 2
     ]
@@ -286,7 +286,7 @@ def _passed_over(scenes: DemandScenes, applied: Applied) -> tuple[bool, str]:
     m = found[0][0]
     return True, (
         f"{TRAIN_GPU.key}: nothing waiting, the scale-in at minute {m} took the 2 idle nodes and passed over "
-        f"{scenes.loaded_on} (eval-1 loading its weights, GPUs idle): 'passed over 1 running a GPU pod'"
+        f"{scenes.loaded_on} (eval-1 loading its weights, GPUs idle): 'passed over 1 running work'"
     )
 
 

@@ -110,7 +110,7 @@ class SelfManagedScene(TrustScenes):
             and cut["outcome"] == "applied"
             and sorted(cut["victims"]) == sorted(idle)
             and busy in left
-            and "passed over 1 running a GPU pod" in cut["reason"]
+            and "passed over 1 running work" in cut["reason"]
         )
         self._ok(
             scaled and passed,

@@ -123,7 +123,7 @@ def test_a_node_running_a_gpu_pod_is_never_a_victim(train: Fleet, api: tuple[Kub
             train.put_instance_gpu(instance, 0, 1, now - timedelta(minutes=minute))
     d, _ = tick(train, url)
     assert (d["action"], d["outcome"], d["victims"]) == ("scale-in", "applied", [empty]), d["reason"]
-    assert "passed over 1 running a GPU pod" in d["reason"]
+    assert "passed over 1 running work" in d["reason"]
     assert train.instances(train.backing_asg) == [loading]
 
 

@@ -42,7 +42,7 @@ class MarkingHyperPod(HyperPodGroups):
 
 
 def _busy(obs: GroupObservation) -> tuple[InstanceObservation, ...]:
-    return tuple(i.model_copy(update={"runs_gpu_work": True}) for i in obs.instances)
+    return tuple(i.model_copy(update={"runs_work": True}) for i in obs.instances)
 
 
 def _obs(ref: GroupRef) -> GroupObservation:
@@ -75,7 +75,7 @@ def test_work_marks_ask_each_kinds_adapter_and_keep_the_order() -> None:
     marked = FleetReader(registry).work_marks(groups, NOW)
     assert [o.ref.key for o in marked] == ["hyperpod:c/g1", "asg:a", "hyperpod:c/g2"]
     assert hyperpod.asked == [["hyperpod:c/g1", "hyperpod:c/g2"]]  # one read for all of its kind
-    assert [o.instances[0].runs_gpu_work for o in marked] == [True, False, True]
+    assert [o.instances[0].runs_work for o in marked] == [True, False, True]
 
 
 class OneAsg:

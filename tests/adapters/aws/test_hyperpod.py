@@ -185,7 +185,7 @@ def test_each_node_state_reads_as_capacity_or_not_and_victim_or_not(
     fleet, _ = _fleet([_node("i-0aaaaaaaaaaaaaaaa", status)], {"i-0aaaaaaaaaaaaaaaa": minutes})
     [obs] = fleet.marked(fleet.observe([REF]), NOW)
     [inst] = obs.instances
-    assert (inst.lifecycle_state, inst.healthy, inst.runs_gpu_work) == want[:3]
+    assert (inst.lifecycle_state, inst.healthy, inst.runs_work) == want[:3]
     idle_gpus = inst.model_copy(update={"gpu_utilization": 0.0, "gpu_memory_percent": 0.0})
     assert (skip_reason(idle_gpus, IdleThreshold()) is None) is want[3]
 
@@ -221,7 +221,7 @@ def test_an_unreadable_idle_report_closes_the_group_for_scale_in() -> None:
     fleet, _ = _fleet([_node("i-0aaaaaaaaaaaaaaaa", "Running")], {"i-0aaaaaaaaaaaaaaaa": IDLE}, error="Throttling")
     [obs] = fleet.marked(fleet.observe([REF]), NOW)
     assert obs.scale_in_closed is not None and "Throttling" in obs.scale_in_closed
-    assert all(i.runs_gpu_work for i in obs.instances)
+    assert all(i.runs_work for i in obs.instances)
 
 
 def test_a_result_getmetricdata_did_not_complete_closes_the_group_too() -> None:
@@ -238,7 +238,7 @@ def test_a_result_getmetricdata_did_not_complete_closes_the_group_too() -> None:
     fleet.cloudwatch.get_metric_data = failing  # type: ignore[method-assign]
     [obs] = fleet.marked(fleet.observe([REF]), NOW)
     assert obs.scale_in_closed is not None and "InternalError" in obs.scale_in_closed
-    assert all(i.runs_gpu_work for i in obs.instances)
+    assert all(i.runs_work for i in obs.instances)
 
 
 def test_an_eks_orchestrated_cluster_is_not_this_adapters() -> None:
@@ -251,7 +251,7 @@ def test_a_job_started_in_the_latest_minute_keeps_the_node() -> None:
     nothing for it): the old rule forgave the newest gap and called it idle."""
     fleet, _ = _fleet([_node("i-0aaaaaaaaaaaaaaaa", "Running")], {"i-0aaaaaaaaaaaaaaaa": [1.0, 1.0, 1.0, 1.0, None]})
     [obs] = fleet.marked(fleet.observe([REF]), NOW)
-    assert [i.runs_gpu_work for i in obs.instances] == [True]
+    assert [i.runs_work for i in obs.instances] == [True]
 
 
 def test_the_delete_reads_slurms_word_again_and_keeps_a_node_that_got_a_job() -> None:
@@ -383,7 +383,7 @@ def test_observing_reads_no_idle_report_until_a_scale_in_is_weighed() -> None:
     [obs] = fleet.observe([REF])
     assert fleet.cloudwatch.requests == [] and obs.instance_metrics_loaded is False
     [marked] = fleet.marked([obs], NOW)
-    assert len(fleet.cloudwatch.requests) == 1 and marked.instances[0].runs_gpu_work is False
+    assert len(fleet.cloudwatch.requests) == 1 and marked.instances[0].runs_work is False
 
 
 def test_a_node_the_current_minutes_landed_report_left_out_is_busy() -> None:
@@ -394,7 +394,7 @@ def test_a_node_the_current_minutes_landed_report_left_out_is_busy() -> None:
     fleet, sm = _fleet([_node(i, "Running") for i in ids], dict.fromkeys(ids, IDLE), current={ids[0]: 1.0})
     fleet.cloudwatch.reports = (*LANDED, 0)
     [obs] = fleet.marked(fleet.observe([REF]), NOW)
-    assert [i.runs_gpu_work for i in obs.instances] == [False, True] and obs.scale_in_closed is None
+    assert [i.runs_work for i in obs.instances] == [False, True] and obs.scale_in_closed is None
     unmarked = fleet.observe([REF])[0]  # a resumed intent on an observation not marked: the re-read decides
     text = fleet.apply(_decision(Action.SCALE_IN, 1, tuple(ids)), unmarked)
     assert [kw["NodeIds"] for c, kw in sm.calls if c == "BatchDeleteClusterNodes"] == [[ids[0]]]
@@ -406,7 +406,7 @@ def test_a_stale_report_keeps_every_node_and_says_why() -> None:
     stopped): older minutes that said idle are not Slurm's word now."""
     fleet, sm = _fleet([_node("i-0aaaaaaaaaaaaaaaa", "Running")], {"i-0aaaaaaaaaaaaaaaa": IDLE}, reports=(-6, -5, -4))
     [obs] = fleet.marked(fleet.observe([REF]), NOW)
-    assert obs.instances[0].runs_gpu_work is True
+    assert obs.instances[0].runs_work is True
     assert obs.scale_in_closed is not None and "stale" in obs.scale_in_closed and "08:11" in obs.scale_in_closed
     fleet.apply(_decision(Action.SCALE_IN, 2, ("i-0aaaaaaaaaaaaaaaa",)), fleet.observe([REF])[0])
     assert not [c for c in sm.calls if c[0] == "BatchDeleteClusterNodes"]
@@ -422,9 +422,9 @@ def test_only_candidates_are_read_and_every_other_node_runs_work() -> None:
         for q in request["MetricDataQueries"]
     ]
     assert asked == [None, ids[1]]  # the group's report marker and the one candidate
-    assert [i.runs_gpu_work for i in obs.instances] == [True, False, True]
+    assert [i.runs_work for i in obs.instances] == [True, False, True]
     [none] = fleet.marked(fleet.observe([REF]), NOW, {REF.key: set()})
-    assert len(fleet.cloudwatch.requests) == 1 and all(i.runs_gpu_work for i in none.instances)
+    assert len(fleet.cloudwatch.requests) == 1 and all(i.runs_work for i in none.instances)
 
 
 def test_the_observation_says_the_group_shrinks_by_victims_only() -> None:
@@ -473,9 +473,9 @@ def test_a_busy_cluster_reads_no_idle_report_and_an_idle_gpu_only_its_own() -> N
     )  # fmt: skip
     busy = FakeGpuMetrics({ids[0]: (95.0, 80.0), ids[1]: (60.0, 5.0)})  # ids[2]: no figures
     [obs] = with_instance_metrics(busy, fleet.observe([REF]), NOW, policy, reader)  # type: ignore[arg-type]
-    assert fleet.cloudwatch.requests == [] and all(i.runs_gpu_work for i in obs.instances)
+    assert fleet.cloudwatch.requests == [] and all(i.runs_work for i in obs.instances)
     one = FakeGpuMetrics({ids[0]: (95.0, 80.0), ids[1]: (15.0, 5.0)})  # idle by the group's 20 %, not 5 %
     [obs] = with_instance_metrics(one, fleet.observe([REF]), NOW, policy, reader)  # type: ignore[arg-type]
     [request] = fleet.cloudwatch.requests
     assert len(request["MetricDataQueries"]) == 2
-    assert [i.runs_gpu_work for i in obs.instances] == [True, False, True]
+    assert [i.runs_work for i in obs.instances] == [True, False, True]

@@ -51,7 +51,7 @@ def _marked(fleet: HyperPodFleet) -> dict[str, tuple[bool, float | None]]:
     [obs] = fleet.observe([REF], attrition={REF.key})
     obs = obs.model_copy(update={"demand": Demand(source="metric Slurm/PendingGPUs", gpus_per_node=8)})
     [marked] = fleet.marked([obs], NOW)
-    return {i.instance_id: (i.runs_gpu_work, i.gpus_held) for i in marked.instances}
+    return {i.instance_id: (i.runs_work, i.gpus_held) for i in marked.instances}
 
 
 def test_a_drain_slurm_never_shows_keeps_the_node_open_however_long_ago_it_was_asked() -> None:

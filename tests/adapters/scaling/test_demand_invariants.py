@@ -54,7 +54,7 @@ instance = st.builds(
     protected_from_scale_in=st.booleans(),
     gpu_utilization=st.one_of(st.none(), st.floats(0, 100)),
     gpu_memory_percent=st.one_of(st.none(), st.floats(0, 100)),
-    runs_gpu_work=st.booleans(),
+    runs_work=st.booleans(),
 )
 work = st.builds(
     WaitingWork,
@@ -146,7 +146,7 @@ def test_decisions_stay_in_bounds_bounded_by_the_work_and_never_take_a_busy_node
     by_id = {i.instance_id: i for i in obs.instances}
     for victim in d.victims:
         i = by_id[victim]
-        assert i.in_service and not i.runs_gpu_work and not i.protected_from_scale_in
+        assert i.in_service and not i.runs_work and not i.protected_from_scale_in
     if d.action is Action.SCALE_OUT and d.trigger.kind is TriggerKind.DEMAND:
         assert obs.demand is not None
         gpn = obs.demand.gpus_per_node

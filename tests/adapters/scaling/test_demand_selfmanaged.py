@@ -111,10 +111,10 @@ def test_a_node_of_a_self_managed_asg_running_a_gpu_pod_is_never_a_victim() -> N
                   {"ip-10-0-0-1.ec2.internal": "i-busy"})  # fmt: skip
     group = asg("gpu-spot", OWNED, "i-busy", "i-idle1", "i-idle2")
     [(obs, s)] = calls.reader().attach([(group, PODS)], NOW)
-    assert [i.runs_gpu_work for i in obs.instances] == [True, False, False]
+    assert [i.runs_work for i in obs.instances] == [True, False, False]
     d = decide_reconcile(obs, s, GroupState(), NOW, event_id="t")
     assert d.action is Action.SCALE_IN and d.victims and "i-busy" not in d.victims
-    assert "passed over 1 running a GPU pod" in d.reason
+    assert "passed over 1 running work" in d.reason
 
 
 def test_the_rule_names_the_cluster_when_the_tags_do_not() -> None:

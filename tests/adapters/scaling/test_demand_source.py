@@ -11,7 +11,7 @@ from botocore.exceptions import ClientError
 
 from gpufleet.domain.kinds import GroupKind
 from gpufleet.domain.models import GroupObservation, GroupRef, InstanceObservation
-from gpufleet.kubernetes.pods import ClusterPods, WaitingPod
+from gpufleet.kubernetes.pods import ClusterPods, WaitingPod, cluster_pods
 from gpufleet.policy.fleet import DemandSource, GroupSettings, KubernetesDemand
 from gpufleet.scaling.demand import NodeShape
 from gpufleet.scaling.demand_source import DemandReader
@@ -54,7 +54,7 @@ def test_a_pod_counts_once_for_the_smallest_group_it_fits_and_empty_nodes_are_ro
     big, small = found["big"].demand, found["small"].demand
     assert big is not None and small is not None
     assert [w.name for w in big.waiting] == ["a/p8"] and [w.name for w in small.waiting] == ["a/p4"]
-    assert [i.runs_gpu_work for i in found["big"].instances] == [True, False]
+    assert [i.runs_work for i in found["big"].instances] == [True, False]
     assert big.free_gpus == (8,)  # i-2: InService, no GPU pod
 
 
@@ -75,3 +75,49 @@ def test_describe_instances_failing_fails_closed_and_the_others_carry_on() -> No
     pods = ClusterPods(cluster="ml", gpu_nodes=frozenset({"ip-1.ec2.internal"}))
     [(obs, _)] = reader(pods, throttled).attach([(group("big", "i-1"), SETTINGS)], NOW)
     assert obs.demand is not None and "RequestLimitExceeded" in str(obs.demand.closed_for_scale_in)
+
+
+def test_a_node_whose_only_pod_is_a_cpu_only_job_runs_work() -> None:
+    """Work is any pod bound to a node but a DaemonSet's (kubernetes.pods.pod_work), not only a GPU pod: the
+    node of another team's CPU-only batch Job is mapped like a GPU pod's and never offered as room."""
+    job = {
+        "metadata": {"name": "etl-x7", "namespace": "other", "uid": "u1",
+                     "ownerReferences": [{"kind": "Job", "name": "etl"}]},
+        "spec": {"nodeName": "ip-1.ec2.internal",
+                 "containers": [{"name": "c", "resources": {"requests": {"cpu": "4"}}}]},
+        "status": {"phase": "Running"},
+    }  # fmt: skip
+    asked: list[set[str]] = []
+
+    def instances_of(names: object) -> dict[str, str]:
+        asked.append(set(names))  # type: ignore[call-overload]
+        return {"ip-1.ec2.internal": "i-1"}
+
+    pods = cluster_pods("ml", [job], pages=1)
+    [(obs, _)] = reader(pods, instances_of).attach([(group("big", "i-1", "i-2"), SETTINGS)], NOW)
+    assert asked == [{"ip-1.ec2.internal"}]
+    assert [i.runs_work for i in obs.instances] == [True, False]
+    assert obs.demand is not None and obs.demand.free_gpus == (8,) and obs.demand.closed_for_scale_in is None
+
+
+def test_a_fargate_node_is_no_groups_and_a_node_named_by_its_instance_needs_no_lookup() -> None:
+    """CoreDNS on Fargate (node `fargate-ip-...`) is work, but on no instance of a group: it is not looked up
+    and closes nothing. An EKS Auto Mode node is named by its instance id: it maps without DescribeInstances."""
+
+    def running(name: str, node: str) -> dict[str, object]:
+        return {"metadata": {"name": name, "namespace": "kube-system", "uid": name},
+                "spec": {"nodeName": node, "containers": [{"name": "c"}]}, "status": {"phase": "Running"}}  # fmt: skip
+
+    asked: list[set[str]] = []
+
+    def instances_of(names: object) -> dict[str, str]:
+        asked.append(set(names))  # type: ignore[call-overload]
+        return {}
+
+    auto = "i-0a1b2c3d4e5f67890"
+    listing = [running("coredns-1", "fargate-ip-10-0-3-4.us-east-1.compute.internal"), running("etl", auto)]
+    pods = cluster_pods("ml", listing, pages=1)
+    [(obs, _)] = reader(pods, instances_of).attach([(group("big", auto, "i-2"), SETTINGS)], NOW)
+    assert asked == []
+    assert [i.runs_work for i in obs.instances] == [True, False]
+    assert obs.demand is not None and obs.demand.closed_for_scale_in is None

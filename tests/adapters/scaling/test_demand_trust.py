@@ -220,7 +220,7 @@ def test_sqs_demand_on_an_eks_node_group_takes_its_gpus_from_the_instance_type()
 
 
 def test_an_unreadable_cluster_never_lets_the_band_scale_in_a_node_bound_to_a_gpu_pod() -> None:
-    """Before: 5xx/timeout/410 left every node runs_gpu_work=False and the band scaled in the node bound
+    """Before: 5xx/timeout/410 left every node runs_work=False and the band scaled in the node bound
     to a GPU pod."""
 
     def down(cluster: str, resources: Any, nodes: Any = None, **_: Any) -> ClusterPods:

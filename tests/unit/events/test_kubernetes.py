@@ -12,7 +12,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from gpufleet.kubernetes.pods import WaitingPod, gpu_request, nodes_running_gpu_pods, waiting_pod, waiting_pods
+from gpufleet.kubernetes.pods import (
+    WaitingPod,
+    gpu_request,
+    nodes_running_gpu_pods,
+    nodes_running_work,
+    waiting_pod,
+    waiting_pods,
+)
 
 PODS: list[dict[str, Any]] = json.loads(
     (Path(__file__).parents[2] / "fixtures" / "kubernetes" / "pods-pending-gpu.json").read_text()
@@ -60,6 +67,7 @@ def test_shared_gpu_resources_count_in_gpus() -> None:
 
 def test_nodes_running_gpu_pods_are_named_whatever_their_metrics() -> None:
     assert nodes_running_gpu_pods(PODS) == {"ip-10-0-1-7.ec2.internal"}  # the finished pod's node is free
+    assert nodes_running_work(PODS) == {"ip-10-0-1-7.ec2.internal"}  # the others are unbound
 
 
 _JSON = st.recursive(

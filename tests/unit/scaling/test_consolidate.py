@@ -40,7 +40,7 @@ def node(i: int, held: float, mark: NodeMark = NodeMark.NONE, util: float | None
         instance_id=f"i-{i:02d}",
         node_name=f"ip-10-0-0-{i}.ec2.internal",
         gpus_held=held,
-        runs_gpu_work=held > 0,
+        runs_work=held > 0,
         mark=mark,
         gpu_utilization=busy if util is None else util,
         gpu_memory_percent=busy,
@@ -189,7 +189,7 @@ def test_nothing_is_removed_while_it_runs_work(
     d = decide(obs, ON.model_copy(update={"drain_max_share": share}))
     by_id = {i.instance_id: i for i in obs.instances}
     for victim in d.victims:
-        assert not by_id[victim].runs_gpu_work and not by_id[victim].gpus_held
+        assert not by_id[victim].runs_work and not by_id[victim].gpus_held
         assert by_id[victim].mark is NodeMark.GPUFLEET  # closed to new work before it goes
     assert not set(d.victims) & set(d.drain)
 

@@ -139,7 +139,7 @@ def test_a_source_that_knows_the_nodes_asks_for_metrics_when_one_is_free() -> No
     knows = obs.model_copy(update={"demand": obs.demand.model_copy(update={"knows_nodes": True})})  # type: ignore[union-attr]
     d = tick(knows)
     assert d.action is Action.SCALE_IN and d.needs_instance_metrics
-    assert "3 node(s) without GPU work: choosing idle instances" in d.reason
+    assert "3 node(s) without work: choosing idle instances" in d.reason
 
 
 def test_an_unreadable_source_falls_back_to_utilization_rules() -> None:
@@ -153,10 +153,10 @@ def test_an_unreadable_source_falls_back_to_utilization_rules() -> None:
 @pytest.mark.parametrize("util", [0.0, 3.0])
 def test_a_node_running_a_gpu_pod_is_never_a_victim(util: float) -> None:
     """A pod loading weights reads idle: its node is passed over, whatever its GPU metrics say."""
-    nodes = (node(0, util, runs_gpu_work=True), node(1, util))
+    nodes = (node(0, util, runs_work=True), node(1, util))
     choice = choose_scale_in_victims(nodes, 2, SETTINGS.idle)
     assert choice.victims == ("i-01",)
-    assert choice.skipped == {SkipReason.RUNS_GPU_WORK: 1}
+    assert choice.skipped == {SkipReason.RUNS_WORK: 1}
     obs = observe(2, (), util=0).model_copy(update={"instances": nodes})
     d = tick(obs)
     assert "i-00" not in d.victims
@@ -171,7 +171,7 @@ def test_demand_never_leaves_bounds_nor_removes_gpu_pod_nodes(sizes: list[int], 
     waiting = tuple(work(g, name=f"p{i}") for i, g in enumerate(sizes))
     obs = observe(desired, waiting, util=0)
     flags = (pods + [False] * desired)[:desired]
-    obs = obs.model_copy(update={"instances": tuple(node(i, runs_gpu_work=f) for i, f in enumerate(flags))})
+    obs = obs.model_copy(update={"instances": tuple(node(i, runs_work=f) for i, f in enumerate(flags))})
     d = tick(obs)
     assert 0 <= d.desired <= 10
     assert not {f"i-{i:02d}" for i, f in enumerate(flags) if f} & set(d.victims)
@@ -203,7 +203,7 @@ def test_nodes_of_the_last_scale_out_that_run_nothing_yet_are_not_asked_for_twic
         update={
             # Kubernetes: the one InService node without a GPU pod is room (the reader's free_gpus)
             "demand": obs.demand.model_copy(update={"knows_nodes": True, "free_gpus": (8.0,)}),  # type: ignore[union-attr]
-            "instances": tuple(node(i, runs_gpu_work=i < 4) for i in range(5)),
+            "instances": tuple(node(i, runs_work=i < 4) for i in range(5)),
         }
     )
     assert tick(knows, state).desired == 5 + 2  # 8 GPUs fit the free node: 2 more needed

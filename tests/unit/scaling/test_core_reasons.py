@@ -64,13 +64,6 @@ def window(lo: int | None, desired: int | None) -> ScheduleWindow:
             "desired 1 is below min 2 (policy bounds): raised to min 2",
         ),
         (
-            6,
-            GroupSettings(min=1, max=4),
-            4,
-            TriggerKind.BOUNDS,
-            "desired 6 is above max 4 (policy bounds): lowered to max 4",
-        ),
-        (
             2,
             GroupSettings(max=4, schedules=(window(1, 3),)),
             3,
@@ -84,6 +77,18 @@ def test_a_bounds_fix_says_what_picked_its_target(
 ) -> None:
     d = decide_reconcile(observe(desired), settings, GroupState(), MONDAY, event_id="t")
     assert (d.action, d.desired, d.trigger.kind, d.reason) == (Action.SET_DESIRED, target, kind, reason)
+
+
+def test_a_bounds_fix_down_names_its_victims_and_says_what_picked_its_target() -> None:
+    """Lowered to max by idle nodes named, the idlest first: never a count AWS chooses from."""
+    d = decide_reconcile(observe(6), GroupSettings(min=1, max=4), GroupState(), MONDAY, event_id="t")
+    assert (d.action, d.desired, d.victims, d.trigger.kind) == (
+        Action.SCALE_IN,
+        4,
+        ("i-00", "i-01"),
+        TriggerKind.BOUNDS,
+    )
+    assert d.reason.startswith("desired 6 is above max 4 (policy bounds): scale in 6 -> 4, terminating i-00, i-01")
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ victims instead, or holds and says why."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given, settings
@@ -30,6 +30,7 @@ from gpufleet.scaling.core import (
     decide_request,
     decide_target,
 )
+from gpufleet.scaling.notes import held_busy_note
 from tests.profiles import examples
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
@@ -40,9 +41,7 @@ TRIGGER = Trigger(kind=TriggerKind.REQUEST, name="t")
 
 def _node(i: int, util: float | None, work: bool = False) -> InstanceObservation:
     mem = None if util is None else 1.0
-    return InstanceObservation(
-        instance_id=f"i-{i:02d}", gpu_utilization=util, gpu_memory_percent=mem, runs_gpu_work=work
-    )
+    return InstanceObservation(instance_id=f"i-{i:02d}", gpu_utilization=util, gpu_memory_percent=mem, runs_work=work)
 
 
 def _obs(utils: tuple[float | None, ...], flag: bool = True, loaded: bool = True, **kw: object) -> GroupObservation:
@@ -65,7 +64,10 @@ def _reconcile(obs: GroupObservation, s: GroupSettings) -> Decision:
 # GPU utilizations of the 3 nodes (None: no metrics), victims only?, metrics loaded? ->
 # (action, desired, victims, words in the reason)
 ABOVE_MAX = [
-    ((0.0, 0.0, 0.0), False, True, (Action.SET_DESIRED, 1, (), "lowered to max 1")),  # other kinds: unchanged
+    # Every kind goes by named victims (issue 40: a lower count let EC2 Auto Scaling or EKS pick busy nodes).
+    ((0.0, 0.0, 0.0), False, True, (Action.SCALE_IN, 1, ("i-00", "i-01"), "above max 1")),
+    ((90.0, 0.0, 80.0), False, True, (Action.SCALE_IN, 2, ("i-01",), "1 node(s) above it run work: holding them")),
+    ((90.0, 95.0, 80.0), False, True, (Action.HOLD, 3, (), "max 1, 2 node(s) above it run work: holding them")),
     ((0.0, 0.0, 0.0), True, False, (Action.SCALE_IN, 3, (), "choosing idle instances")),  # read the metrics first
     ((2.0, 0.0, 1.0), True, True, (Action.SCALE_IN, 1, ("i-01", "i-02"), "above max 1")),  # the idlest two
     ((90.0, 0.0, 80.0), True, True, (Action.SCALE_IN, 2, ("i-01",), "terminating i-01")),  # only one idle: one
@@ -82,6 +84,28 @@ def test_max_lowered_below_the_count_removes_idle_victims_never_a_count(
     assert (d.action, d.desired, d.victims) == (action, desired, victims), d.reason
     assert words in d.reason
     assert d.needs_instance_metrics is not loaded
+
+
+def test_max_lowered_under_busy_nodes_holds_them_and_is_told_once() -> None:
+    """Three nodes each running work, max 1: nothing is removed, the hold says the numbers, and the notice
+    is the same one every tick (one id: told once)."""
+    obs = _obs((90.0, 95.0, 80.0), flag=False)
+    first = _reconcile(obs, GroupSettings(max=1, idle=IDLE))
+    s = GroupSettings(max=1, idle=IDLE)
+    later = decide_reconcile(obs, s, GroupState(), NOW + timedelta(minutes=5), event_id="t2")
+    assert (first.action, first.desired, first.victims, first.held_busy) == (Action.HOLD, 3, (), 2)
+    notes = [held_busy_note(d, "us-east-1") for d in (first, later)]
+    assert notes[0].notification_id == notes[1].notification_id
+    assert "holding 2 node(s) above max 1" in notes[0].title
+
+
+def test_launches_still_owed_are_cancelled_by_a_count_never_below_the_instances_held() -> None:
+    """desired 5, 3 instances (2 launches owed), max 1: desired goes to 3 first (AWS chooses no instance),
+    then idle nodes go by name."""
+    obs = _obs((0.0, 0.0, 0.0), flag=False).model_copy(update={"desired": 5})
+    d = _reconcile(obs, GroupSettings(max=1, idle=IDLE))
+    assert (d.action, d.desired, d.victims) == (Action.SET_DESIRED, 3, ()), d.reason
+    assert "2 launch(es) still owed cancelled" in d.reason
 
 
 def test_a_group_closed_for_scale_in_holds_above_max_and_says_why() -> None:

@@ -39,7 +39,7 @@ def test_singles_launch_is_not_given_back_for_a_gang_that_came_later() -> None:
     )
     # 20 min ago: 6 nodes asked for 6 single pods; EC2 gave 3 (all now running 3 of the singles)
     instances = tuple(
-        InstanceObservation(instance_id=f"i-{i}", gpu_utilization=95.0, gpu_memory_percent=80.0, runs_gpu_work=True)
+        InstanceObservation(instance_id=f"i-{i}", gpu_utilization=95.0, gpu_memory_percent=80.0, runs_work=True)
         for i in range(3)
     )
     obs = GroupObservation(

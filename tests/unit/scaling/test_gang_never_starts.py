@@ -35,7 +35,7 @@ def test_idle_nodes_of_a_gang_that_never_starts_are_given_back() -> None:
         WaitingWork(name=f"pg[{i}]", gpus=8, since=NOW - timedelta(hours=3), gang="volcano:ml/pg") for i in range(2)
     )
     idle = tuple(
-        InstanceObservation(instance_id=f"i-{i}", gpu_utilization=0.0, gpu_memory_percent=0.0, runs_gpu_work=False)
+        InstanceObservation(instance_id=f"i-{i}", gpu_utilization=0.0, gpu_memory_percent=0.0, runs_work=False)
         for i in range(2)
     )
     obs = GroupObservation(

@@ -50,7 +50,7 @@ def observe(
     instances = tuple(
         InstanceObservation(
             instance_id=f"i-{i:02d}", gpu_utilization=90.0 if i < busy else 0.0, gpu_memory_percent=0.0,
-            runs_gpu_work=i < busy,
+            runs_work=i < busy,
         )
         for i in range(listed)
     )  # fmt: skip

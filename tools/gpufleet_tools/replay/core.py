@@ -185,7 +185,7 @@ class GpufleetController:
                     instance_id=n.node_id,
                     node_name=n.node_id,
                     lifecycle_state="Pending" if key[0] else "InService",
-                    runs_gpu_work=demand and n.used > 0,
+                    runs_work=demand and n.used > 0,
                     gpus_held=n.used / MILLI_PER_GPU if demand else None,
                     mark=NodeMark.GPUFLEET if n.cordoned else NodeMark.NONE,
                     work_since=None if since is None else start + timedelta(minutes=since),

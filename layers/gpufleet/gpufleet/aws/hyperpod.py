@@ -127,9 +127,7 @@ def ec2_type(instance_type: str | None) -> str | None:
     return instance_type.removeprefix("ml.")
 
 
-def node_observation(
-    node: dict[str, Any], runs_gpu_work: bool, drain: RequestedDrain | None = None
-) -> InstanceObservation:
+def node_observation(node: dict[str, Any], runs_work: bool, drain: RequestedDrain | None = None) -> InstanceObservation:
     """One node; `drain`: gpufleet asked Slurm to drain it (aws.slurm_marks), and when. Its Slurm name is
     its hostname (`ip-A-B-C-D`), when ListClusterNodes gives PrivateDnsHostname."""
     status = str(node.get("InstanceStatus", {}).get("Status", ""))
@@ -139,7 +137,7 @@ def node_observation(
         lifecycle_state=lifecycle,
         instance_type=ec2_type(node.get("InstanceType")),
         healthy=healthy,
-        runs_gpu_work=runs_gpu_work,
+        runs_work=runs_work,
         mark=NodeMark.NONE if drain is None else NodeMark.GPUFLEET,
         marked_at=None if drain is None else drain.at or datetime.min.replace(tzinfo=UTC),
         node_name=str(node.get("PrivateDnsHostname") or "").split(".")[0] or None,
@@ -329,7 +327,7 @@ class HyperPodFleet:
         the idle report (a job that landed on one keeps it), in calls of at most 99; raises DeleteRefused
         when SageMaker refused any. What no read can see - a job Slurm starts after the publisher's last
         report and before the delete - is docs/hyperpod.md's residual race."""
-        now_idle = {i.instance_id for i in obs.instances if i.in_service and not i.runs_gpu_work}
+        now_idle = {i.instance_id for i in obs.instances if i.in_service and not i.runs_work}
         if obs.scale_in_closed is None and now_idle & set(decision.victims):
             # Read Slurm's word again right before the delete, by the same rule (a minute may have
             # passed since the observation: a retry, a slow tick); unreadable now keeps every node.

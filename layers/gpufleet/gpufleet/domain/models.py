@@ -199,7 +199,7 @@ class InstanceObservation(Frozen):
     healthy: bool = True  # Auto Scaling's health status (a reclaimed spot instance turns Unhealthy first)
     gpu_utilization: float | None = None  # busiest GPU on the instance, percent
     gpu_memory_percent: float | None = None  # fullest GPU on the instance, percent
-    runs_gpu_work: bool = False  # a pod that asks for GPUs is bound to it (EKS): never a victim
+    runs_work: bool = False  # work is bound to it (any pod but a DaemonSet's; a Slurm job): never a victim
     gpus_held: float | None = None  # GPUs the work bound to it asks for, when the source says (consolidation)
     mark: NodeMark = NodeMark.NONE  # closed to new work, and by whom
     empties_by: datetime | None = None  # when its work is expected to end, when the source says (Slurm limits)
@@ -259,7 +259,9 @@ class Demand(Frozen):
     waiting: tuple[WaitingWork, ...] = ()
     gpus_per_node: float = Field(default=1.0, gt=0)
     free_gpus: tuple[float, ...] = ()  # room on the group's serving nodes, per node, that waiting work may use
-    knows_nodes: bool = False  # the source set each instance's runs_gpu_work (Kubernetes: pods bound to nodes)
+    knows_nodes: bool = False  # the source set each instance's runs_work (Kubernetes: pods bound to nodes)
+    # The EKS cluster whose pods were read (Kubernetes): where the last look before a removal reads them again.
+    cluster: str | None = None
     unreadable: str | None = None
     unfit: tuple[UnfitWork, ...] = ()  # work of this source that no group fits (told, never asked for)
     # Nodes that running work holds (SQS: in-flight messages), which the source cannot name: never released.
@@ -354,8 +356,13 @@ class SkipReason(StrEnum):
     PROTECTED = "scale-in protected"
     NO_METRICS = "without GPU metrics"
     NOT_IN_SERVICE = "not InService"
-    RUNS_GPU_WORK = "running a GPU pod or job"  # a pod bound to it, or (HyperPod) a Slurm job
+    RUNS_WORK = "running work"  # any pod bound to it but a DaemonSet's (kubernetes.pods), or a Slurm job
     NOT_DRAINED = "not drained yet"  # consolidation by attrition: closed to new work first, removed next tick
+
+    @classmethod
+    def _missing_(cls, value: object) -> SkipReason | None:
+        """An intent or outbox an older gpufleet persisted says it as it did then."""
+        return cls.RUNS_WORK if value == "running a GPU pod or job" else None
 
 
 class Bounds(Frozen):
@@ -385,6 +392,9 @@ class Decision(Frozen):
     owed_to: str | None = None  # a spot group this change covers (the fallback ledger counts it)
     drain: tuple[str, ...] = ()  # nodes to close to new work (consolidation by attrition)
     undrain: tuple[str, ...] = ()  # nodes gpufleet closed, to open again (waiting work fits them, or surplus gone)
+    # Nodes kept above the bound the decision brings the group to, because they run work (max lowered under
+    # busy nodes): they go by name as their work ends; told once with the numbers.
+    held_busy: int = Field(default=0, ge=0)
 
     @property
     def changes_capacity(self) -> bool:

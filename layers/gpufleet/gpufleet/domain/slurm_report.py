@@ -144,7 +144,7 @@ class SlurmWord:
         instances = tuple(
             i.model_copy(
                 update={
-                    "runs_gpu_work": closed is not None or i.instance_id not in self.removable,
+                    "runs_work": closed is not None or i.instance_id not in self.removable,
                     "gpus_held": held(i.instance_id),
                 }
             )

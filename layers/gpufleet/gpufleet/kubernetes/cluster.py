@@ -3,10 +3,12 @@ an `aws-iam-authenticator` token signed with the function's own role (no kubecon
 make it), and ONE paged listing of the cluster's unfinished pods per read.
 
 The listing is `GET /api/v1/pods?fieldSelector=status.phase!=Succeeded,status.phase!=Failed&limit=500`:
-one list that serves both questions, the pods that wait for GPUs (Pending) and the nodes bound to GPU
-pods (Pending with a node, Running, Unknown), while finished pods (the bulk of a batch cluster) stay on
-the server. An expired `continue` token (410 Gone) restarts the listing once, from the start, so each pod
-is still counted once.
+one list that serves both questions, the pods that wait for GPUs (Pending) and the nodes that run work
+(any pod bound to one, GPU or not, but a DaemonSet's, a mirror pod or one marked safe to evict:
+`pods.pod_work`; Pending with a node, Running, Unknown), while finished pods (the bulk of a batch cluster)
+stay on the server. No selector trims it: a pod's owner and annotations are what say whether it is work.
+An expired `continue` token (410 Gone) restarts the listing once, from the start, so each pod is still
+counted once.
 
 After the pods, one `GET /apis/apps/v1/daemonsets` (a few pages at most): what each DaemonSet's pods take
 from a node, and where they run as their templates say (their pods' own node affinity is replaced by a pin
@@ -120,8 +122,8 @@ class ClusterAccess:
 
 
 class PodReader:
-    """`read(cluster)`: the cluster's waiting GPU pods and GPU nodes, from one paged listing (and, asked
-    with `nodes`, its nodes' cordons)."""
+    """`read(cluster)`: the cluster's waiting GPU pods and the nodes that run work, from one paged listing
+    (and, asked with `nodes`, its nodes' cordons)."""
 
     def __init__(
         self,
@@ -226,7 +228,7 @@ class PodReader:
         return None
 
     def _list(self, cluster: str, connection: Connection) -> ClusterPods:
-        """Every unfinished pod, page by page, each page reduced to what waits and which nodes run GPU pods
+        """Every unfinished pod, page by page, each page reduced to what waits and which nodes run work
         before the next is read (a large cluster's pods are never all held at once), each pod once by its
         uid. A 410 Gone (the continue token expired) restarts the listing once from the start; a page too
         big for MAX_BODY (or that the server calls too large) is asked again once with half the limit, for

@@ -1,5 +1,6 @@
 """Kubernetes pods as gpufleet sees them: a page of `GET /api/v1/pods` (a PodList in the API's JSON) becomes
-typed pods that wait for GPUs, the nodes that run GPU pods, and what each DaemonSet's pod takes from a node.
+typed pods that wait for GPUs, the nodes that run work (`pod_work`: any pod, GPU or not, but a DaemonSet's,
+a mirror pod or one marked safe to evict), and what each DaemonSet's pod takes from a node.
 Pure: documents in, models out.
 
 A pod waits for GPUs when its `PodScheduled` condition is False with reason `Unschedulable`, no node is
@@ -367,27 +368,83 @@ def _daemonset_uid(meta: Mapping[str, Any]) -> str | None:
     return None
 
 
+# The kubelet's mark on the API object of a static pod (k8s.io/api/core/v1 MirrorPodAnnotationKey).
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+# Cluster Autoscaler's: "true" (exactly) lets it evict the pod to remove its node (cluster-autoscaler
+# utils/drain/drain.go, PodSafeToEvictKey and hasSafeToEvictAnnotation); "false" forbids it.
+SAFE_TO_EVICT_ANNOTATION = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+# Karpenter's: the pod's node is not disrupted voluntarily ("true", or a duration after the pod started).
+DO_NOT_DISRUPT_ANNOTATION = "karpenter.sh/do-not-disrupt"
+
+
+class PodWork(StrEnum):
+    """Whether a pod is work on the node it is bound to, and if not, why (`pod_work`)."""
+
+    WORK = "work"
+    UNBOUND = "unbound"  # no spec.nodeName: it runs nowhere yet
+    FINISHED = "finished"  # Succeeded or Failed: it will not run again
+    DAEMONSET = "daemonset"  # a DaemonSet's: it follows nodes and goes with its node
+    MIRROR = "mirror"  # a static pod as the API shows it: part of the node, the kubelet runs it
+    SAFE_TO_EVICT = "safe_to_evict"  # its owner says losing it is fine (Cluster Autoscaler's annotation)
+
+
+def pod_work(pod: Mapping[str, Any]) -> PodWork:
+    """Whether the pod is work on its node. Work is any pod bound to a node (spec.nodeName) that has not
+    finished (phase Succeeded or Failed), whatever it asks for: another team's CPU-only Job on a GPU node
+    runs to its end too, so GPU idleness alone never frees a node. Not work:
+    - a DaemonSet's pod (an ownerReference of kind DaemonSet): every node runs one, it goes with its node;
+    - a mirror pod (annotation `kubernetes.io/config.mirror`, or owned by its Node): a static pod the
+      kubelet runs from its own files, part of the node;
+    - a pod annotated `cluster-autoscaler.kubernetes.io/safe-to-evict: "true"` (that exact value, as Cluster
+      Autoscaler reads it): its owner accepts losing it with its node; unless it also carries
+      `karpenter.sh/do-not-disrupt` (any value but "false"), which always keeps it work.
+    A terminating pod (metadata.deletionTimestamp) still runs until it exits: work. A DaemonSet's or a
+    mirror pod stays none whatever its annotations say (else no node running one could ever go)."""
+    meta, spec, status = _map(pod.get("metadata")), _map(pod.get("spec")), _map(pod.get("status"))
+    node = spec.get("nodeName")
+    if not isinstance(node, str) or not node:
+        return PodWork.UNBOUND
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return PodWork.FINISHED
+    kinds = {o.get("kind") for o in _list(meta.get("ownerReferences"))}
+    annotations = _map(meta.get("annotations"))
+    if "DaemonSet" in kinds:
+        return PodWork.DAEMONSET
+    if MIRROR_ANNOTATION in annotations or "Node" in kinds:
+        return PodWork.MIRROR
+    keep = DO_NOT_DISRUPT_ANNOTATION in annotations and annotations.get(DO_NOT_DISRUPT_ANNOTATION) != "false"
+    if annotations.get(SAFE_TO_EVICT_ANNOTATION) == "true" and not keep:
+        return PodWork.SAFE_TO_EVICT
+    return PodWork.WORK
+
+
+def nodes_running_work(pods: Iterable[Mapping[str, Any]]) -> set[str]:
+    """Node names bound to a pod that is work (`pod_work`): such a node is never a victim, whatever its GPU
+    metrics say (a pod loading weights reads idle; a CPU-only Job uses no GPU at all)."""
+    return {str(_map(p.get("spec")).get("nodeName")) for p in pods if pod_work(p) is PodWork.WORK}
+
+
 def nodes_running_gpu_pods(
     pods: Iterable[Mapping[str, Any]], gpu_resources: Mapping[str, float] = DEFAULT_GPU_RESOURCES
 ) -> set[str]:
-    """Node names bound to a pod that asks for GPUs and has not finished: such a node is never a victim,
-    whatever its GPU metrics say (a pod loading weights reads idle)."""
+    """Node names whose work asks for GPUs: a part of `nodes_running_work`, which says which nodes are kept."""
     return set(gpus_held_by_node(pods, gpu_resources))
 
 
 def gpus_held_by_node(
     pods: Iterable[Mapping[str, Any]], gpu_resources: Mapping[str, float] = DEFAULT_GPU_RESOURCES
 ) -> dict[str, float]:
-    """Per node name, the GPUs its unfinished pods ask for (only nodes with some): what consolidation
-    reads as the work a node holds (the emptiest drains first)."""
+    """Per node name, the GPUs its work (`pod_work`) asks for (only nodes with some): what consolidation
+    reads as the work a node holds (the emptiest drains first). A DaemonSet's GPU pod is not counted: it
+    does not leave a node that drains, so it is no work to pack elsewhere."""
     held: dict[str, float] = {}
     for p in pods:
-        node = _map(p.get("spec")).get("nodeName")
-        if not node or _map(p.get("status")).get("phase") in ("Succeeded", "Failed"):
+        if pod_work(p) is not PodWork.WORK:
             continue
+        node = str(_map(p.get("spec")).get("nodeName"))
         gpus = gpu_request(_map(p.get("spec")), gpu_resources)
         if gpus > 0:
-            held[str(node)] = held.get(str(node), 0.0) + gpus
+            held[node] = held.get(node, 0.0) + gpus
     return held
 
 
@@ -445,11 +502,14 @@ def node_states(items: Iterable[Any]) -> dict[str, NodeState]:
 
 class ClusterPods(Frozen):
     """One cluster's pods as the scaler needs them, from one paged listing (the adapter,
-    `gpufleet.kubernetes.cluster.PodReader`): the GPU work that waits, the nodes bound to GPU pods, and one
-    entry per DaemonSet for what its pod takes from each node it runs on."""
+    `gpufleet.kubernetes.cluster.PodReader`): the GPU work that waits, the nodes that run work (never
+    victims: `never_victims`), and one entry per DaemonSet for what its pod takes from each node it runs on."""
 
     cluster: str
     waiting: tuple[WaitingPod, ...] = ()
+    # Node names bound to work, GPU or not (`nodes_running_work`), and those whose work asks for GPUs (the
+    # keys of `gpus_held`; from a listing, a part of `work_nodes`).
+    work_nodes: frozenset[str] = frozenset()
     gpu_nodes: frozenset[str] = frozenset()
     pages: int = Field(default=0, ge=0)  # pages fetched, a restarted listing's included (what it cost)
     daemonsets: tuple[DaemonSetPod, ...] = ()
@@ -465,6 +525,12 @@ class ClusterPods(Frozen):
     queue_notes: tuple[UnfitWork, ...] = ()
     queued_unreadable: tuple[str, ...] = ()
     queued_gangs: frozenset[str] = frozenset()
+
+    @property
+    def never_victims(self) -> frozenset[str]:
+        """The node names that run work, so are never a victim: `work_nodes`, and `gpu_nodes` too (a source
+        that names only the nodes of its GPU work still keeps them)."""
+        return self.work_nodes | self.gpu_nodes
 
 
 def cluster_pods(
@@ -489,6 +555,7 @@ class PodTally:
         self._seen: set[str] = set()
         self._waiting: list[WaitingPod] = []
         self._gpus_held: dict[str, float] = {}
+        self._work_nodes: set[str] = set()  # bounded by the cluster's nodes, not its pods
         self._daemonsets: dict[str, DaemonSetPod] = {}
 
     @property
@@ -512,6 +579,7 @@ class PodTally:
             if owner is not None and owner not in self._daemonsets:
                 self._daemonsets[owner] = daemonset_pod(item, self.gpu_resources)
         self._waiting += waiting_pods(fresh, self.gpu_resources)
+        self._work_nodes |= nodes_running_work(fresh)
         for node, gpus in gpus_held_by_node(fresh, self.gpu_resources).items():
             self._gpus_held[node] = self._gpus_held.get(node, 0.0) + gpus
 
@@ -519,6 +587,7 @@ class PodTally:
         return ClusterPods(
             cluster=self.cluster,
             waiting=tuple(self._waiting),
+            work_nodes=frozenset(self._work_nodes),
             gpu_nodes=frozenset(self._gpus_held),
             gpus_held=dict(self._gpus_held),
             pages=pages,

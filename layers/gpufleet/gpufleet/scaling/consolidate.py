@@ -15,9 +15,10 @@ Rules, in order:
 2. Close only when nothing waits and the source can say what every node runs. The nodes beyond what the
    running work needs, packed (ceil(GPUs held / GPUs per node)), are surplus, and never more than the
    nodes above what the group must keep (min, a window's desired). The emptiest go first (by GPUs held,
-   then the soonest expected to empty, then the newest work); an idle one is always closed (it is removed
-   next tick), a node with work only while fewer than `drain_max_share` percent of the serving nodes
-   with work are closed; never a node with scale-in protection or one the channel cannot name.
+   then the soonest expected to empty, then the newest work); an idle one (no GPUs held, no work) is always
+   closed (it is removed next tick), a node with work (a CPU-only pod's included) only while fewer than
+   `drain_max_share` percent of the serving nodes with work are closed; never a node with scale-in
+   protection or one the channel cannot name.
 3. A closed node beyond what the group must keep (min or a window's desired went up) is opened again,
    fullest first. With `consolidate: off`, every node gpufleet closed is opened.
 4. A node someone else closed (NodeMark.OTHER) is neither counted nor touched.
@@ -99,7 +100,7 @@ def held(inst: InstanceObservation, per_node: float) -> float | None:
     of them if it runs work, else unknown."""
     if inst.gpus_held is not None:
         return max(0.0, min(inst.gpus_held, per_node)) if math.isfinite(inst.gpus_held) else per_node
-    return per_node if inst.runs_gpu_work else None
+    return per_node if inst.runs_work else None
 
 
 def _room(inst: InstanceObservation, per_node: float) -> float:
@@ -166,13 +167,17 @@ def _drain_plan(
     if any(h is None for h in holding.values()):
         return MarkPlan()
     gpus = {k: h or 0.0 for k, h in holding.items()}  # every one known (above)
+    # Idle: no GPUs held and no work at all. A node whose work holds no GPU (a CPU-only Job) is not: it does
+    # not go next tick, so it is closed, and swapped, as a node with work is.
+    idle = {i.instance_id for i in serving if gpus[i.instance_id] == 0.0 and not i.runs_work}
     work = sum(gpus.values())
     need = math.ceil(work / per_node - _EPSILON)
     cap = math.floor(len(serving) * share / 100 + _EPSILON)
     open_ = [i for i in serving if i.mark is NodeMark.NONE and not i.protected_from_scale_in]
-    busy_closed = [i for i in closed if gpus[i.instance_id] > 0]
-    chosen = _closing(open_, gpus, (len(closed), len(busy_closed)), (removable, len(serving) - need, cap))
-    swap_out, swap_in = _swaps(open_, busy_closed, set(chosen), gpus)
+    busy_closed = [i for i in closed if i.instance_id not in idle]
+    limits = (removable, len(serving) - need, cap)
+    chosen = _closing(open_, (gpus, idle), (len(closed), len(busy_closed)), limits)
+    swap_out, swap_in = _swaps(open_, busy_closed, set(chosen), (gpus, idle))
     chosen += swap_in
     if not chosen:
         return MarkPlan()
@@ -189,14 +194,15 @@ def _swaps(
     open_: Sequence[InstanceObservation],
     busy_closed: Sequence[InstanceObservation],
     chosen: set[str],
-    gpus: Mapping[str, float],
+    weighed: tuple[Mapping[str, float], set[str]],
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Idle open nodes left open only because closed busy nodes use up what may be removed (a drained node
     whose work runs on and on): each swaps with the fullest such busy node, which reopens, so the idle node
-    goes next tick instead of never."""
+    goes next tick instead of never. `weighed`: GPUs held per node, and the idle nodes."""
     if not busy_closed:
         return (), ()
-    idle = sorted(i.instance_id for i in open_ if i.instance_id not in chosen and gpus[i.instance_id] == 0.0)
+    gpus, idle_ids = weighed
+    idle = sorted(i.instance_id for i in open_ if i.instance_id not in chosen and i.instance_id in idle_ids)
     count = min(len(idle), len(busy_closed))
     fullest = sorted(busy_closed, key=lambda i: (-gpus[i.instance_id], i.instance_id))
     return tuple(i.instance_id for i in fullest[:count]), tuple(idle[:count])
@@ -204,7 +210,7 @@ def _swaps(
 
 def _closing(
     open_: Sequence[InstanceObservation],
-    gpus: Mapping[str, float],
+    weighed: tuple[Mapping[str, float], set[str]],
     closed: tuple[int, int],
     limits: tuple[int, int, int],
 ) -> tuple[str, ...]:
@@ -212,16 +218,18 @@ def _closing(
     within `limits` = (removable: the nodes above what the group keeps; surplus: the nodes beyond what holds
     all the work, packed; cap: drain_max_share of the serving nodes). An idle node is closed whenever it is
     removable: it holds nothing, and it goes next tick, as it would go without attrition. A node with work
-    is closed only while the closed nodes stay within the surplus and fewer than `cap` with work are closed."""
+    is closed only while the closed nodes stay within the surplus and fewer than `cap` with work are closed.
+    `weighed`: GPUs held per node, and the idle nodes (none held, no work)."""
     removable, surplus, cap = limits
     total, busy = closed
-    if (total >= surplus or busy >= cap) and all(gpus[i.instance_id] > 0 for i in open_):
+    gpus, idle = weighed
+    if (total >= surplus or busy >= cap) and not any(i.instance_id in idle for i in open_):
         return ()  # the common steady tick: no sort
     chosen: list[str] = []
-    for inst in sorted(open_, key=lambda i: _drain_order(i, gpus[i.instance_id])):
+    for inst in sorted(open_, key=lambda i: _drain_order(i, gpus[i.instance_id], i.instance_id not in idle)):
         if total >= removable:
             break
-        if gpus[inst.instance_id] > 0:
+        if inst.instance_id not in idle:
             if total >= surplus or busy >= cap:
                 break
             busy += 1
@@ -265,13 +273,13 @@ class _Bin:
         self.took = False
 
 
-def _drain_order(inst: InstanceObservation, gpus: float) -> tuple[float, datetime, float, str]:
-    """Emptiest by GPUs held, then the soonest expected to empty, then the newest work (work that has run
-    longer is likely to run longer), then by id. The nodes beyond what holds all the work packed
-    (ceil(GPUs held / GPUs per node)) drain: the replay tried counting only the work on open nodes (closing
-    more), and new work then waited for reopened nodes so often that the bursty trace cost 1.58x the
-    oracle instead of 1.42x."""
-    return (gpus, _naive(inst.empties_by), -_since(inst.work_since), inst.instance_id)
+def _drain_order(inst: InstanceObservation, gpus: float, busy: bool) -> tuple[float, bool, datetime, float, str]:
+    """Emptiest by GPUs held, an idle node before one whose work holds no GPU, then the soonest expected to
+    empty, then the newest work (work that has run longer is likely to run longer), then by id. The nodes
+    beyond what holds all the work packed (ceil(GPUs held / GPUs per node)) drain: the replay tried counting
+    only the work on open nodes (closing more), and new work then waited for reopened nodes so often that
+    the bursty trace cost 1.58x the oracle instead of 1.42x."""
+    return (gpus, busy, _naive(inst.empties_by), -_since(inst.work_since), inst.instance_id)
 
 
 def _fullest(closed: Sequence[InstanceObservation], count: int, per_node: float) -> tuple[str, ...]:

@@ -37,6 +37,7 @@ from gpufleet.domain.models import (
     Trigger,
     TriggerKind,
 )
+from gpufleet.domain.removal import live_instances
 from gpufleet.events.model import AlarmEvent
 from gpufleet.policy.fleet import Consolidation, GroupSettings, IdleThreshold, Owner, ScheduleWindow
 from gpufleet.scaling import gangs
@@ -124,8 +125,8 @@ def skip_reason(inst: InstanceObservation, idle: IdleThreshold) -> SkipReason | 
         return SkipReason.NOT_IN_SERVICE
     if inst.protected_from_scale_in:
         return SkipReason.PROTECTED
-    if inst.runs_gpu_work:  # a pod loading weights or waiting on data reads idle; it still holds its GPUs
-        return SkipReason.RUNS_GPU_WORK
+    if inst.runs_work:  # a pod loading weights or waiting on data reads idle; it still holds its GPUs
+        return SkipReason.RUNS_WORK
     if inst.gpu_utilization is None or inst.gpu_memory_percent is None:
         return SkipReason.NO_METRICS
     if inst.gpu_utilization <= idle.gpu_utilization and inst.gpu_memory_percent <= idle.memory_percent:
@@ -420,13 +421,13 @@ class _Ctx(_Group):
             else f"gang {part.gang} has not started {2 * minutes} min after its nodes were asked, with room for it on"
             " the group's nodes: something other than nodes holds it (its queue's limits?)"
         )
-        free = [i for i in self.obs.instances if i.in_service and not i.runs_gpu_work]
+        free = [i for i in self.obs.instances if i.in_service and not i.runs_work]
         if free and not self.obs.instance_metrics_loaded:
             return self.decision(Action.SCALE_IN, trigger, f"{why}: choosing idle nodes", needs_instance_metrics=True)
         listed = self.obs.desired - part.missing
         room = max(0, listed - self.low_water)
         # Not only nodes gpufleet closed (consolidation by attrition): those a partial gang launched never ran
-        # its work; one that took other work since holds GPUs (runs_gpu_work) and is never a victim.
+        # its work; one that took other work since holds GPUs (runs_work) and is never a victim.
         choice = choose_scale_in_victims(self.obs.instances, room, self.settings.idle, closed_only=False)
         victims = choice.victims if room else ()
         target = max(self.low_water, listed - len(victims))
@@ -456,12 +457,12 @@ class _Ctx(_Group):
             reason = f"no {d.noun}s waiting ({d.source}){held}, but no node may be removed: {d.scale_in_closed}"
             return self.decision(Action.HOLD, trigger, reason)
         if not self.obs.instance_metrics_loaded:
-            # Kubernetes names the nodes without GPU work: if one is free, read the metrics to confirm it idle.
+            # Kubernetes names the nodes without work: if one is free, read the metrics to confirm it idle.
             # A queue or a metric names none: read them whenever nodes above what running work holds exist.
-            free = [i for i in self.obs.instances if i.in_service and not i.runs_gpu_work]
+            free = [i for i in self.obs.instances if i.in_service and not i.runs_work]
             if not free:
                 return None
-            spare = f"{len(free)} node(s) without GPU work" if d.knows_nodes else f"{room} node(s) not held by work"
+            spare = f"{len(free)} node(s) without work" if d.knows_nodes else f"{room} node(s) not held by work"
             reason = f"no {d.noun}s waiting ({d.source}){held}, {spare}: choosing idle instances"
             return self.decision(Action.SCALE_IN, trigger, reason, needs_instance_metrics=True)
         choice = choose_scale_in_victims(self.obs.instances, room, self.settings.idle, self.closed_only)
@@ -471,18 +472,30 @@ class _Ctx(_Group):
         return self.cooling(Direction.IN, trigger, why) or self.scale_in_by(room, trigger, why)
 
     def bounds_fix(self) -> Decision | None:
-        """Desired outside [min, max] or below an open window's desired: put it back inside. A group
-        that shrinks by victims only (HyperPod), or consolidates by attrition (nothing evicted), is brought
-        down by removing idle nodes, at most down to max: a lower count would let its provider choose which
-        nodes go; with none idle it holds."""
+        """Desired outside [min, max] or below an open window's desired: put it back inside. Brought down,
+        every kind goes by named victims only: launches still owed are cancelled first (a count never
+        below the instances the group holds), then idle nodes are removed by name, at most down to max; a
+        lower count would let the provider choose which nodes go, busy ones included. Nodes that run work
+        are held, and said with the numbers (`held_busy`: told once), until their work ends."""
         fix = out_of_bounds(self.bounds, self.obs.desired)
         if fix is None:
             return None
         target, trigger, reason = fix
-        if target < self.obs.desired and (self.obs.shrinks_by_victims_only or self.closed_only):
-            why = f"desired {self.obs.desired} is above max {target} ({trigger.name})"
-            return self.scale_in_by(self.obs.desired - target, trigger, why)
-        return self.decision(Action.SET_DESIRED, trigger, reason, target)
+        if target >= self.obs.desired:
+            return self.decision(Action.SET_DESIRED, trigger, reason, target)
+        live = live_instances(self.obs)
+        if live < self.obs.desired and not self.obs.shrinks_by_victims_only:  # launches still owed go first
+            to = max(target, live)
+            said = f"desired {self.obs.desired} is above max {target} ({trigger.name})"
+            why = f"{said}: {self.obs.desired - to} launch(es) still owed cancelled, {self.obs.desired} -> {to}"
+            return self.decision(Action.SET_DESIRED, trigger, why, to)
+        why = f"desired {self.obs.desired} is above max {target} ({trigger.name})"
+        decision = self.scale_in_by(self.obs.desired - target, trigger, why)
+        held = max(0, decision.desired - target) if decision.action is Action.SCALE_IN else self.obs.desired - target
+        if held == 0 or decision.needs_instance_metrics:
+            return decision
+        busy = f"max {target}, {held} node(s) above it run work: holding them; they go as their work ends"
+        return decision.model_copy(update={"reason": f"{decision.reason}; {busy}", "held_busy": held})
 
 
 def out_of_bounds(b: Bounds, current: int) -> tuple[int, Trigger, str] | None:

@@ -1,5 +1,5 @@
 """The rules of a group's demand this tick, apart from reading it: what a read source's answer makes of
-each group (`Demand` on its observation, its instances' `runs_gpu_work`). Pure: what the readers read
+each group (`Demand` on its observation, its instances' `runs_work`). Pure: what the readers read
 (`scaling.sources`) in, observations out; the readers and the tick's hub (`scaling.demand_source`) do the
 reading and the telling.
 
@@ -69,8 +69,8 @@ class Tick:
     ready: Mapping[str, list[NotReady]]
 
     def not_ready(self, key: str, instances: Iterable[InstanceObservation]) -> Starting:
-        """The group's nodes that are not GPU-ready, less those a GPU pod is bound to now."""
-        busy = {i.instance_id for i in instances if i.runs_gpu_work}
+        """The group's nodes that are not GPU-ready, less those that run work now."""
+        busy = {i.instance_id for i in instances if i.runs_work}
         found = [n for n in self.ready.get(key, []) if n.instance_id not in busy]
         notices = tuple(
             NodeNotice(
@@ -209,8 +209,9 @@ def cluster_demand(
 ) -> tuple[dict[str, GroupObservation], Assignment]:
     """One cluster's groups (those whose node shape is known) from its pod listing: each waiting pod to
     one group (`assign`), and what the cluster's nodes say of each group's instances. `nodes`: the node
-    names that run GPU pods -> instance ids, why scale-in is closed if that is not known for every GPU
-    pod, and how many GPU node names did not map (`KubernetesReader.running`)."""
+    names that run work (any pod but a DaemonSet's, a mirror pod or one marked safe to evict: GPU or not)
+    -> instance ids, why scale-in is closed if that is not known for every such node, and how many of
+    their names did not map (`KubernetesReader.running`)."""
     named, closed, unmapped = nodes
     running = set(named.values())
     held = holdings(pods, named, closed)
@@ -229,6 +230,8 @@ def cluster_demand(
             blind = settings.consolidate is Consolidation.ATTRITION and not held.listed
             demand = pod_demand(marked, shape, (running, closed, unmapped), assigned, f"cluster {cluster}", run)
             demand = with_queue_notes(demand, cluster, pods)
+            if demand.demand is not None:  # the last look before a removal reads this cluster's pods again
+                demand = demand.model_copy(update={"demand": demand.demand.model_copy(update={"cluster": cluster})})
             out[obs.ref.key] = without_room(demand) if blind else demand
     return out, assigned
 
@@ -251,9 +254,9 @@ class Holdings:
 
 
 def holdings(pods: ClusterPods, named: Mapping[str, str], closed: str | None) -> Holdings:
-    """Node names from the GPU nodes EC2 mapped and, when the nodes were listed, from each node's
-    providerID; marks from the listing: our label or annotation on a cordoned node is gpufleet's, a cordon
-    without them someone else's."""
+    """Node names from the nodes running work that were mapped and, when the nodes were listed, from each
+    node's providerID; marks from the listing: our label or annotation on a cordoned node is gpufleet's, a
+    cordon without them someone else's."""
     names = {iid: name for name, iid in named.items()}
     marks: dict[str, NodeMark] = {}
     for node in (pods.nodes or {}).values():
@@ -262,8 +265,9 @@ def holdings(pods: ClusterPods, named: Mapping[str, str], closed: str | None) ->
         names.setdefault(node.instance_id, node.name)
         if node.unschedulable:
             marks[node.instance_id] = NodeMark.GPUFLEET if node.ours else NodeMark.OTHER
-    # A GPU node whose pods' GPUs were not tallied (a source that names nodes only) holds an unknown amount.
-    known = closed is None and set(named) <= set(pods.gpus_held)
+    # A GPU node whose pods' GPUs were not tallied (a source that names nodes only) holds an unknown amount;
+    # a node whose work asks for no GPU (a CPU-only Job) holds none.
+    known = closed is None and set(named) & pods.gpu_nodes <= set(pods.gpus_held)
     return Holdings(names=names, gpus=dict(pods.gpus_held), marks=marks, listed=pods.nodes is not None, known=known)
 
 
@@ -299,21 +303,21 @@ def pod_demand(
     source: str,
     run: Tick,
 ) -> GroupObservation:
-    """One node group's demand from its cluster's pods: the pods it owns, its nodes that run GPU pods
-    (`nodes`: instance ids, why scale-in is closed if that is not known for every GPU pod, and how many
-    GPU node names did not map), and room."""
+    """One node group's demand from its cluster's pods: the pods it owns, its nodes that run work, GPU or
+    not (`nodes`: instance ids, why scale-in is closed if that is not known for every node running work,
+    and how many of their names did not map), and room."""
     running, closed, unmapped = nodes
-    instances = tuple(i.model_copy(update={"runs_gpu_work": i.instance_id in running}) for i in obs.instances)
+    instances = tuple(i.model_copy(update={"runs_work": i.instance_id in running}) for i in obs.instances)
     starting = run.not_ready(obs.ref.key, instances)
-    # An InService, GPU-ready node without a GPU pod is room: a pod that still waits beside it will not be
-    # placed by one more node either (it waits for CPU, a volume's zone, ...): no runaway scale-out. A GPU
-    # pod on a node name EC2 does not map may be on one of them (a custom hostname): one node of room less
+    # An InService, GPU-ready node without work is room: a pod that still waits beside it will not be
+    # placed by one more node either (it waits for CPU, a volume's zone, ...): no runaway scale-out. Work
+    # on a node name EC2 does not map may be on one of them (a custom hostname): one node of room less
     # per such name, so a doubt launches at most that many nodes, once, and never hides a full group.
     # A cordoned node (by gpufleet or anyone) takes no new pod: not room (the core reopens gpufleet's first).
     free_nodes = [
         i
         for i in instances
-        if i.in_service and not i.runs_gpu_work and i.instance_id not in starting.no_room and i.mark is NodeMark.NONE
+        if i.in_service and not i.runs_work and i.instance_id not in starting.no_room and i.mark is NodeMark.NONE
     ]
     free = tuple(shape.gpus for _ in free_nodes[: max(0, len(free_nodes) - unmapped)])
     demand = Demand(

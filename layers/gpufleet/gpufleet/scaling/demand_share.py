@@ -113,7 +113,7 @@ def not_gpu_ready(
     out: list[NotReady] = []
     for inst in instances:
         r = readiness.get(inst.instance_id)
-        if not inst.in_service or inst.runs_gpu_work or r is None or r.gpus_reported or r.launched_at is None:
+        if not inst.in_service or inst.runs_work or r is None or r.gpus_reported or r.launched_at is None:
             continue
         age = now - r.launched_at
         if age < timedelta(0):  # a launch time ahead of the clock: not known, not claimed

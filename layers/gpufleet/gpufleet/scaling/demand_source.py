@@ -45,7 +45,7 @@ Readiness = Callable[[Sequence[str], datetime, timedelta], Mapping[str, NodeRead
 @dataclass
 class DemandReader:
     """`attach(pairs, now)`: the same pairs, each observation with its group's demand (where it has a
-    source) and its instances' `runs_gpu_work`."""
+    source) and its instances' `runs_work`."""
 
     sqs: Any
     cloudwatch: Any

@@ -28,7 +28,7 @@ def decision_notes(
 ) -> list[Notification]:
     """The decisions worth telling: changes, would-be changes (dry-run) and failures (holds only when
     the policy asks for them)."""
-    out = []
+    out = [held_busy_note(d, region, source) for d in decisions if d.held_busy and d.outcome is not Outcome.FAILED]
     for d in decisions:
         severity = _SEVERITY.get(d.outcome)
         if severity is None and not (policy.notify_holds and d.action is not Action.HOLD):
@@ -61,6 +61,24 @@ def decision_notes(
             )
         )
     return out
+
+
+def held_busy_note(d: Decision, region: str, source: str = "scaler") -> Notification:
+    """Nodes kept above a lowered max because they run work: told once per (group, bound, count held),
+    as the same notice every tick repeats it (its id folds the repeats into one)."""
+    bound = d.bounds.max if d.bounds is not None else d.desired - d.held_busy
+    return note(
+        NotificationKind.SCALING,
+        Severity.WARNING,
+        d.group,
+        f"{d.group}: holding {d.held_busy} node(s) above max {bound}: they run work",
+        at=d.at,
+        source=source,
+        id_parts=(d.group, "held-busy", str(bound), str(d.held_busy)),
+        reason=d.reason,
+        facts={"capacity": f"{d.current} -> {d.desired}", "max": str(bound), "held (running work)": str(d.held_busy)},
+        links=console_links(d.group, region, None),
+    )
 
 
 def _title(d: Decision) -> str:

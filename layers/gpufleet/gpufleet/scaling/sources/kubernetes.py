@@ -5,6 +5,7 @@ waiting pod is matched to the groups whose node shape it fits and counted once (
 
 from __future__ import annotations
 
+import re
 from collections.abc import Hashable
 from dataclasses import dataclass
 
@@ -20,6 +21,11 @@ from gpufleet.scaling.demand_rules import ClusterAsk, Member, Tick, cluster_dema
 from gpufleet.scaling.sources.base import ClusterPodsReader, InstancesOf, SourceDeps, Warnings
 
 Running = tuple[dict[str, str], str | None, int]  # node name -> instance id, why scale-in is closed, unmapped
+# EKS names a Fargate pod's node `fargate-<its private DNS name>`: a micro-VM of its own, never an instance of
+# a group, so it is not looked up (every cluster with CoreDNS on Fargate would otherwise close scale-in).
+FARGATE_NODE_PREFIX = "fargate-"
+# EKS Auto Mode names a node by its instance id: no lookup needed.
+INSTANCE_ID = re.compile(r"i-[0-9a-f]{8,17}")
 
 
 @dataclass(frozen=True)
@@ -102,25 +108,38 @@ class KubernetesReader:
         return shapes, unknown
 
     def running(self, cluster: str, pods: ClusterPods) -> Running:
-        """Node name -> instance id of the nodes bound to GPU pods, and why no node may be removed when that
-        cannot be told for every GPU pod (a node name EC2 does not map, EC2 unreadable). The ids found
-        still mark their nodes; the others' room is left as it is."""
-        if not pods.gpu_nodes:
-            return {}, None, 0
+        """Node name -> instance id of the nodes that run work (any pod bound to them but a DaemonSet's, a
+        mirror pod or one marked safe to evict: `kubernetes.pods.pod_work`; GPU or not), and why no node may
+        be removed when that cannot be told for every such node (a node name EC2 does not map, EC2
+        unreadable). A node the listing names with its instance (spec.providerID), or named by its instance
+        id, needs no lookup; a Fargate node is no group's. The ids found still mark their nodes; the others'
+        room is left as it is."""
         source = f"nodes of cluster {cluster}"
         try:
-            found = self.instances_of(pods.gpu_nodes)
+            found, unmapped = work_node_instances(pods, self.instances_of)
         except AWS_FAILURES as err:
-            why = f"DescribeInstances failed ({error_code(err)}): which nodes run GPU pods is unknown"
+            why = f"DescribeInstances failed ({error_code(err)}): which nodes run work is unknown"
             self.told.warn_once(source, why, "demand source partly unreadable")
-            return {}, why, 0
-        unmapped = sorted(set(pods.gpu_nodes) - set(found))
+            return work_node_instances(pods, None)[0], why, 0
         if unmapped:
             why = (
-                f"{len(unmapped)} node name(s) with GPU pods match no EC2 private DNS name ({unmapped[0]}...): "
+                f"{len(unmapped)} node name(s) running pods match no EC2 private DNS name ({unmapped[0]}...): "
                 "one of them may be this group's"
             )
             self.told.warn_once(source, why, "demand source partly unreadable")
-            return dict(found), why, len(unmapped)
+            return found, why, len(unmapped)
         self.told.read_well(source)
-        return dict(found), None, 0
+        return found, None, 0
+
+
+def work_node_instances(pods: ClusterPods, instances_of: InstancesOf | None) -> tuple[dict[str, str], list[str]]:
+    """Node name -> instance id of the cluster's nodes that run work, and the names no instance matches.
+    A node the listing names with its instance (spec.providerID), or named by its instance id, needs no
+    lookup; a Fargate node is no group's; the rest are looked up by private DNS name (`instances_of`;
+    None: not looked up, left unmapped). The tick and the last look before a removal read it the same way."""
+    busy = {n for n in pods.never_victims if not n.startswith(FARGATE_NODE_PREFIX)}
+    listed = {n.name: n.instance_id for n in (pods.nodes or {}).values() if n.instance_id is not None}
+    known = {n: listed.get(n, n) for n in busy if n in listed or INSTANCE_ID.fullmatch(n)}
+    wanted = busy - set(known)
+    found = {**instances_of(wanted), **known} if wanted and instances_of is not None else known
+    return found, sorted(busy - set(found))
