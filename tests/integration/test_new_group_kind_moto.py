@@ -39,6 +39,7 @@ class FakePool:
     nodes: dict[str, list[str]] = field(default_factory=dict)  # pool name -> its instance ids
     calls: list[str] = field(default_factory=list)
     serial: int = 0
+    taken: set[str] = field(default_factory=set)  # nodes a job took after the decision was made
 
     @property
     def kind(self) -> GroupKind:
@@ -82,6 +83,11 @@ class FakePool:
             ids.append(f"i-pool{self.serial:013d}")
         self.calls.append(f"grow {obs.ref.key} to {decision.desired}")
         return f"pool {obs.ref.name} = {decision.desired}"
+
+    def last_look(self, obs: GroupObservation, victims: Sequence[str]) -> dict[str, str]:
+        """A pool node a job took since the decision says so (`taken`); the others may go."""
+        self.calls.append(f"last look {obs.ref.key} at {', '.join(sorted(victims))}")
+        return {v: "a job took it" for v in victims if v in self.taken}
 
     def shrink(self, decision: Decision, obs: GroupObservation, token: str) -> str:
         gone = [v for v in decision.victims if v in self.nodes[obs.ref.name]]
@@ -165,12 +171,19 @@ def test_a_kind_registered_in_a_test_is_scaled_out_and_in_by_the_real_scaler(
     fleet.drain(boto3.client("sqs"), queue_url)  # the jobs are done: the queue is empty
     later = NOW + timedelta(minutes=30)
     _idle(gpu_fleet, pool.nodes["pool-a"], later)
+    pool.taken = {pool.nodes["pool-a"][0]}  # a job takes one node between the decision and the call
     ins = [d for d in decisions(scaler.handle(tick("pool-2", later), later)) if d["action"] == "scale-in"]
     assert ins, "the idle pool was not scaled in"
     (scale_in,) = ins
     assert scale_in["outcome"] == "applied" and scale_in["victims"], scale_in
-    assert pool.calls[-1].startswith("shrink pool:pool-a by ")
+    # The last look, then the change: the victims named, each checked right before the call.
+    assert [c.split(" ")[0] + " " + c.split(" ")[1] for c in pool.calls[-3:]] == [
+        "last look",
+        "prepare pool:pool-a",
+        "shrink pool:pool-a",
+    ]
     assert set(scale_in["victims"]).isdisjoint(pool.nodes["pool-a"])  # each victim named, and removed
+    assert pool.nodes["pool-a"] == sorted(pool.taken) and "last look kept 1 victim(s)" in scale_in["reason"]
     # Both changes went through the state table: the group's lease/intent item and its audited decisions.
     items = gpu_fleet.clients.dynamodb.scan(TableName=TABLE)["Items"]
     keys = {item["pk"]["S"] for item in items if "pool:pool-a" in item["pk"]["S"]}

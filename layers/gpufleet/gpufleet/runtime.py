@@ -32,6 +32,7 @@ from gpufleet.kubernetes.pods import ClusterPods, NodeListing
 from gpufleet.policy_loading import LastGoodPolicy, policy_loader
 from gpufleet.scaling.demand_source import DemandReader
 from gpufleet.scaling.execution import ControlContext, Executor
+from gpufleet.scaling.last_look import LastLook, PodsLook
 from gpufleet.scaling.service import Process, Scaler
 from gpufleet.settings import KubeEndpoint, Settings
 
@@ -117,7 +118,9 @@ def _control_context(
         fleet=FleetReader(groups, clients.autoscaling, clients.eks),
         state=state,
         docs=DocStore(clients.dynamodb, table),
-        executor=Executor(actuator, state, AuditLog(clients.dynamodb, table, wait), logger, emf, queue, region),
+        executor=Executor(
+            actuator, state, AuditLog(clients.dynamodb, table, wait), logger, emf, queue, region, LastLook(groups)
+        ),
         load_policy=policy_loader(settings, last_good),
         logger=logger,
         emf=emf,
@@ -144,6 +147,8 @@ def build_scaler(
     ctx = _control_context(settings, clients, table, queue, logger, emf, region_of(session), ec2=lambda: ec2)
     config, wrap = idempotency_for("scaler", table, clients.dynamodb)
     demand = demand_reader(settings, clients, logger, session, ec2, ctx.fleet.groups)
+    # The last look before a removal reads a victim's pods through the demand path's cluster access.
+    ctx.executor.last_look = LastLook(ctx.fleet.groups, PodsLook(demand.cluster_pods, demand.instances_of))
     scaler = Scaler(
         ctx,
         GpuMetricsReader(clients.cloudwatch, gpus_per_type=ec2_gpus(ec2)),

@@ -267,6 +267,33 @@ class StateStore:
             ExpressionAttributeValues=values,
         )
 
+    def replace_intent(self, owner: str, decision: Decision) -> bool:
+        """The change in progress rewritten before it is carried out (victims the last look kept dropped,
+        or a stale change decided again), under the lease this owner holds. False if the lease was lost."""
+        return conditional(
+            self.dynamodb.update_item,
+            TableName=self.table,
+            Key=self._key(decision.group),
+            UpdateExpression="SET intent = :i",
+            ConditionExpression="lease_owner = :o",
+            ExpressionAttributeValues={":o": {"S": owner}, ":i": {"S": decision.model_dump_json()}},
+        )
+
+    def drop_intent(self, group_key: str, owner: str) -> bool:
+        """The change in progress has nothing left to do (the last look kept every victim, or deciding it
+        again holds): intent and lease cleared, a new version, no cooldown mark. False if the lease was lost."""
+        return conditional(
+            self.dynamodb.update_item,
+            TableName=self.table,
+            Key=self._key(group_key),
+            UpdateExpression=(
+                "SET version = if_not_exists(version, :zero) + :one "
+                "REMOVE lease_owner, lease_until, intent, intent_attempts"
+            ),
+            ConditionExpression="lease_owner = :o",
+            ExpressionAttributeValues={":o": {"S": owner}, ":zero": {"N": "0"}, ":one": {"N": "1"}},
+        )
+
     def release(self, group_key: str, owner: str) -> None:
         """Free the lease and keep the intent: the next invocation finishes the change."""
         conditional(

@@ -51,6 +51,11 @@ POLICY_CACHE_S = 60
 # AWS API batch limits.
 GET_METRIC_DATA_MAX_QUERIES = 500
 DESCRIBE_ASG_MAX_NAMES = 100
+# DescribeAutoScalingInstances takes at most 50 InstanceIds (EC2 Auto Scaling API reference).
+DESCRIBE_ASG_INSTANCES_MAX_IDS = 50
+# A change left in progress is finished as it was decided only within one reconcile tick of its decision;
+# older, it is decided again on what is read now (its victims may have taken work since).
+INTENT_REPLAY_S = 60
 LIST_METRICS_MAX_PAGES = 200  # 500 series a page: the guard lists at most 100,000 publishing series
 
 # Notifications (issue 3).

@@ -4,10 +4,13 @@ a crash anywhere repeats nothing and loses nothing. Glue: the decision itself is
 1. `execute`: refuse groups without the managed tag; take the lease and persist the decision as the
    group's intent (one conditional write); act; commit the cooldown mark, the fallback ledger and an
    outbox entry (one write). An error keeps the intent and frees the lease.
-2. `resume`: a group with an intent left by an invocation that died or failed is finished first - the
-   remaining victims terminated, desired set again (idempotent) - never decided again. After
-   MAX_INTENT_ATTEMPTS it is given up (committed as failed, cooldown kept) so one broken group cannot
-   stall forever.
+2. `act`: a group with an intent left by an invocation that died or failed is finished first, under
+   the lease: within one tick of its decision (`defaults.INTENT_REPLAY_S`) the remaining victims are
+   removed and desired set again (idempotent); older, it is decided again on what is read now (the
+   fresh decision replaces it), never replayed. After MAX_INTENT_ATTEMPTS it is given up (committed as
+   failed, cooldown kept) so one broken group cannot stall forever.
+   Every removal, fresh or resumed, passes the last look first (`scaling.last_look`): a victim a fresh
+   read finds not free is dropped and the intent rewritten before the call.
 3. `record`: audit every decision, log it, count it, tell on-call about changes; then clear the outbox of
    what was told. An outbox left by a crash is flushed by the next invocation that reads the state.
 """
@@ -19,7 +22,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
@@ -37,6 +40,7 @@ from gpufleet.domain.notification import Notification
 from gpufleet.events import EventKind, InboundEvent, parse_for
 from gpufleet.events.origin import Origin
 from gpufleet.policy.fleet import Consolidation, FleetPolicy, GroupSettings
+from gpufleet.scaling.last_look import count_rule_only
 from gpufleet.scaling.notes import decision_notes, parked_note
 
 MAX_INTENT_ATTEMPTS = 3
@@ -68,6 +72,18 @@ def remaining(intent: Decision, obs: GroupObservation) -> Decision:
     return intent.model_copy(update={"victims": tuple(v for v in intent.victims if v in present)})
 
 
+def happened(intent: Decision, obs: GroupObservation) -> Decision | None:
+    """What of a change begun earlier the group shows done (its victims gone, or the count it set), as a
+    decision of that alone; None when none of it shows."""
+    present = {i.instance_id for i in obs.instances if not i.lifecycle_state.startswith("Terminat")}
+    gone = tuple(v for v in intent.victims if v not in present)
+    if gone:
+        return intent.model_copy(update={"victims": gone, "desired": obs.desired})
+    if not intent.victims and intent.desired != intent.current and obs.desired == intent.desired:
+        return intent
+    return None
+
+
 @dataclass
 class Executor:
     actuator: FleetActuator
@@ -77,6 +93,8 @@ class Executor:
     emf: Metrics
     queue: NotificationQueue | None = None
     region: str = "us-east-1"
+    # Right before a removal call: the decision with the victims a fresh read finds not free dropped.
+    last_look: Callable[[Decision, GroupObservation, datetime], Decision] = count_rule_only
     _committed: list[str] = field(default_factory=list, init=False)  # groups committed since the last record
 
     def begin_invocation(self) -> None:
@@ -102,8 +120,18 @@ class Executor:
             return decision.model_copy(update={"outcome": Outcome.SKIPPED_LEASE, "detail": detail})
         return self._carry_out(decision, obs, owner, "")
 
-    def resume(self, obs: GroupObservation, state: GroupState, event_id: str, now: datetime) -> Decision | None:
-        """Finish the change a previous invocation began (None when there is none)."""
+    def act(
+        self, decision: Decision, obs: GroupObservation, state: GroupState, event_id: str, now: datetime
+    ) -> Decision:
+        """Finish the change a previous invocation began, else carry out `decision` (decided now)."""
+        return self.resume(obs, state, event_id, now, decision) or self.execute(decision, obs, state)
+
+    def resume(
+        self, obs: GroupObservation, state: GroupState, event_id: str, now: datetime, fresh: Decision | None = None
+    ) -> Decision | None:
+        """Finish the change a previous invocation began (None when there is none). A change that removes
+        capacity, begun more than a tick ago, is not replayed (`_decided_again`: `fresh`, decided on what
+        was read now, takes its place); a raise or node marks alone are finished as they were decided."""
         intent = state.intent
         if intent is None:
             return None
@@ -120,9 +148,59 @@ class Executor:
             if self.state.commit(owner, failed):
                 self._committed.append(failed.group)
             return failed
-        return self._carry_out(remaining(intent, obs), obs, owner, f"finished the change begun by {intent.event_id}: ")
+        age = now - intent.at
+        shrinks = bool(intent.victims) or intent.desired < intent.current  # replaying a raise or marks costs no work
+        if not shrinks or age < timedelta(seconds=defaults.INTENT_REPLAY_S):
+            prefix = f"finished the change begun by {intent.event_id}: "
+            return self._carry_out(remaining(intent, obs), obs, owner, prefix)
+        return self._decided_again(intent, fresh, obs, owner, int(age.total_seconds()))
+
+    def _decided_again(
+        self, intent: Decision, fresh: Decision | None, obs: GroupObservation, owner: str, age_s: int
+    ) -> Decision:
+        """A change begun more than a tick ago is never replayed (its victims may have taken work since).
+        What of it already happened is committed as done (audited, told, its cooldown kept) and the rest is
+        left to the next tick's decision; if none of it happened, the fresh decision replaces it as the
+        intent and is carried out (without one - a caller that decides after finishing - it is dropped)."""
+        prefix = f"decided again, not replayed (the change begun by {intent.event_id} is {age_s} s old): "
+        went = happened(intent, obs)
+        if went is not None:
+            detail = f"{prefix}finished as far as it went; the rest is left to the next tick"
+            done = went.model_copy(update={"outcome": Outcome.APPLIED, "detail": detail})
+            if self.state.commit(owner, done):
+                self._committed.append(done.group)
+            return done
+        if fresh is None or fresh.dry_run:  # dry-run now: the old change is not finished, no new one made
+            self.state.drop_intent(intent.group, owner)
+            if fresh is not None:
+                return fresh.model_copy(
+                    update={"outcome": Outcome.DRY_RUN, "detail": prefix + "dry-run: changed nothing"}
+                )
+            held = {"action": Action.HOLD, "current": obs.desired, "desired": obs.desired, "victims": ()}
+            detail = prefix + "dropped; the next read decides"
+            return intent.model_copy(update=held | {"outcome": Outcome.NOT_NEEDED, "detail": detail})
+        if fresh.acts and not self.state.replace_intent(owner, fresh):  # the intent before any call
+            return fresh.model_copy(update={"outcome": Outcome.SKIPPED_LEASE, "detail": "lost the lease"})
+        return self._carry_out(fresh, obs, owner, prefix)
 
     def _carry_out(self, decision: Decision, obs: GroupObservation, owner: str, prefix: str) -> Decision:
+        """The last look, then the change (the intent rewritten first where the look kept a victim)."""
+        try:
+            looked = self.last_look(decision, obs, decision.at) if decision.changes_capacity else decision
+        except Exception as exc:  # no fresh word on the victims: nothing removed now; the intent waits
+            self.state.release(decision.group, owner)
+            self.logger.exception("the last look could not read", extra={"group": decision.group})
+            detail = f"{prefix}the last look before the call could not read: {type(exc).__name__}: {exc}"
+            return decision.model_copy(update={"outcome": Outcome.FAILED, "detail": detail})
+        if not looked.acts:  # nothing left to do: the intent goes, no cooldown starts
+            self.state.drop_intent(decision.group, owner)
+            detail = prefix + (looked.detail or "nothing to do")
+            return looked.model_copy(update={"outcome": Outcome.NOT_NEEDED, "detail": detail})
+        if looked != decision and not self.state.replace_intent(owner, looked):
+            return looked.model_copy(
+                update={"outcome": Outcome.SKIPPED_LEASE, "detail": "lost the lease before the call"}
+            )
+        decision = looked
         try:
             detail = self.actuator.apply(decision, obs, request_token(decision.event_id, decision.group))
         except MarksFailed as exc:  # the capacity change is made; marks are decided afresh next tick
@@ -134,7 +212,8 @@ class Executor:
             self.state.release(decision.group, owner)
             self.logger.exception("action failed; the next invocation finishes it", extra={"group": decision.group})
             return decision.model_copy(update={"outcome": Outcome.FAILED, "detail": f"{type(exc).__name__}: {exc}"})
-        done = decision.model_copy(update={"outcome": Outcome.APPLIED, "detail": prefix + detail})
+        kept = f"; {decision.detail}" if decision.detail else ""  # what the last look kept
+        done = decision.model_copy(update={"outcome": Outcome.APPLIED, "detail": prefix + detail + kept})
         if self.state.commit(owner, done):
             self._committed.append(done.group)
         else:

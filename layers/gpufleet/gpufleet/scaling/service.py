@@ -175,9 +175,6 @@ class Scaler:
             return _no_action(target.group.key, trigger, alarm.event_id, now, why, cannot_act=True), []
         obs, settings = found
         state = self.ctx.states([obs], policy)[obs.ref.key]
-        resumed = self.ctx.executor.resume(obs, state, alarm.event_id, now)
-        if resumed is not None:
-            return resumed, []
         if alarm.state is AlarmState.ALARM and target.direction is Direction.IN:
             obs = with_instance_metrics(self.metrics, [obs], now, policy, self.ctx.fleet)[0]
             obs = self.with_demand(obs, settings, now, policy)  # no scale-in while work waits or runs
@@ -185,7 +182,7 @@ class Scaler:
         decision = decide_alarm(obs, settings, state, now, alarm=alarm, direction=target.direction, global_dry_run=dry)
         decision = decision.model_copy(update={"reason": f"{decision.reason} [{target.found_by}]"})
         decision, told = self.alarm_series_checked(decision, alarm, obs, now, policy)
-        return self.ctx.executor.execute(decision, obs, state), told
+        return self.ctx.executor.act(decision, obs, state, alarm.event_id, now), told
 
     def alarm_series_checked(
         self, decision: Decision, alarm: AlarmEvent, obs: GroupObservation, now: datetime, policy: FleetPolicy
@@ -230,8 +227,7 @@ class Scaler:
             state = self.ctx.states([obs], policy)[obs.ref.key]
             step = partial(decide_request, event_id=event_id, direction=direction, trigger=trigger, why=why)
             decided = step(obs, settings, state, now, global_dry_run=self.ctx.dry(policy))
-            resumed = self.ctx.executor.resume(obs, state, event_id, now)
-            decision = resumed or self.ctx.executor.execute(decided, obs, state)
+            decision = self.ctx.executor.act(decided, obs, state, event_id, now)
         self.finish([decision], policy)
         return decision
 
@@ -273,9 +269,7 @@ class Scaler:
     def carry_out(self, decision: Decision, obs: GroupObservation, state: GroupState) -> Decision:
         """A change decided by another controller (the spot fallback) carried out like the scaler's own:
         a change left in progress on that group is finished first. The caller records and tells."""
-        return self.ctx.executor.resume(obs, state, decision.event_id, decision.at) or self.ctx.executor.execute(
-            decision, obs, state
-        )
+        return self.ctx.executor.act(decision, obs, state, decision.event_id, decision.at)
 
 
 @dataclass(frozen=True)
@@ -505,7 +499,7 @@ def _act(
 ) -> Decision:
     """Finish a change left in progress, or carry out this decision; an error is this group's alone."""
     try:
-        return ctx.executor.resume(obs, state, event_id, now) or ctx.executor.execute(decision, obs, state)
+        return ctx.executor.act(decision, obs, state, event_id, now)
     except Exception as exc:
         ctx.logger.exception("group failed; the others carry on", extra={"group": obs.ref.key})
         return decision.model_copy(update={"outcome": Outcome.FAILED, "detail": f"{type(exc).__name__}: {exc}"})

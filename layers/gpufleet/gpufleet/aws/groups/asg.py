@@ -150,6 +150,25 @@ class AutoScalingReads:
                 found[asg["AutoScalingGroupName"]] = asg
         return found
 
+    def standing(self, asg_name: str | None, victims: Sequence[str]) -> dict[str, str]:
+        """The victims Auto Scaling says may not go now (id -> why), read fresh: scale-in protection (a
+        queue worker that took a job protects itself; TerminateInstanceInAutoScalingGroup would not stop for
+        it), not InService any more, or no longer in the group. One call per 50 ids."""
+        seen: dict[str, Mapping[str, Any]] = {}
+        for batch in chunks(list(victims), defaults.DESCRIBE_ASG_INSTANCES_MAX_IDS):
+            page = self.autoscaling.describe_auto_scaling_instances(InstanceIds=list(batch))
+            seen.update({i["InstanceId"]: i for i in page.get("AutoScalingInstances", [])})
+        busy: dict[str, str] = {}
+        for v in victims:
+            found = seen.get(v)
+            if found is None or (asg_name and found.get("AutoScalingGroupName") != asg_name):
+                busy[v] = "no longer in the group"
+            elif found.get("ProtectedFromScaleIn"):
+                busy[v] = "scale-in protected now"
+            elif found.get("LifecycleState") != "InService":
+                busy[v] = f"{found.get('LifecycleState')} now, not InService"
+        return busy
+
     def terminate(self, victims: Sequence[str]) -> str:
         """Each named victim terminated with its desired capacity decremented: Auto Scaling picks none."""
         done = []
@@ -234,6 +253,9 @@ class AsgGroups:
 
     def grow(self, decision: Decision, obs: GroupObservation, token: str) -> str:
         return self.reads.set_desired(obs.ref.name, decision.desired)
+
+    def last_look(self, obs: GroupObservation, victims: Sequence[str]) -> dict[str, str]:
+        return self.reads.standing(obs.asg_name or obs.ref.name, victims)
 
     def shrink(self, decision: Decision, obs: GroupObservation, token: str) -> str:
         text = self.reads.terminate(decision.victims)

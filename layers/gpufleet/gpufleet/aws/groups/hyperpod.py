@@ -51,6 +51,11 @@ class HyperPodGroups:
     def grow(self, decision: Decision, obs: GroupObservation, token: str) -> str:
         return self.fleet.apply(decision, obs)
 
+    def last_look(self, obs: GroupObservation, victims: Sequence[str]) -> dict[str, str]:
+        """Nothing here: `HyperPodFleet.delete_nodes` reads Slurm's word again right before the delete, in
+        the same call, and keeps a node a job landed on (docs/hyperpod.md)."""
+        return {}
+
     def shrink(self, decision: Decision, obs: GroupObservation, token: str) -> str:
         return self.fleet.apply(decision, obs)
 

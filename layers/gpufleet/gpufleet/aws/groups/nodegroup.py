@@ -165,6 +165,10 @@ class NodegroupGroups:
     def grow(self, decision: Decision, obs: GroupObservation, token: str) -> str:
         return self._update(obs.ref, decision.desired, token)
 
+    def last_look(self, obs: GroupObservation, victims: Sequence[str]) -> dict[str, str]:
+        """What the backing ASG says of the victims now (its instances are the node group's)."""
+        return self.asgs.standing(obs.asg_name, victims)
+
     def shrink(self, decision: Decision, obs: GroupObservation, token: str) -> str:
         return self.asgs.terminate(decision.victims) + "; " + self._update(obs.ref, decision.desired, token)
 

@@ -63,6 +63,12 @@ class GroupProvider(Protocol):
         """Raise (or set) the group's count to `decision.desired`; a short account of what was done."""
         ...
 
+    def last_look(self, obs: GroupObservation, victims: Sequence[str]) -> dict[str, str]:
+        """The victims that what the kind itself knows says may not go now (instance id -> why), from a
+        fresh read made right before the removal call: scale-in protection and lifecycle in its ASG,
+        Slurm's state. Raises when it cannot be read (the caller keeps every victim)."""
+        ...
+
     def shrink(self, decision: Decision, obs: GroupObservation, token: str) -> str:
         """Remove `decision.victims` by name (and cancel launches still owed down to `decision.desired`)."""
         ...
