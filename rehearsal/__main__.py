@@ -19,6 +19,7 @@ from rehearsal.kube_api import KubeApi, kube_api
 from rehearsal.moto import moto_server
 from rehearsal.moto_ext import ENV_LOGS_NOW
 from rehearsal.queued_scene import QueuedScene
+from rehearsal.removal_scene import RemovalScene
 from rehearsal.scenario import SLACK_CHANNEL, START, Rehearsal, write_outputs
 from rehearsal.selfmanaged_scene import SelfManagedScene
 from rehearsal.slack import slack_receiver
@@ -83,7 +84,13 @@ def main() -> int:
         )
         server.reset()
         queued = QueuedScene(out, kube, TOKEN).run()
-    for scene in (trust, forged, selfmanaged, hyperpod, consolidation, queued):
+        print(
+            "\nnever remove a node that runs work (rehearsal/removal_scene.py): moto reset, two managed node groups "
+            "in cluster ml [emulated Kubernetes API, a throttled terminate]"
+        )
+        server.reset()
+        removal = RemovalScene(out, kube, TOKEN).run()
+    for scene in (trust, forged, selfmanaged, hyperpod, consolidation, queued, removal):
         result.lines += ["", *scene.lines]
         result.decisions += scene.decisions
         result.checks += scene.checks

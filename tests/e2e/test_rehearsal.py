@@ -62,7 +62,7 @@ def test_rehearsal_meets_its_expected_outcomes(tmp_path: Path) -> None:
         # demand-driven scaling (rehearsal/demand_scene.py): pods waiting in cluster ml, a Slurm backlog
         "eks:ml/train-gpu: 3 unschedulable GPU pods -> one scale-out at minute 40 (3 pods (2x4 GPUs, 1x2) "
         "unschedulable for 0 min: scale out 0 -> 3 (4 GPUs per node))",
-        "(eval-1 loading its weights, GPUs idle): 'passed over 1 running a GPU pod'",
+        "(eval-1 loading its weights, GPUs idle): 'passed over 1 running work'",
         "asg:train-slurm: Slurm/PendingGPUs 10 -> one scale-out at minute 25 (10 GPU(s) requested by waiting jobs: "
         "scale out 0 -> 3 (4 GPUs per node))",
         # demand you can trust (rehearsal/trust_scene.py, issue 28)
@@ -135,6 +135,11 @@ def test_rehearsal_meets_its_expected_outcomes(tmp_path: Path) -> None:
         "the gang needs 4 nodes, its max is 3",
         "eks:ml/train-gpu: admitted, its 4 pods counted once (not with the Workload again): no new node",
         "1 Workload (16 GPUs) waits for quota in ClusterQueue team-b: nvidia.com/gpu 16 of 16 in use in flavor train",
+        # never remove a node that runs work (rehearsal/removal_scene.py, issue 40): last look, retry, max lowered
+        "eks:ml/batch-gpu: a CPU-only pod bound to idle i-",
+        "inside the tick: the last look kept it, nothing terminated",
+        "minute 5's tick decided again instead of replaying the saved victim: 'decided again, not replayed",
+        "eks:ml/serve-gpu: max lowered to 1 under 3 busy nodes: nothing removed, desiredSize left at 3, told once",
     ):
         assert expected in out
     assert "FAIL" not in out
