@@ -1,7 +1,8 @@
 """Crash-point testing: make the k-th AWS call of an action scenario fail, for every k, then deliver the
 event again the way Lambda / SQS would and let the next scheduled runs happen; check the invariants.
 
-moto never crashes a Lambda half-way; this harness does. Two faults per call index:
+moto never crashes a Lambda half-way; this harness does. Between attempts a scenario may change the world
+(`World.between`: work lands on a node). Two faults per call index:
 - "error": the call fails and has no effect (a 5xx after boto3's retries);
 - "lost": the call takes effect, then its answer is lost (a read timeout after the write landed).
 Both are raised where botocore's own retries cannot see them, so they reach gpufleet's code as they would
@@ -86,6 +87,10 @@ class World:
     def violations(self) -> list[str]:
         raise NotImplementedError
 
+    def between(self) -> None:
+        """What happens in the world between two attempts (after a failed delivery, before the later runs):
+        nothing by default; a scenario may land work on a node there."""
+
 
 @dataclass
 class Run:
@@ -124,7 +129,11 @@ def run_once(name: str, build: Callable[[], World], now: datetime, at: int | Non
                 world.deliver(now + delay)
                 break
             except Exception:  # the invocation failed: Lambda / SQS delivers the same event again
+                with recorded.unrecorded():
+                    world.between()
                 continue
+        with recorded.unrecorded():
+            world.between()
         for minutes in world.later_minutes:
             try:
                 world.later(now + timedelta(minutes=minutes))

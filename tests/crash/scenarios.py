@@ -194,6 +194,34 @@ class ScaleInTwoVictims(_ScalerWorld):
         return problems
 
 
+class ScaleInWorkLands(ScaleInTwoVictims):
+    """The same scale-in, and between attempts a job takes one of the idle nodes and protects it (a queue
+    worker; protection does not stop TerminateInstanceInAutoScalingGroup): whatever call failed, that
+    node is never terminated afterwards, and the other idle node still goes (issue 40)."""
+
+    def __init__(self, tmp: Path, now: datetime) -> None:
+        super().__init__(tmp, now)
+        self.taken: str | None = None
+
+    def between(self) -> None:
+        if self.taken is None and self.idle[0] in self.instances():
+            self.taken = self.idle[0]
+            self.clients.autoscaling.set_instance_protection(
+                InstanceIds=[self.taken], AutoScalingGroupName="train-spot", ProtectedFromScaleIn=True
+            )
+
+    def violations(self) -> list[str]:
+        left = self.instances()
+        problems = []
+        if self.taken is not None and self.taken not in left:
+            problems.append(f"{self.taken} took a job (protected) between attempts and was terminated")
+        if not set(self.busy) <= set(left):
+            problems.append(f"a busy node was terminated: left {left}")
+        if len(left) != self.desired():
+            problems.append(f"desired {self.desired()} does not name the {len(left)} instances left")
+        return problems
+
+
 class DemandScaleOut(_ScalerWorld):
     """Three 8-GPU jobs wait in the group's SQS queue while the group's two nodes work on two more (in
     flight: they hold those nodes, issue 28): one reconcile tick scales 2 -> 5 in one change."""
