@@ -185,6 +185,15 @@ class ScaleInTwoVictims(_ScalerWorld):
     def deliver(self, now: datetime) -> None:
         self.scaler.handle(_event("alarm-action-asg-low.json"), now)
 
+    def later(self, now: datetime) -> None:
+        """The nodes still there kept publishing (a later tick reads this minute's metrics, not the first)."""
+        with calls.unrecorded():
+            for minute in range(1, 4):
+                for iid in self.instances():
+                    busy = iid in self.busy
+                    self.put_gpu(iid, 90 if busy else 0, 70 if busy else 1, now - timedelta(minutes=minute))
+        super().later(now)
+
     def violations(self) -> list[str]:
         problems = self.change_told_and_audited("asg:train-spot")
         if self.instances() != sorted(self.busy) or self.desired() != 2:
