@@ -79,10 +79,12 @@ sam-build: $(SAM_VENV)/bin/.installed
 # hypothesis profiles (tests/profiles.py): dev (`make unit`, a tenth of the examples, a twentieth of the
 # fuzz), ci (`make test`: 100 examples a property, half the fuzz), deep (`make fuzz`: five times ci's, the
 # whole fuzz: 86k inputs). `make fuzz` runs the adapters' fuzz first: the pure fuzz's last test writes
-# both's counts to .pytest-fuzz.json.
+# both's counts to .pytest-fuzz.json. It also runs the removal path's state machine at depth (250 examples
+# of 10 steps on moto server; ci: 50).
 .PHONY: fuzz
 fuzz: venv
-	HYPOTHESIS_PROFILE=deep $(BIN)/pytest -q -p no:cacheprovider tests/adapters/test_fuzz_adapter_inputs.py tests/unit
+	HYPOTHESIS_PROFILE=deep $(BIN)/pytest -q -p no:cacheprovider tests/adapters/test_fuzz_adapter_inputs.py \
+	  tests/integration/test_removal_state_machine.py tests/unit
 
 # The pure tests only (tests/unit: no adapter, server or process; tests/unit/test_unit_suite.py checks it).
 .PHONY: unit

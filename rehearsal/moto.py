@@ -50,7 +50,7 @@ class MotoServer:
 
     def reset(self) -> None:
         req = urllib.request.Request(f"{self.url}/moto-api/reset", method="POST")
-        with urllib.request.urlopen(req, timeout=10):
+        with urllib.request.urlopen(req, timeout=120):  # every backend reset: seconds on a loaded machine
             pass
 
     def stop(self) -> None:

@@ -18,11 +18,13 @@ The clock [emulated]: as in the trust scenes, the scene's clock follows what mot
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from aws_lambda_powertools import Logger
 from botocore.client import BaseClient
 from botocore.exceptions import ClientError
 
@@ -76,7 +78,14 @@ def throttled() -> None:
 
 
 class RemovalScene(TrustScenes):
-    """The scene; `run()` returns its lines and expected outcomes (TrustScenes' plumbing)."""
+    """The scene; `run()` returns its lines and expected outcomes (TrustScenes' plumbing, its own logs)."""
+
+    def _logger(self, service: str) -> Logger:
+        """Its own service names: Powertools keys a Logger's handler on the name, which the trust scenes hold."""
+        if service not in self.loggers:
+            handler = logging.FileHandler(self.out / f"removal-{service}.log", mode="w")
+            self.loggers[service] = Logger(service=f"removal-{service}", logger_handler=handler)
+        return self.loggers[service]
 
     def run(self) -> TrustResult:
         self.setup()

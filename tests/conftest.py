@@ -50,7 +50,7 @@ def aws(moto_server_url: str) -> Iterator[str]:
     """A clean moto server (every backend reset) with boto3 pointed at it."""
     import urllib.request
 
-    urllib.request.urlopen(urllib.request.Request(f"{moto_server_url}/moto-api/reset", method="POST"), timeout=10)
+    urllib.request.urlopen(urllib.request.Request(f"{moto_server_url}/moto-api/reset", method="POST"), timeout=120)
     with aws_environment(moto_server_url):
         os.environ["POWERTOOLS_TRACE_DISABLED"] = "true"
         os.environ["POWERTOOLS_METRICS_DISABLED"] = "true"

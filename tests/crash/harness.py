@@ -27,6 +27,7 @@ from rehearsal import calls as recorded
 MODES = ("error", "lost")
 RETRIES = (timedelta(minutes=1), timedelta(minutes=3))  # Lambda's two async retries (SQS: redeliveries)
 FUNCTION_TIMEOUT = timedelta(seconds=120)
+RESET_TIMEOUT_S = 120  # moto's reset, waited for (a loaded CI machine took over 10 s)
 
 
 class InjectedFault(Exception):
@@ -103,7 +104,8 @@ class Run:
 
 
 def reset(endpoint: str) -> None:
-    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=10)
+    # A reset of every backend can take seconds on a loaded machine: a generous timeout, never a deadline.
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=RESET_TIMEOUT_S)
 
 
 def expire_in_progress_idempotency(dynamodb: Any, table: str) -> None:

@@ -150,6 +150,8 @@ class Executor:
             return failed
         age = now - intent.at
         shrinks = bool(intent.victims) or intent.desired < intent.current  # replaying a raise or marks costs no work
+        if fresh is not None and intent.raises_capacity and fresh.bounds and intent.desired > fresh.bounds.max:
+            return self._decided_again(intent, fresh, obs, owner, int(age.total_seconds()))  # max lowered since
         if not shrinks or age < timedelta(seconds=defaults.INTENT_REPLAY_S):
             prefix = f"finished the change begun by {intent.event_id}: "
             return self._carry_out(remaining(intent, obs), obs, owner, prefix)
