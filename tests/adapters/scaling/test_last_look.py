@@ -6,7 +6,7 @@ was terminated with it; a node someone uncordoned was still removed as gpufleet'
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -22,12 +22,12 @@ from gpufleet.domain.models import (
     GroupRef,
     InstanceObservation,
     NodeMark,
-    QueuedSource,
     Trigger,
     TriggerKind,
 )
-from gpufleet.kubernetes.pods import ClusterPods, NodeListing, NodeState, cluster_pods
+from gpufleet.kubernetes.pods import ClusterPods, NodeState, cluster_pods
 from gpufleet.scaling.last_look import LastLook, PodsLook
+from tests.adapters.scaling.wiring import Pods
 
 NOW = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)
 REF = GroupRef(kind=GroupKind.EKS_NODEGROUP, cluster="ml", name="batch")
@@ -59,22 +59,20 @@ class Registry:
 
 @dataclass
 class Cluster:
-    """The cluster's API: its pods (documents as the API serves them) and nodes, one read per call."""
+    """The cluster's API: its pods (documents as the API serves them) and nodes, one read per call
+    (`reader`: the demand path's own test adapter over it)."""
 
     pods: list[dict[str, Any]] = field(default_factory=list)
     nodes: dict[str, NodeState] = field(default_factory=dict)
     reads: int = 0
 
-    def read(
-        self,
-        cluster: str,
-        resources: Mapping[str, float],
-        nodes: NodeListing,
-        queued: Collection[QueuedSource],
-        now: datetime,
-    ) -> ClusterPods:
+    def listing(self, cluster: str, resources: Mapping[str, float], **_: Any) -> ClusterPods:
         self.reads += 1
         return cluster_pods(cluster, self.pods, 1).model_copy(update={"nodes": dict(self.nodes)})
+
+    @property
+    def reader(self) -> Pods:
+        return Pods(self.listing)
 
 
 def node_name(iid: str) -> str:
@@ -117,7 +115,7 @@ def scale_in(victims: tuple[str, ...]) -> Decision:
 
 
 def look(kind: Kind, cluster: Cluster) -> LastLook:
-    return LastLook(Registry(kind), PodsLook(cluster, instances_of=lambda names: {}))  # type: ignore[arg-type]
+    return LastLook(Registry(kind), PodsLook(cluster.reader, instances_of=lambda names: {}))  # type: ignore[arg-type]
 
 
 def test_a_pod_bound_by_node_name_to_a_cordoned_victim_keeps_it() -> None:
