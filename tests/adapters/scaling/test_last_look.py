@@ -41,6 +41,17 @@ class Kind:
     busy: dict[str, str] = field(default_factory=dict)
     fails: bool = False
     asked: list[tuple[str, ...]] = field(default_factory=list)
+    launched: tuple[str, ...] = ()  # instances that came up since the decision's read
+    gone: bool = False  # the group was deleted since the read
+    group_reads: int = 0
+
+    def observe_one(self, ref: GroupRef) -> GroupObservation | None:
+        self.group_reads += 1
+        if self.gone:
+            return None
+        obs = observe()
+        more = tuple(InstanceObservation(instance_id=i, lifecycle_state="Pending") for i in self.launched)
+        return obs.model_copy(update={"instances": obs.instances + more})
 
     def last_look(self, obs: GroupObservation, victims: Sequence[str]) -> dict[str, str]:
         self.asked.append(tuple(victims))
@@ -172,3 +183,26 @@ def test_a_count_below_the_instances_held_is_raised_to_name_every_node() -> None
     out = look(Kind(), Cluster(nodes=nodes()))(d, observe(), NOW)
     assert (out.desired, out.victims) == (2, (IDS[2],))
     assert "gpufleet removes only nodes it names" in out.reason
+
+
+def test_a_launch_that_came_up_since_the_read_raises_a_lowered_count() -> None:
+    """A launch still owed comes up between the decision's read and the call: the group is read again for
+    every change that lowers its count, so the count still names every node it removes."""
+    kind = Kind(launched=("i-0000000000000000d",))
+    owed = observe().model_copy(update={"desired": 4})  # 3 instances, a 4th still owed at the read
+    d = scale_in((IDS[2],)).model_copy(update={"current": 4, "desired": 2})  # the owed one cancelled, c removed
+    assert look(Kind(), Cluster(nodes=nodes()))(d, owed, NOW) == d  # as read: the count names every node
+    out = look(kind, Cluster(nodes=nodes()))(d, owed, NOW)
+    assert (out.action, out.desired, out.victims) == (Action.SCALE_IN, 3, (IDS[2],))
+    assert "held at 3, not 2" in out.reason and kind.group_reads == 1
+
+
+def test_a_group_gone_since_the_read_raises_so_nothing_is_removed() -> None:
+    with pytest.raises(LookupError, match="cannot be read again"):
+        look(Kind(gone=True), Cluster(nodes=nodes()))(scale_in((IDS[2],)), observe(), NOW)
+
+
+def test_a_raise_is_not_read_again() -> None:
+    kind = Kind()
+    up = scale_in(()).model_copy(update={"action": Action.SCALE_OUT, "desired": 4})
+    assert look(kind, Cluster())(up, observe(), NOW) == up and kind.group_reads == 0

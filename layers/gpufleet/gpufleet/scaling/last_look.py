@@ -2,6 +2,8 @@
 
 Glue. Right before capacity is taken away, each victim is checked against fresh reads of what says it is
 free; one that fails is dropped from the change (`domain.removal.after_last_look`), never removed:
+- for a change that lowers the count, the group read again: the count rule (`held_floor`) is kept on
+  the instances held now, a launch that came up since the decision's read included;
 - what its kind knows (`GroupProvider.last_look`): scale-in protection and lifecycle in its ASG, Slurm;
 - where the group's demand came from a cluster's pods: the pods bound to its node now (any pod but a
   DaemonSet's, a mirror pod, or one marked safe to evict: `kubernetes.pods`), and, for a node gpufleet
@@ -18,7 +20,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gpufleet.aws.fleet import GroupRegistry
-from gpufleet.domain.models import Decision, GroupObservation, NodeMark
+from gpufleet.aws.groups.provider import GroupProvider
+from gpufleet.domain.models import Action, Decision, GroupObservation, NodeMark
 from gpufleet.domain.removal import after_last_look, held_floor
 from gpufleet.kubernetes.pods import DEFAULT_GPU_RESOURCES, ClusterPods, NodeListing
 from gpufleet.scaling.sources.base import ClusterPodsReader, InstancesOf
@@ -67,15 +70,28 @@ class LastLook:
     pods: PodsLook | None = None
 
     def __call__(self, decision: Decision, obs: GroupObservation, now: datetime) -> Decision:
-        decision = held_floor(decision, obs)
+        provider = self.groups.provider(obs.ref.kind)
+        counted = self._counted_now(provider, decision, obs)
+        decision = held_floor(decision, counted)
         victims = list(decision.victims)
         if not victims:
             return decision
-        busy = dict(self.groups.provider(obs.ref.kind).last_look(obs, victims))  # raises: no victim goes now
+        busy = dict(provider.last_look(obs, victims))  # raises: no victim goes now
         left = [v for v in victims if v not in busy]
         if left and self.pods is not None:
             busy |= self.pods.busy(obs, left, now)
-        return after_last_look(decision, obs, busy)
+        return after_last_look(decision, counted, busy)
+
+    @staticmethod
+    def _counted_now(provider: GroupProvider, decision: Decision, obs: GroupObservation) -> GroupObservation:
+        """The group as it stands now, for a change that lowers its count: a launch still owed that came up
+        since the decision's read is one more node the lower count would leave the provider to choose."""
+        if decision.action is Action.HOLD or decision.desired >= decision.current:
+            return obs
+        now_obs = provider.observe_one(obs.ref)
+        if now_obs is None:  # gone since the read: nothing is removed on a read that cannot be made
+            raise LookupError(f"group {obs.ref.key} cannot be read again before its count is lowered")
+        return now_obs
 
 
 def count_rule_only(decision: Decision, obs: GroupObservation, now: datetime) -> Decision:
