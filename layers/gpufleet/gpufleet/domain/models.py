@@ -413,6 +413,11 @@ class Decision(Frozen):
     def raises_capacity(self) -> bool:
         return self.action in (Action.SCALE_OUT, Action.SET_DESIRED) and self.desired > self.current
 
+    @property
+    def lowers_capacity(self) -> bool:
+        """A count set lower: what the count rule (`domain.removal.held_floor`) and its fresh read guard."""
+        return self.action is not Action.HOLD and self.desired < self.current
+
 
 class ForeignChange(Frozen):
     """The group's desired capacity changed between two looks, and gpufleet did not change it."""

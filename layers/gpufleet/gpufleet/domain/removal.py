@@ -24,7 +24,7 @@ def live_instances(obs: GroupObservation) -> int:
 def held_floor(decision: Decision, obs: GroupObservation) -> Decision:
     """The decision with a count that names every node it removes: never below the instances the group
     holds less its named victims. A count cut by this rule is said in the reason."""
-    if decision.action is Action.HOLD or decision.desired >= decision.current:
+    if not decision.lowers_capacity:
         return decision
     live = {i.instance_id for i in obs.instances if not i.lifecycle_state.startswith("Terminat")}
     floor = len(live) - len([v for v in decision.victims if v in live])

@@ -21,7 +21,7 @@ from datetime import datetime
 
 from gpufleet.aws.fleet import GroupRegistry
 from gpufleet.aws.groups.provider import GroupProvider
-from gpufleet.domain.models import Action, Decision, GroupObservation, NodeMark
+from gpufleet.domain.models import Decision, GroupObservation, NodeMark
 from gpufleet.domain.removal import after_last_look, held_floor
 from gpufleet.kubernetes.pods import DEFAULT_GPU_RESOURCES, ClusterPods, NodeListing
 from gpufleet.scaling.sources.base import ClusterPodsReader, InstancesOf
@@ -86,7 +86,7 @@ class LastLook:
     def _counted_now(provider: GroupProvider, decision: Decision, obs: GroupObservation) -> GroupObservation:
         """The group as it stands now, for a change that lowers its count: a launch still owed that came up
         since the decision's read is one more node the lower count would leave the provider to choose."""
-        if decision.action is Action.HOLD or decision.desired >= decision.current:
+        if not decision.lowers_capacity:
             return obs
         now_obs = provider.observe_one(obs.ref)
         if now_obs is None:  # gone since the read: nothing is removed on a read that cannot be made
