@@ -37,7 +37,7 @@ from gpufleet.domain.models import (
     Trigger,
     TriggerKind,
 )
-from gpufleet.domain.removal import live_instances
+from gpufleet.domain.removal import held_floor, live_instances
 from gpufleet.events.model import AlarmEvent
 from gpufleet.policy.fleet import Consolidation, GroupSettings, IdleThreshold, Owner, ScheduleWindow
 from gpufleet.scaling import gangs
@@ -490,7 +490,7 @@ class _Ctx(_Group):
             why = f"{said}: {self.obs.desired - to} launch(es) still owed cancelled, {self.obs.desired} -> {to}"
             return self.decision(Action.SET_DESIRED, trigger, why, to)
         why = f"desired {self.obs.desired} is above max {target} ({trigger.name})"
-        decision = self.scale_in_by(self.obs.desired - target, trigger, why)
+        decision = held_floor(self.scale_in_by(self.obs.desired - target, trigger, why), self.obs)  # never AWS's pick
         held = max(0, decision.desired - target) if decision.action is Action.SCALE_IN else self.obs.desired - target
         if held == 0 or decision.needs_instance_metrics:
             return decision
