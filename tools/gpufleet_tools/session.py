@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import boto3
 from botocore.exceptions import (
     ClientError,
     ConnectionClosedError,
@@ -23,7 +22,7 @@ from botocore.exceptions import (
     TokenRetrievalError,
 )
 
-from gpufleet.aws.clients import RETRY_CONFIG, error_code, is_loopback
+from gpufleet.aws.clients import RETRY_CONFIG, error_code, is_loopback, new_session
 from gpufleet.domain import defaults
 
 LOCAL_REGION = "us-east-1"
@@ -46,12 +45,12 @@ def client(service: str, endpoint: str | None = None, region: str | None = None)
     """A client for `service`: at `endpoint` when given (a loopback one with moto's credentials), else
     wherever the environment points (AWS_ENDPOINT_URL, the caller's credentials and region)."""
     local = _MOTO_CREDENTIALS if endpoint and is_loopback(endpoint) else {}
-    return boto3.client(service, endpoint_url=endpoint, region_name=region, config=RETRY_CONFIG, **local)
+    return new_session().client(service, endpoint_url=endpoint, region_name=region, config=RETRY_CONFIG, **local)
 
 
 def clients(services: tuple[str, ...], endpoint: str | None = None) -> dict[str, Any]:
     """Several clients from one session (the replay's CloudWatch history reads four services)."""
-    session = boto3.session.Session()
+    session = new_session()
     return {s: session.client(s, endpoint_url=endpoint, config=RETRY_CONFIG) for s in services}
 
 

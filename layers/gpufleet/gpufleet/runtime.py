@@ -14,7 +14,7 @@ from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 
 from gpufleet.aws.alarms import AlarmReader
 from gpufleet.aws.audit import AuditLog
-from gpufleet.aws.clients import AwsClients, Session, client, region_of
+from gpufleet.aws.clients import AwsClients, Session, client, new_session, region_of
 from gpufleet.aws.documents import DocStore
 from gpufleet.aws.fleet import FleetActuator, FleetReader, builtin_groups
 from gpufleet.aws.groups.provider import GroupShapes
@@ -71,7 +71,7 @@ def _kube_marker(settings: Settings, clients: AwsClients, region: str) -> NodeMa
     from gpufleet.kubernetes.cluster import ClusterAccess
     from gpufleet.kubernetes.marks import KubernetesMarker
 
-    return KubernetesMarker(ClusterAccess(clients.eks, Session(region_name=region), settings.kube_endpoints))
+    return KubernetesMarker(ClusterAccess(clients.eks, new_session(region_name=region), settings.kube_endpoints))
 
 
 def _settings(env: Mapping[str, str] | None) -> Settings:
@@ -107,7 +107,7 @@ def _control_context(
     # HyperPod instance groups named by rules: the SageMaker client is made only when one is read.
     slurm = SlurmMarker(clients.dynamodb, table)  # consolidation by attrition: drains the controller applies
     hyperpod = HyperPodFleet(
-        LazyClient(lambda: client("sagemaker", Session(region_name=region))), clients.cloudwatch, marker=slurm
+        LazyClient(lambda: client("sagemaker", new_session(region_name=region))), clients.cloudwatch, marker=slurm
     )
     cordon = LazyMarker(lambda: _kube_marker(settings, clients, region))
     markers: dict[MarkChannel, NodeMarker] = {MarkChannel.KUBERNETES: cordon, MarkChannel.SLURM: slurm}
@@ -198,7 +198,7 @@ def demand_reader(
     from gpufleet.aws.eks_nodes import fewest_gpus, instances_by_node_name
     from gpufleet.aws.readiness import node_readiness
 
-    pods = ClusterPodsReader(clients.eks, session or Session(), settings.kube_endpoints)
+    pods = ClusterPodsReader(clients.eks, session or new_session(), settings.kube_endpoints)
     return DemandReader(
         sqs=client("sqs", session),
         cloudwatch=clients.cloudwatch,

@@ -14,7 +14,7 @@ from typing import Any
 
 from gpufleet.aws.alarms import AlarmReader
 from gpufleet.aws.backlog import BacklogUnreadable, latest_values, queue_counts
-from gpufleet.aws.clients import AWS_FAILURES, AwsClients, Session, client, error_code
+from gpufleet.aws.clients import AWS_FAILURES, AwsClients, Session, client, error_code, new_session
 from gpufleet.aws.fleet import FleetReader, builtin_groups
 from gpufleet.aws.groups.provider import GroupShapes
 from gpufleet.aws.metrics import group_dimensions
@@ -93,7 +93,7 @@ def build_account_reader(session: Session | None = None) -> AccountReader:
     clients = AwsClients.create(session)
     overrides = Settings.from_env(os.environ).kube_endpoints  # local runs: as the scaler reads them
     probe = DemandProbe(
-        clients.eks, client("sqs", session), clients.cloudwatch, session or Session(), datetime.now(UTC), overrides
+        clients.eks, client("sqs", session), clients.cloudwatch, session or new_session(), datetime.now(UTC), overrides
     )
     return AccountReader(
         FleetReader.of(clients.autoscaling, clients.eks),
