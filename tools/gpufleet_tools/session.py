@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import boto3
 from botocore.exceptions import (
     ClientError,
     ConnectionClosedError,
@@ -45,7 +46,7 @@ def client(service: str, endpoint: str | None = None, region: str | None = None)
     """A client for `service`: at `endpoint` when given (a loopback one with moto's credentials), else
     wherever the environment points (AWS_ENDPOINT_URL, the caller's credentials and region)."""
     local = _MOTO_CREDENTIALS if endpoint and is_loopback(endpoint) else {}
-    return new_session().client(service, endpoint_url=endpoint, region_name=region, config=RETRY_CONFIG, **local)
+    return boto3.client(service, endpoint_url=endpoint, region_name=region, config=RETRY_CONFIG, **local)
 
 
 def clients(services: tuple[str, ...], endpoint: str | None = None) -> dict[str, Any]:
