@@ -8,6 +8,7 @@ does the propagation that EKS does in AWS.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,8 +32,8 @@ class Clients:
     dynamodb: Any
 
     @classmethod
-    def create(cls) -> Clients:
-        return cls(*(boto3.client(name) for name in ("autoscaling", "ec2", "eks", "cloudwatch", "dynamodb")))
+    def create(cls, client: Callable[[str], Any] = boto3.client) -> Clients:
+        return cls(*(client(name) for name in ("autoscaling", "ec2", "eks", "cloudwatch", "dynamodb")))
 
 
 def create_state_table(dynamodb: Any, name: str) -> None:
@@ -216,8 +217,10 @@ class NotificationStack:
         return env
 
 
-def create_notification_stack(slack_secret: str | None, prefix: str = "gpufleet") -> NotificationStack:
-    sqs, sns, secrets = boto3.client("sqs"), boto3.client("sns"), boto3.client("secretsmanager")
+def create_notification_stack(
+    slack_secret: str | None, prefix: str = "gpufleet", client: Callable[[str], Any] = boto3.client
+) -> NotificationStack:
+    sqs, sns, secrets = client("sqs"), client("sns"), client("secretsmanager")
     dlq_url = sqs.create_queue(QueueName=f"{prefix}-notify-dlq")["QueueUrl"]
     dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     redrive = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "10"})

@@ -9,15 +9,13 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import boto3
-
 from gpufleet.aws.slurm_marks import SlurmMarker, marks_key
 from gpufleet.domain import defaults
 from gpufleet.domain.models import MarkChannel
 from gpufleet_node import schema
 from rehearsal import calls as recorded
 from rehearsal import moto_hyperpod
-from tests.crash.scenarios import TABLE, _ScalerWorld
+from tests.crash.scenarios import TABLE, _ScalerWorld, client
 
 GROUP = "hyperpod:slurm-a/gpu-workers"
 DRAINED = defaults.HYPERPOD_DRAINED_METRIC
@@ -40,7 +38,7 @@ class HyperPodScaleIn(_ScalerWorld):
 
     def __init__(self, tmp: Path, now: datetime, policy: str = POLICY) -> None:
         super().__init__(policy, tmp, asg=False)
-        self.sm = boto3.client("sagemaker")
+        self.sm = client("sagemaker")
         moto_hyperpod.create_cluster(self.sm, "slurm-a", "gpu-workers", tags={defaults.TAG_MANAGED: "true"})
         [group] = self.sm.describe_cluster(ClusterName="slurm-a")["InstanceGroups"]
         spec = {k: group[k] for k in ("InstanceGroupName", "InstanceType", "LifeCycleConfig", "ExecutionRole")}

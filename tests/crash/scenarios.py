@@ -7,8 +7,10 @@ no change goes unaudited or unnotified; no critical notification is lost; a post
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
@@ -48,6 +50,13 @@ def _logger() -> Logger:
 _BUILT: dict[tuple[str, str], Any] = {}
 
 
+@functools.cache
+def client(service: str) -> Any:
+    """One test-side client per service for the whole sweep: a client takes ~15 ms to build and the sweep
+    builds a world a thousand times. moto's state is reset under it; the client holds none."""
+    return boto3.client(service)
+
+
 def warm(kind: str, env: dict[str, str], build: Any) -> Any:
     """The same function object across a scenario's runs, as a warm Lambda container (its state lives in
     moto, reset before each run). Building clients for every run would double the suite's time."""
@@ -65,7 +74,7 @@ class _Fleet(World):
     """A managed ASG `train-spot`, the state table, the notification queue, one function's env."""
 
     def __init__(self, policy: str, tmp: Path, desired: int = 2, max_size: int = 8, asg: bool = True) -> None:
-        self.clients = fleet.Clients.create()
+        self.clients = fleet.Clients.create(client)
         fleet.create_state_table(self.clients.dynamodb, TABLE)
         if asg:  # a HyperPod scenario has no ASG (tests/crash/hyperpod_scenario.py)
             fleet.create_asg(
@@ -77,7 +86,7 @@ class _Fleet(World):
                 tags=fleet.MANAGED_TAG,
                 market="spot",
             )
-        self.stack = fleet.create_notification_stack(slack_secret=None)
+        self.stack = fleet.create_notification_stack(slack_secret=None, client=client)
         self.policy = tmp / "policy.yaml"
         self.policy.write_text(policy)
         self.env = {
@@ -97,7 +106,7 @@ class _Fleet(World):
 
     def queued(self) -> list[Notification]:
         self.notes += [
-            Notification.model_validate_json(m["Body"]) for m in fleet.drain(boto3.client("sqs"), self.stack.queue_url)
+            Notification.model_validate_json(m["Body"]) for m in fleet.drain(client("sqs"), self.stack.queue_url)
         ]
         return self.notes
 
@@ -115,13 +124,19 @@ class _Fleet(World):
             problems.append(f"{group}: left unfinished (intent {state.intent is not None}, outbox {len(state.outbox)})")
         return problems
 
-    def put_gpu(self, instance_id: str, util: float, mem: float, at: datetime) -> None:
-        dims = [{"Name": schema.DIM_INSTANCE_ID, "Value": instance_id}]
-        data = [
-            {"MetricName": schema.GPU_UTILIZATION.name, "Dimensions": dims, "Value": util, "Timestamp": at},
-            {"MetricName": schema.GPU_MEMORY_USED_PERCENT.name, "Dimensions": dims, "Value": mem, "Timestamp": at},
-        ]
-        self.clients.cloudwatch.put_metric_data(Namespace=schema.NAMESPACE, MetricData=data)
+    def put_gpus(self, readings: Iterable[tuple[str, float, float, datetime]]) -> None:
+        """(instance, utilization, memory %, at) readings as the publishers sent them, in one call (a
+        PutMetricData takes up to 1,000 datums): the sweep builds these worlds a thousand times."""
+        data = []
+        for instance_id, util, mem, at in readings:
+            dims = [{"Name": schema.DIM_INSTANCE_ID, "Value": instance_id}]
+            data += [
+                {"MetricName": schema.GPU_UTILIZATION.name, "Dimensions": dims, "Value": util, "Timestamp": at},
+                {"MetricName": schema.GPU_MEMORY_USED_PERCENT.name, "Dimensions": dims, "Value": mem, "Timestamp": at},
+            ]
+        assert len(data) <= 1000, f"{len(data)} datums: one PutMetricData takes at most 1,000"
+        if data:
+            self.clients.cloudwatch.put_metric_data(Namespace=schema.NAMESPACE, MetricData=data)
 
 
 class _ScalerWorld(_Fleet):
@@ -177,11 +192,11 @@ class ScaleInTwoVictims(_ScalerWorld):
         self.clients.cloudwatch.set_alarm_state(AlarmName="gpufleet-train-gpu-low", StateValue="ALARM", StateReason="t")
         ids = self.instances()
         self.busy, self.idle = ids[:2], ids[2:]
-        for minute in range(1, 4):
-            for iid in ids:
-                self.put_gpu(
-                    iid, 0 if iid in self.idle else 90, 1 if iid in self.idle else 70, now - timedelta(minutes=minute)
-                )
+        self.put_gpus(
+            (iid, 0 if iid in self.idle else 90, 1 if iid in self.idle else 70, now - timedelta(minutes=minute))
+            for minute in range(1, 4)
+            for iid in ids
+        )
 
     def deliver(self, now: datetime) -> None:
         self.scaler.handle(_event("alarm-action-asg-low.json"), now)
@@ -189,10 +204,12 @@ class ScaleInTwoVictims(_ScalerWorld):
     def later(self, now: datetime) -> None:
         """The nodes still there kept publishing (a later tick reads this minute's metrics, not the first)."""
         with calls.unrecorded():
-            for minute in range(1, 4):
-                for iid in self.instances():
-                    busy = iid in self.busy
-                    self.put_gpu(iid, 90 if busy else 0, 70 if busy else 1, now - timedelta(minutes=minute))
+            left = self.instances()
+            self.put_gpus(
+                (iid, 90 if iid in self.busy else 0, 70 if iid in self.busy else 1, now - timedelta(minutes=minute))
+                for minute in range(1, 4)
+                for iid in left
+            )
         super().later(now)
 
     def violations(self) -> list[str]:
@@ -237,7 +254,7 @@ class DemandScaleOut(_ScalerWorld):
     flight: they hold those nodes, issue 28): one reconcile tick scales 2 -> 5 in one change."""
 
     def __init__(self, tmp: Path) -> None:
-        sqs = boto3.client("sqs")
+        sqs = client("sqs")
         self.queue = queue = sqs.create_queue(QueueName="train-jobs")["QueueUrl"]
         for i in range(2):  # taken by the two runners, never deleted while the scenario runs
             sqs.send_message(QueueUrl=queue, MessageBody=json.dumps({"job": f"running-{i}"}))
@@ -259,7 +276,7 @@ class DemandScaleOut(_ScalerWorld):
         """[emulated] once the nodes are there, workers on them take the jobs off the queue."""
         if self.desired() >= 5:
             with calls.unrecorded():
-                fleet.drain(boto3.client("sqs"), self.queue)
+                fleet.drain(client("sqs"), self.queue)
         super().later(now)
 
     def violations(self) -> list[str]:
@@ -276,7 +293,7 @@ class QueueScaleIn(_ScalerWorld):
     idle nodes in one change, down to the one node the in-flight job holds; the protected node stays."""
 
     def __init__(self, tmp: Path, now: datetime) -> None:
-        sqs = boto3.client("sqs")
+        sqs = client("sqs")
         self.queue = queue = sqs.create_queue(QueueName="train-jobs")["QueueUrl"]
         sqs.send_message(QueueUrl=queue, MessageBody=json.dumps({"job": 1}))
         taken = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=1, VisibilityTimeout=3600)
@@ -291,9 +308,7 @@ class QueueScaleIn(_ScalerWorld):
         AsgProtection(self.clients.autoscaling, self.runner, "train-spot").set(True)
         # Every node reads idle, the runner's too (its job is still downloading), as their publishers keep
         # reporting through the later runs (a run that finds no fresh datum removes nobody).
-        for minute in range(-25, 6):
-            for iid in ids:
-                self.put_gpu(iid, 0, 1, now - timedelta(minutes=minute))
+        self.put_gpus((iid, 0, 1, now - timedelta(minutes=minute)) for minute in range(-25, 6) for iid in ids)
 
     def deliver(self, now: datetime) -> None:
         tick = {"gpufleet": "reconcile", "execution_id": "queue-in-1", "scheduled_time": now.isoformat()}
@@ -390,9 +405,8 @@ class FallbackHandBack(_SpotWorld):
     def __init__(self, tmp: Path, now: datetime) -> None:
         super().__init__(tmp)
         self.clients.autoscaling.set_desired_capacity(AutoScalingGroupName="train-ondemand", DesiredCapacity=2)
-        for iid in self.instances("train-ondemand"):  # idle, as their publishers keep reporting
-            for minute in range(-25, 4):
-                self.put_gpu(iid, 0, 1, now - timedelta(minutes=minute))
+        idle = self.instances("train-ondemand")  # idle, as their publishers keep reporting
+        self.put_gpus((iid, 0, 1, now - timedelta(minutes=minute)) for iid in idle for minute in range(-25, 4))
         self.clients.dynamodb.put_item(
             TableName=TABLE,
             Item={
@@ -427,8 +441,7 @@ class InterruptionReplacement(_Fleet):
     def __init__(self, tmp: Path, now: datetime) -> None:
         super().__init__(self.POLICY, tmp, desired=2)
         self.doomed = self.instances()[0]
-        for minute in range(1, 4):
-            self.put_gpu(self.doomed, 93, 70, now - timedelta(minutes=minute))
+        self.put_gpus((self.doomed, 93, 70, now - timedelta(minutes=minute)) for minute in range(1, 4))
         self.watch = warm(
             "spot_watch", self.env, lambda: build_spot_watch(_logger(), Metrics(namespace="Crash"), env=self.env)
         )
@@ -529,9 +542,9 @@ class NotifierPost(World):
     def __init__(self, tmp: Path, now: datetime, slack: Any) -> None:
         self.receiver, url = slack
         self.receiver.received.clear()
-        clients = fleet.Clients.create()
+        clients = fleet.Clients.create(client)
         fleet.create_state_table(clients.dynamodb, TABLE)
-        self.stack = fleet.create_notification_stack(slack_secret=url + "/services/T0/B0/crash")
+        self.stack = fleet.create_notification_stack(slack_secret=url + "/services/T0/B0/crash", client=client)
         policy = tmp / "policy.yaml"
         policy.write_text(
             "notifications: {grouping: {group_wait_s: 0, group_interval_s: 0},\n"
@@ -558,7 +571,7 @@ class NotifierPost(World):
 
     def violations(self) -> list[str]:
         posts = Counter(json.dumps(r.payload.get("text")) for r in self.receiver.received)
-        sns = fleet.drain(boto3.client("sqs"), self.stack.sns_inbox_url)
+        sns = fleet.drain(client("sqs"), self.stack.sns_inbox_url)
         problems = []
         if not posts or any(n > 2 for n in posts.values()):
             problems.append(f"Slack posts {dict(posts)}: expected one, a repeat at most once")
