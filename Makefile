@@ -93,7 +93,7 @@ unit: venv
 
 # Coverage of the shipped packages over the suite; the figure is quoted in the README. Beside it, on the
 # second core, a side session with its own moto server runs what adds no coverage: the e2e rehearsal and
-# the quick bench (both subprocesses), then the crash-point sweep (tests/crash: ~900 fault-injected runs,
+# the quick bench (both subprocesses), then the crash-point sweep (tests/crash: ~1,000 fault-injected runs,
 # run without coverage). Its log lands in .pytest-side.log. The e2e rehearsal's AWS calls reach the main
 # session's IAM conformance test through .pytest-rehearsal-calls.jsonl (written whole, at its end; the
 # test replays the rehearsal itself if the side session has not written it yet).
