@@ -118,8 +118,7 @@ class ConsolidationScene(TrustScenes):
                         dimensions = [{"Name": k, "Value": v} for k, v in dims.items()]
                         data.append({"MetricName": metric.name, "Dimensions": dimensions, "Value": value,
                                      "Timestamp": at})  # fmt: skip
-        for i in range(0, len(data), 1000):
-            self.clients.cloudwatch.put_metric_data(Namespace=schema.NAMESPACE, MetricData=data[i : i + 1000])
+        fleet.put_data(self.clients.cloudwatch, data)
 
     def _patches_since(self, start: int) -> list[dict[str, Any]]:
         return [p for p in self.api.patches[start:] if p["name"] in self.dns.values()]

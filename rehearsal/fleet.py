@@ -189,9 +189,14 @@ def create_busy_asg_fleet(clients: Clients, groups: int, gpus: int, at: Any, uti
         for name in names
         for _ in range(gpus)
     ]
-    for i in range(0, len(data), 1000):
-        clients.cloudwatch.put_metric_data(Namespace=schema.NAMESPACE, MetricData=data[i : i + 1000])
+    put_data(clients.cloudwatch, data)
     return names
+
+
+def put_data(cloudwatch: Any, data: list[dict[str, Any]], namespace: str = schema.NAMESPACE) -> None:
+    """Datums in as few PutMetricData calls as CloudWatch allows (1,000 datums a call)."""
+    for i in range(0, len(data), 1000):
+        cloudwatch.put_metric_data(Namespace=namespace, MetricData=data[i : i + 1000])
 
 
 @dataclass

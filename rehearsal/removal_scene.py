@@ -143,8 +143,7 @@ class RemovalScene(TrustScenes):
                         value = BUSY if on else IDLE
                         data.append({"MetricName": metric.name, "Dimensions": dimensions, "Value": value,
                                      "Timestamp": at})  # fmt: skip
-        for i in range(0, len(data), 1000):
-            self.clients.cloudwatch.put_metric_data(Namespace=schema.NAMESPACE, MetricData=data[i : i + 1000])
+        fleet.put_data(self.clients.cloudwatch, data)
 
     def _at(self, minute: float) -> datetime:
         return self.t0 + timedelta(minutes=minute)

@@ -190,8 +190,7 @@ class TrustScenes:
                 for metric in (schema.GPU_UTILIZATION, schema.GPU_MEMORY_USED_PERCENT):
                     dimensions = [{"Name": k, "Value": v} for k, v in dims.items()]
                     data.append({"MetricName": metric.name, "Dimensions": dimensions, "Value": IDLE, "Timestamp": at})
-        for i in range(0, len(data), 1000):
-            self.clients.cloudwatch.put_metric_data(Namespace=schema.NAMESPACE, MetricData=data[i : i + 1000])
+        fleet.put_data(self.clients.cloudwatch, data)
 
     def run(self) -> TrustResult:
         self.setup()

@@ -15,7 +15,8 @@ from gpufleet.domain.models import MarkChannel
 from gpufleet_node import schema
 from rehearsal import calls as recorded
 from rehearsal import moto_hyperpod
-from tests.crash.scenarios import TABLE, _ScalerWorld, client
+from tests.crash.harness import client
+from tests.crash.scenarios import TABLE, _ScalerWorld
 
 GROUP = "hyperpod:slurm-a/gpu-workers"
 DRAINED = defaults.HYPERPOD_DRAINED_METRIC

@@ -7,7 +7,6 @@ no change goes unaudited or unnotified; no critical notification is lost; a post
 
 from __future__ import annotations
 
-import functools
 import json
 from collections import Counter
 from collections.abc import Iterable
@@ -16,7 +15,6 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-import boto3
 from aws_lambda_powertools import Logger, Metrics
 
 from gpufleet.aws.audit import AuditLog
@@ -33,7 +31,7 @@ from gpufleet_node.publisher import Publisher, simulate
 from gpufleet_node.sender import Sender
 from gpufleet_tools.invoke import LocalLambdaContext
 from rehearsal import calls, fleet
-from tests.crash.harness import World
+from tests.crash.harness import World, client
 
 TABLE = "gpufleet-state"
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,13 +46,6 @@ def _logger() -> Logger:
 
 
 _BUILT: dict[tuple[str, str], Any] = {}
-
-
-@functools.cache
-def client(service: str) -> Any:
-    """One test-side client per service for the whole sweep: a client takes ~15 ms to build and the sweep
-    builds a world a thousand times. moto's state is reset under it; the client holds none."""
-    return boto3.client(service)
 
 
 def warm(kind: str, env: dict[str, str], build: Any) -> Any:
@@ -125,8 +116,8 @@ class _Fleet(World):
         return problems
 
     def put_gpus(self, readings: Iterable[tuple[str, float, float, datetime]]) -> None:
-        """(instance, utilization, memory %, at) readings as the publishers sent them, in one call (a
-        PutMetricData takes up to 1,000 datums): the sweep builds these worlds a thousand times."""
+        """(instance, utilization, memory %, at) readings as the publishers sent them, in as few calls as
+        CloudWatch allows: the sweep builds these worlds a thousand times."""
         data = []
         for instance_id, util, mem, at in readings:
             dims = [{"Name": schema.DIM_INSTANCE_ID, "Value": instance_id}]
@@ -134,9 +125,7 @@ class _Fleet(World):
                 {"MetricName": schema.GPU_UTILIZATION.name, "Dimensions": dims, "Value": util, "Timestamp": at},
                 {"MetricName": schema.GPU_MEMORY_USED_PERCENT.name, "Dimensions": dims, "Value": mem, "Timestamp": at},
             ]
-        assert len(data) <= 1000, f"{len(data)} datums: one PutMetricData takes at most 1,000"
-        if data:
-            self.clients.cloudwatch.put_metric_data(Namespace=schema.NAMESPACE, MetricData=data)
+        fleet.put_data(self.clients.cloudwatch, data)
 
 
 class _ScalerWorld(_Fleet):
