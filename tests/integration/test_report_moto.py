@@ -192,3 +192,90 @@ def test_a_forging_node_is_flagged_in_the_report_not_billed(aws: str, capsys: py
     assert [flagged[k]["teams"] for k in sorted(flagged)] == [["finance", "ml"], ["finance"], ["finance"]]
     assert [flagged[k]["records"] for k in sorted(flagged)] == [6, 1, 6]  # conflict, held, stream
     assert "neither counted" in flagged[("conflict", "i-a", "i-a")]["detail"]
+
+
+# ---- issue 41 (part 3): who pays, invented node ids, names that are not text ----
+
+ALICE_JOB_NLP = {"kind": "slurm", "job_id": "4242", "user": "alice", "account": "nlp", "partition": "gpu"}
+MALLORY_JOB = {**ALICE_JOB_NLP, "user": "mallory", "account": "finance"}
+
+
+def _idle_job(at: datetime, job: dict[str, str], node: str = "i-s") -> str:
+    """4 GPUs held by the job and idle: what the node writes is predictable, window after window."""
+    return message(start=at, node=node, group="hyperpod:ml/gpu-a", workloads={"0": job},
+                   rows=[[g, "0", 300, 0, 300, 0] for g in range(4)])  # fmt: skip
+
+
+def _json(endpoint: str, capsys: pytest.CaptureFixture[str], start: datetime, end: datetime, *args: str) -> Any:
+    period = ["--start", start.isoformat(), "--end", end.isoformat()]
+    assert main(["report", "--endpoint", endpoint, "--no-progress", "--format", "json", *period, *args]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_a_prewritten_window_with_another_payer_moves_nothing(aws: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The forger writes node i-s's next 4 hours into i-s's stream first, Slurm job 4242 as mallory
+    (account finance); the node then writes its own (alice, nlp). Before: the node's records were dropped
+    as resends, 16.0 GPU-h billed to mallory (--by team), to finance (--by account). Now: 96 records in
+    conflict, nobody billed."""
+    windows = [DAY0 + timedelta(minutes=5 * i) for i in range(48)]
+    logs = boto3.client("logs")
+    put_records(logs, {"i-s": [(at, _idle_job(at, MALLORY_JOB)) for at in windows]})
+    put_records(logs, {"i-s": [(at, _idle_job(at, ALICE_JOB_NLP)) for at in windows]}, create=False)
+    for by, forged in (("team", "mallory"), ("account", "finance")):
+        doc = _json(aws, capsys, DAY0, DAY0 + timedelta(hours=4), "--by", by)
+        assert doc["teams"] == [] and doc["total"]["gpu_hours_held"] == 0 and doc["duplicates"] == 0, by
+        [flag] = doc["flagged"]
+        assert (flag["kind"], flag["stream"], flag["records"]) == ("conflict", "i-s", 96)
+        assert flag["claimed_gpu_hours"] == pytest.approx(32.0) and forged in flag["teams"]
+
+
+def test_invented_node_ids_are_flagged_with_verify_nodes(aws: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two p5.48xlarge instances EC2 knows (moto launches them now, so the records are of the coming
+    hour: CloudWatch Logs takes events up to 2 h ahead) and one EC2 has terminated. A forging node writes
+    50 ids nobody launched for finance (400 GPU-h), and the terminated one's windows after its end (6).
+    Without --verify-nodes finance is billed all of it; with it, none, told in one line."""
+    ec2 = boto3.client("ec2")
+    ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    ids = [i["InstanceId"] for i in ec2.run_instances(ImageId=ami, MinCount=3, MaxCount=3,
+                                                      InstanceType="p5.48xlarge")["Instances"]]  # fmt: skip
+    ec2.terminate_instances(InstanceIds=ids[2:])
+    now = datetime.now(UTC)
+    start = datetime.fromtimestamp(int(now.timestamp()) // 300 * 300, UTC)
+    windows = [start + timedelta(minutes=5 * i) for i in range(12)]
+    by_node = {node: [(at, _p5(node, at, {**FINANCE, "namespace": "ml"})) for at in windows] for node in ids[:2]}
+    by_node |= {f"i-{k:017x}": [(at, _p5(f"i-{k:017x}", at, FINANCE)) for at in windows] for k in range(50)}
+    by_node[ids[2]] = [(at, _p5(ids[2], at, FINANCE)) for at in windows[3:]]  # 15 minutes after its end
+    put_records(boto3.client("logs"), by_node)
+    end = start + timedelta(hours=1)
+    before = _json(aws, capsys, start, end)
+    assert {t["team"]: t["gpu_hours_held"] for t in before["teams"]} == pytest.approx({"finance": 406.0, "ml": 16.0})
+    doc = _json(aws, capsys, start, end, "--verify-nodes")
+    assert {t["team"]: t["gpu_hours_held"] for t in doc["teams"]} == pytest.approx({"ml": 16.0})
+    assert {f["kind"] for f in doc["flagged"]} == {"node"} and len(doc["flagged"]) == 51
+    assert sum(f["claimed_gpu_hours"] for f in doc["flagged"]) == pytest.approx(406.0)
+    assert doc["nodes_checked"]["known"] == 3
+    period = ["--start", start.isoformat(), "--end", end.isoformat()]
+    assert main(["report", "--endpoint", aws, "--no-progress", "--verify-nodes", *period]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    told = "609 records of 51 nodes that no source knows, or not running then, claim 406.0 GPU-h (teams finance)"
+    assert sum(told in line for line in lines) == 1
+
+
+def test_names_are_escaped_in_the_table_and_neutralised_in_the_csv(
+    aws: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    user = '=HYPERLINK("https://evil.example","x")\nmallory  1  9,999.0\x1b[2J'
+    windows = [DAY0 + timedelta(minutes=5 * i) for i in range(12)]
+    job = {"kind": "slurm", "job_id": "7", "user": user}
+    records = [
+        (at, message(start=at, node="i-a", workloads={"0": job}, rows=[[0, "0", 300, 300, 0, 0]])) for at in windows
+    ]
+    put_records(boto3.client("logs"), {"i-a": records})
+    assert main(report(aws)) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and not any(line.startswith("mallory") for line in out.splitlines())
+    assert '=HYPERLINK("https://evil.example","x")\\x0amallory  1  9,999.0\\x1b[2J' in out
+    out_csv = tmp_path / "r.csv"
+    assert main(report(aws, "--format", "csv", "--out", str(out_csv))) == 0
+    rows = list(csv.DictReader(io.StringIO(out_csv.read_text())))
+    assert {r["name"] for r in rows if r["section"] == "team"} == {"'" + user}

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpufleet_tools.cli.options import add_account_options, parse_duration
 
 if TYPE_CHECKING:
+    from gpufleet_tools.report.fleet import KnownNodes
     from gpufleet_tools.report.prices import PriceBook
     from gpufleet_tools.report.usage import Period, Report, Selection
 
@@ -46,6 +48,12 @@ def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
         choices=["team", "account", "partition"],
         default="team",
         help="what the team table sums by: team (default), or a Slurm job's account or partition",
+    )
+    p.add_argument(
+        "--verify-nodes",
+        action="store_true",
+        help="count a record only if EC2, Auto Scaling or HyperPod knows its node and the node ran then "
+        "(needs ec2:DescribeInstances, autoscaling:DescribeScalingActivities, sagemaker:ListClusters/ListClusterNodes)",
     )
     p.add_argument("--policy", help="fleet policy file: its spot.prices.on_demand ($/instance-hour) price the GPUs")
     p.add_argument(
@@ -130,6 +138,62 @@ def _write(args: argparse.Namespace, report: Report) -> None:
         print(f"chart: {args.png}", file=sys.stderr if not args.out else sys.stdout)
 
 
+# --verify-nodes: what vouches for the records' node ids (report.fleet says what the answers mean). The
+# operator needs these besides logs:FilterLogEvents (docs/report.md).
+PERMISSIONS = {
+    "DescribeInstances": "ec2:DescribeInstances",
+    "DescribeScalingActivities": "autoscaling:DescribeScalingActivities",
+    "ListClusters": "sagemaker:ListClusters",
+    "ListClusterNodes": "sagemaker:ListClusterNodes",
+}
+
+
+def _pages(client: Any, operation: str, key: str, **kwargs: Any) -> Iterator[Any]:
+    for page in client.get_paginator(operation).paginate(**kwargs):
+        yield from page.get(key, ())
+
+
+def _cluster_nodes(sagemaker: Any) -> Iterator[Any]:
+    for cluster in _pages(sagemaker, "list_clusters", "ClusterSummaries"):
+        yield from _pages(sagemaker, "list_cluster_nodes", "ClusterNodeSummaries", ClusterName=cluster["ClusterName"])
+
+
+def _read_known_nodes(ec2: Any, autoscaling: Any, sagemaker: Any, asked: datetime) -> KnownNodes:
+    """Every instance the three know of; raises ReportUnavailable (one line, exit 2) when one cannot be
+    asked: a check with a source missing would flag that source's nodes as invented."""
+    from gpufleet.aws.clients import AWS_FAILURES, error_code
+    from gpufleet_tools.report.fleet import KnownNodes
+    from gpufleet_tools.report.reader import ReportUnavailable
+
+    known = KnownNodes(asked)
+    step = "DescribeInstances"
+    try:
+        known.add_instances(_pages(ec2, "describe_instances", "Reservations"))
+        step = "DescribeScalingActivities"
+        known.add_activities(
+            _pages(autoscaling, "describe_scaling_activities", "Activities", IncludeDeletedGroups=True)
+        )
+        step = "ListClusters or ListClusterNodes"
+        known.add_cluster_nodes(_cluster_nodes(sagemaker))
+    except AWS_FAILURES as exc:
+        code = error_code(exc)
+        if code in ("AccessDenied", "AccessDeniedException", "UnauthorizedOperation"):
+            need = ", ".join(PERMISSIONS.values())
+            line = f"--verify-nodes: not allowed to call {step} (the caller needs {need})"
+        else:
+            line = f"--verify-nodes: {step} failed: {code}: {str(exc)[:200]}"
+        raise ReportUnavailable(line, 2) from None
+    return known
+
+
+def _known_nodes(args: argparse.Namespace) -> KnownNodes:
+    """The instances that vouch for the records' node ids, asked now."""
+    from gpufleet_tools.session import client
+
+    ec2, autoscaling, sagemaker = (client(name, args.endpoint) for name in ("ec2", "autoscaling", "sagemaker"))
+    return _read_known_nodes(ec2, autoscaling, sagemaker, datetime.now(UTC))
+
+
 def run(args: argparse.Namespace) -> int:
     from gpufleet_node.schema import USAGE_LOG_GROUP
     from gpufleet_tools.report.identity import identify_by
@@ -143,8 +207,10 @@ def run(args: argparse.Namespace) -> int:
     except _Refused as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    sums, parser = UsageSums(period, selection, prices), RecordParser(identify_by(getattr(args, "by", "team")))
+    parser = RecordParser(identify_by(getattr(args, "by", "team")))
     try:
+        known = _known_nodes(args) if getattr(args, "verify_nodes", False) else None
+        sums = UsageSums(period, selection, prices, known)
         read_usage(
             client("logs", args.endpoint),
             period,

@@ -187,6 +187,24 @@ class FlagKind(StrEnum):
     GPUS = "gpus"  # more GPUs, or a higher GPU index, than a node of its type has
     HELD = "held"  # a GPU held longer than the window
     CONFLICT = "conflict"  # records of one window (or of overlapping ones) together hold more than the node can
+    NODE = "node"  # a node id no source knows, a window when the node did not run, or another type (--verify-nodes)
+
+
+class NodeSource(StrEnum):
+    """What can vouch that an instance id existed (report.fleet)."""
+
+    EC2 = "EC2 DescribeInstances"
+    ASG = "Auto Scaling activities"
+    HYPERPOD = "SageMaker ListClusterNodes"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCheck:
+    """What the node ids were checked against (--verify-nodes), for the report to say."""
+
+    sources: tuple[NodeSource, ...]
+    known: int  # instance ids known
+    asked: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,10 +263,19 @@ class Report:
     prices: tuple[PriceUsed, ...]
     share_unallocated: bool
     flagged: tuple[FlagLine, ...] = ()  # records not summed, by GPU-hours claimed
+    payers: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (workload key, its teams): keys billed to several
+    nodes_checked: NodeCheck | None = None  # what the node ids were checked against (None: not checked)
 
     @property
     def flagged_records(self) -> int:
         return sum(f.records for f in self.flagged)
+
+    @property
+    def node_flags(self) -> tuple[int, int, float, tuple[str, ...]]:
+        """Records flagged for their node id (FlagKind.NODE): (nodes, records, GPU-hours, teams)."""
+        lines = [f for f in self.flagged if f.kind is FlagKind.NODE]
+        teams = tuple(sorted({t for f in lines for t in f.teams}))
+        return len({f.node for f in lines}), sum(f.records for f in lines), sum(f.claimed_h for f in lines), teams
 
     @property
     def skipped_total(self) -> int:

@@ -31,14 +31,24 @@ class WorkloadKind(StrEnum):
     UNKNOWN = "unknown"
 
 
+# What decides who pays, past the node's key: a pod's key holds its namespace (its team) and a user's its
+# user, but a Slurm job's key is `slurm:<job>` and a unit's `unit:<name>`, while the job is billed to its
+# user, account or partition (--by) and the unit to its user. A record that changes only these says
+# something else than the node's: not a resend, and not the same line of the report.
+PAYER_FIELDS = ("user", "account", "partition")
+
+
 @dataclass(frozen=True, slots=True)
 class WorkloadId:
-    """A workload as the report shows it: `key` is what usage is summed by, `team` who pays."""
+    """A workload as the report shows it: `key` the node's key, `team` who pays, `line` what usage is
+    summed and a resend told by: the key and every PAYER_FIELDS value (one job billed to two users in
+    the records is two lines, never the first one read)."""
 
     key: str
     team: str
     label: str  # "team-a/trainer-0 (main)", "Slurm job 4242 (alice)"
     kind: WorkloadKind
+    line: str  # key and payer fields (report.identity)
 
     @property
     def subject(self) -> str:
@@ -134,9 +144,9 @@ def _start(text: str) -> int:
 
 
 def _content(row: UsageRow) -> tuple[Any, ...]:
-    """What a row says (a workload by its key, not its reference in the record): a resend with other
-    bytes or other references is the same record."""
-    return (row.gpu, row.workload.key if row.workload else None, row.held_s, row.busy_s, row.idle_s, row.peak_mib)
+    """What a row says (a workload by its key and payer, not its reference in the record): a resend with
+    other bytes or other references is the same record; one with another payer is not."""
+    return (row.gpu, row.workload.line if row.workload else None, row.held_s, row.busy_s, row.idle_s, row.peak_mib)
 
 
 class RecordParser:

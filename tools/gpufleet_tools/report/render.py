@@ -9,7 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -28,6 +28,29 @@ class Format(StrEnum):
     CSV = "csv"
     JSON = "json"
     MARKDOWN = "markdown"
+
+
+# Every name in the report is a node's say-so (a user, a namespace, a unit, a gone reason): in the table and
+# Markdown a control character is shown escaped, so a newline cannot print rows of its own and an ANSI escape
+# never reaches the terminal; C0, DEL, C1, the Unicode line breaks and the bidirectional overrides (which
+# reorder what a terminal shows).
+_CONTROLS = [*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+_ESCAPED = {c: f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}" for c in _CONTROLS}
+# In CSV a text cell a spreadsheet would read as a formula gets a leading ' (OWASP, CSV injection): = + - @,
+# tab, CR, and LF. Numbers are written as numbers, never changed: -5.0 stays a number.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\n")
+
+
+def escape(text: str) -> str:
+    """`text` with its control characters shown as \\xNN (\\uNNNN): one line, nothing a terminal acts on."""
+    return text.translate(_ESCAPED)
+
+
+def csv_cell(value: Any) -> Any:
+    """A CSV cell: text that starts like a formula gets a leading ' ; numbers and the rest as they are."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
 
 
 def money(cost: float, unpriced_h: float = 0.0) -> str:
@@ -64,6 +87,13 @@ def _summary(r: Report) -> list[str]:
         lines[-1] += f"; {r.duplicates:,} resent records counted once"
     if r.flagged:
         lines[-1] += f"; {r.flagged_records:,} flagged, not summed"
+    nodes, records, held_h, teams = r.node_flags
+    if records:
+        whose = f" (teams {', '.join(teams[:5])})" if teams else ""
+        lines.append(
+            f"{records:,} records of {nodes:,} node{'s' if nodes != 1 else ''} that no source knows, or not running "
+            f"then, claim {_h(held_h)} GPU-h{whose}: flagged, not summed"
+        )
     allocated = r.total.held_h - r.unallocated.usage.held_h
     lines.append(
         f"GPU-hours seen {_h(r.total.held_h)}: allocated {_h(allocated)}, busy {_h(r.total.busy_h)}, "
@@ -142,11 +172,23 @@ def _notes(r: Report) -> list[str]:
         notes.append(f"{TEAM_UNALLOCATED} cost shared over the teams by their allocated GPU-hours")
     if r.outside:
         notes.append(f"{r.outside:,} records of other groups or outside the period left out")
+    if r.nodes_checked is None:
+        notes.append(
+            "node ids not checked against EC2, Auto Scaling or HyperPod (--verify-nodes): a made-up id is billed"
+        )
+    else:
+        c = r.nodes_checked
+        notes.append(
+            f"node ids checked against {', '.join(c.sources)} ({c.known:,} instances, {c.asked:%Y-%m-%d %H:%M} UTC)"
+        )
+    for key, teams in r.payers:
+        notes.append(f"{key} is billed to {len(teams)} payers: {', '.join(teams)} (its records disagree on who pays)")
     return notes
 
 
 def _grid(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """Columns padded to their widest cell; the first left-aligned, numbers right."""
+    """Columns padded to their widest cell; the first left-aligned, numbers right; every cell escaped."""
+    head, rows = [escape(c) for c in head], [[escape(c) for c in r] for r in rows]
     widths = [max(len(str(c)) for c in col) for col in zip(head, *rows, strict=True)]
 
     def fmt(cells: Sequence[str]) -> str:
@@ -161,7 +203,7 @@ def table(r: Report, top: int = DEFAULT_TOP) -> str:
     out += _flagged(r, top)
     if not r.records:
         out.append("no usage records in this period: is attribution on in the publisher config, and did the nodes run?")
-        return "\n".join(out) + "\n"
+        return _lines(out)
     out += ["", "TEAMS", *_grid(*_team_rows(r))]
     head, rows = _workload_rows(r, top)
     more = len(r.workloads) - len(rows)
@@ -172,7 +214,12 @@ def table(r: Report, top: int = DEFAULT_TOP) -> str:
     out += ["", "FINDINGS (by money)"]
     out += [f"{i:>3}. {f.line()}" for i, f in enumerate(r.findings[:top], 1)] or ["  none"]
     out += ["", *(f"note: {n}" for n in _notes(r))]
-    return "\n".join(out) + "\n"
+    return _lines(out)
+
+
+def _lines(out: list[str]) -> str:
+    """The lines, each escaped (a name's newline stays in its line), joined."""
+    return "\n".join(escape(line) for line in out) + "\n"
 
 
 FLAGGED_HEADING = "FLAGGED RECORDS (not summed: more than their node could have done, or another node's name)"
@@ -189,7 +236,7 @@ def _flagged(r: Report, top: int) -> list[str]:
 
 def _md_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     def esc(c: str) -> str:
-        return c.replace("|", "\\|")
+        return escape(c).replace("|", "\\|")
 
     lines = [
         "| " + " | ".join(head) + " |",
@@ -204,14 +251,14 @@ def markdown(r: Report, top: int = DEFAULT_TOP) -> str:
         out += ["", "## Flagged records (not summed)", ""]
         out += [f"{i}. {f.line()}" for i, f in enumerate(r.flagged, 1)]
     if not r.records:
-        return "\n".join(out) + "\n"
+        return _lines(out)
     out += ["", "## Teams", "", *_md_table(*_team_rows(r))]
     out += ["", f"## Workloads (top {min(top, len(r.workloads))} by cost)", "", *_md_table(*_workload_rows(r, top))]
     out += ["", "## Groups", "", *_md_table(*_group_rows(r))]
     out += ["", "## Findings (by money)", ""]
     out += [f"{i}. {f.line()}" for i, f in enumerate(r.findings, 1)] or ["none"]
     out += ["", "## Notes", "", *(f"- {n}" for n in _notes(r))]
-    return "\n".join(out) + "\n"
+    return _lines(out)
 
 
 CSV_COLUMNS = (
@@ -245,10 +292,23 @@ def _usage_cells(u: Usage) -> dict[str, Any]:
     }
 
 
+class _SafeCsv:
+    """CSV_COLUMNS rows whose text cells cannot be read as formulas (`csv_cell`)."""
+
+    def __init__(self, buf: io.StringIO) -> None:
+        self._out = csv.DictWriter(buf, CSV_COLUMNS, restval="", lineterminator="\n")
+
+    def writeheader(self) -> None:
+        self._out.writeheader()
+
+    def writerow(self, cells: Mapping[str, Any]) -> None:
+        self._out.writerow({k: csv_cell(v) for k, v in cells.items()})
+
+
 def csv_text(r: Report) -> str:
     """One row per team, the unallocated line, workload, group and finding, and the total."""
     buf = io.StringIO()
-    out = csv.DictWriter(buf, CSV_COLUMNS, restval="", lineterminator="\n")
+    out = _SafeCsv(buf)
     out.writeheader()
     for t in (*r.teams, r.unallocated):
         section = "unallocated" if t is r.unallocated else "team"
@@ -343,6 +403,10 @@ def json_doc(r: Report) -> dict[str, Any]:
             {"kind": str(f.kind), "subject": f.subject, "text": f.text, "cost_usd": f.cost} for f in r.findings
         ],
         "flagged": [_flag_json(f) for f in r.flagged],
+        "payers": [{"key": key, "teams": list(teams)} for key, teams in r.payers],
+        "nodes_checked": None
+        if r.nodes_checked is None
+        else {"sources": [str(s) for s in r.nodes_checked.sources], "known": r.nodes_checked.known},
         "prices": [
             {"instance_type": p.instance_type, "gpus": p.gpus, "usd_per_gpu_hour": p.per_gpu_hour, "source": p.source}
             for p in r.prices

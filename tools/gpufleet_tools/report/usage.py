@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 
 from gpufleet_node.schema import TEAM_UNALLOCATED
 from gpufleet_tools.report.bounds import RESENT, Judged, Ledger, Verdict, check, claimed
+from gpufleet_tools.report.fleet import KnownNodes
 from gpufleet_tools.report.model import (
     DAY,
     HOUR,
@@ -110,16 +111,24 @@ class _Flags:
         self.teams.update(row.workload.team for row in r.rows if row.workload is not None)
 
 
-# (workload key or None, node, GPU index, instance type, group, chart bucket)
+# (workload line (WorkloadId.line: its key and payer) or None, node, GPU index, instance type, group, chart bucket)
 CellKey = tuple[str | None, str, int, str, str | None, int]
 
 
 class UsageSums:
     """Records folded in one at a time (`add`), in any order; `report()` reads the tables off the sums.
-    `book` says how many GPUs a node of each type has (the bound on its records) and prices them."""
+    `book` says how many GPUs a node of each type has (the bound on its records) and prices them; `known`
+    (--verify-nodes): the instances that existed, a record of any other node id is flagged."""
 
-    def __init__(self, period: Period, selection: Selection | None = None, book: PriceBook | None = None) -> None:
+    def __init__(
+        self,
+        period: Period,
+        selection: Selection | None = None,
+        book: PriceBook | None = None,
+        known: KnownNodes | None = None,
+    ) -> None:
         self.period = period
+        self.known = known
         self.selection = selection or Selection()
         self.book = book or PriceBook()
         self._start, self._end = int(period.start.timestamp()), int(period.end.timestamp())
@@ -142,8 +151,10 @@ class UsageSums:
         if not self._start <= r.start < self._end or not self.selection.matches(r.group):
             self.outside += 1
             return
-        gpus = self.book.gpus(r.instance_type, r.group)
-        verdict = check(r, gpus, claimed(r))
+        gpus, claim = self.book.gpus(r.instance_type, r.group), claimed(r)
+        verdict = check(r, gpus, claim)
+        if verdict is None and self.known is not None:
+            verdict = self.known.verdict(r, claim)
         if verdict is not None:
             self._flag(r, verdict)
             return
@@ -179,9 +190,9 @@ class UsageSums:
         cells, workloads = self.cells, self.workloads
         for row in r.rows:
             w = row.workload
-            if w is not None and w.key not in workloads:
-                workloads[w.key] = w
-            key = (w.key if w is not None else None, r.node, row.gpu, r.instance_type, r.group, bucket)
+            if w is not None and w.line not in workloads:
+                workloads[w.line] = w
+            key = (w.line if w is not None else None, r.node, row.gpu, r.instance_type, r.group, bucket)
             cell = cells.get(key)
             if cell is None:
                 cell = cells[key] = _Sum()
@@ -292,7 +303,7 @@ def _workload_lines(sums: UsageSums, t: _Tables) -> list[WorkloadLine]:
         )
         for k, acc in t.workloads.items()
     ]
-    return sorted(lines, key=lambda w: (-w.usage.cost, -w.usage.held_h, w.workload.key))
+    return sorted(lines, key=lambda w: (-w.usage.cost, -w.usage.held_h, w.workload.key, w.workload.line))
 
 
 def _build(sums: UsageSums, book: PriceBook, share_unallocated: bool) -> Report:
@@ -332,7 +343,20 @@ def _build(sums: UsageSums, book: PriceBook, share_unallocated: bool) -> Report:
         prices=_prices_used(book, price),
         share_unallocated=share_unallocated,
         flagged=_flag_lines(sums),
+        payers=_payers(sums, t),
+        nodes_checked=sums.known.check if sums.known is not None else None,
     )
+
+
+def _payers(sums: UsageSums, t: _Tables) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Workload keys whose records name more than one payer: a Slurm job has one user (and account,
+    partition), so either the records disagree (someone wrote another's) or job ids repeat across clusters.
+    Each is billed as its records say; this says where to look."""
+    teams: defaultdict[str, set[str]] = defaultdict(set)
+    for line in t.workloads:
+        w = sums.workloads[line]
+        teams[w.key].add(w.team)
+    return tuple((key, tuple(sorted(ts))) for key, ts in sorted(teams.items()) if len(ts) > 1)
 
 
 def _prices_used(book: PriceBook, price: dict[Priced, GpuHourPrice | None]) -> tuple[PriceUsed, ...]:
