@@ -1,6 +1,7 @@
 """The RBAC that queued jobs need (issue 32): deploy/kubernetes/gpufleet-queued-jobs.yaml grants exactly
-get and list on what gpufleet.kubernetes.queued_reader lists of Kueue and Volcano, to the Kubernetes
-group the template's scaler access entries name, and nothing else."""
+get and list on what gpufleet.kubernetes.queued_reader lists of Kueue and Volcano, and on Namespaces
+(their labels: a ClusterQueue's namespaceSelector, issue 41), to the Kubernetes group the template's
+scaler access entries name, and nothing else."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ def test_the_cluster_role_grants_exactly_get_list_on_what_the_scaler_lists() -> 
         ("kueue.x-k8s.io", "resourceflavors"),
         ("scheduling.volcano.sh", "podgroups"),
         ("batch.volcano.sh", "jobs"),
+        ("", "namespaces"),
     }
     assert all(rule["verbs"] == ["get", "list"] for rule in rules)  # no watch, no writes
 
@@ -51,3 +53,17 @@ def test_every_scaler_access_entry_carries_both_groups() -> None:
     for name, resource in entries.items():
         groups = resource["Properties"]["KubernetesGroups"]
         assert groups == [defaults.NODE_MARKS_GROUP, defaults.QUEUED_JOBS_GROUP], name
+
+
+def test_the_role_covers_every_path_the_queued_reader_lists() -> None:
+    """Each resource queued_reader GETs (its module's paths) is granted: a path added there without its
+    rule here would be a 403 on every cluster."""
+    from gpufleet.kubernetes import queued_reader as q
+
+    rules = _documents()["ClusterRole"]["rules"]
+    granted = {(g, r) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]}
+    paths = [f"{q.KUEUE}/workloads", f"{q.VOLCANO_SCHEDULING}/podgroups", f"{q.VOLCANO_BATCH}/jobs", q.NAMESPACES]
+    for path in paths:
+        parts = path.strip("/").split("/")
+        group = "" if parts[0] == "api" else parts[1]
+        assert (group, parts[-1]) in granted, path

@@ -66,7 +66,11 @@ def test_a_pending_gang_with_no_pod_is_demand(served: tuple[KubeApi, str]) -> No
     api, url = served
     job, pg, key = llm()
     api.add_object("jobs", job)
-    api.add_object("podgroups", pg, podgroup("other", "ml", min_member=2, min_resources={"nvidia.com/gpu": "2"}))
+    other = podgroup("other", "ml", min_member=2, min_resources={"nvidia.com/gpu": "2"})
+    # an operator's PodGroup (Kubeflow's): owned, so demand before its pods exist (issue 41)
+    owner = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "other", "uid": "uid-other"}
+    other["metadata"]["ownerReferences"] = [dict(owner, controller=True)]
+    api.add_object("podgroups", pg, other)
     found = read(url)  # page size 1: both PodGroups over two pages
     assert sorted((p.name, p.gpus) for p in found.waiting if p.gang == key) == [
         (f"llm-worker[{i}]", 8.0) for i in range(4)

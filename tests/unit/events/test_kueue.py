@@ -159,10 +159,14 @@ def test_pod_sets_are_one_gang_and_a_cpu_only_workload_is_not_gpu_demand() -> No
     assert {p.name for p in got.waiting} == {f"job-mpi-5c8f2/worker[{i}]" for i in range(3)}
 
 
-def test_the_pod_cap_is_told() -> None:
+def test_a_workload_past_its_namespaces_pod_budget_is_cut_and_told() -> None:
+    """100,001 pods in one Workload: past the namespace's 10,000 (defaults.QUEUED_PODS_PER_NAMESPACE),
+    cut before a pod is built, told once with the numbers; it takes no quota."""
     work = workload("ml", "huge", "team-a", [pod_set(count=100_001, gpus=1, cpu="0", memory="0")])
     got = read(objects(work, quota=10**6))
-    assert got.waiting == () and [n.key for n in got.notes] == ["kueue:all:cap"]
+    assert got.waiting == () and [n.key for n in got.notes] == ["kueue:cut:namespace:ml"]
+    assert "1 Workload of namespace ml (100001 pods, 100001 GPUs) not counted" in got.notes[0].text
+    assert "at most 1000 gangs of 10000 pods" in got.notes[0].text
 
 
 _json = st.recursive(

@@ -13,14 +13,25 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpufleet.domain.models import QueuedSource
-from gpufleet.kubernetes import volcano
-from gpufleet.kubernetes.queued import QueuedDemand
+from gpufleet.kubernetes.queued import Limits, QueuedDemand
 from gpufleet.kubernetes.volcano import VolcanoObjects, _Task, task_counts, volcano_demand
-from rehearsal.volcano_objects import podgroup, podgroup_of, task, vcjob
+from rehearsal.volcano_objects import podgroup as bare_podgroup
+from rehearsal.volcano_objects import podgroup_of, task, vcjob
 from tests.profiles import examples
 
 NOW = datetime(2026, 11, 27, 9, 30, tzinfo=UTC)
 GPUS_8 = {"nvidia.com/gpu": "32", "requests.nvidia.com/gpu": "32", "cpu": "64", "pods": "4", "count/pods": "4"}
+
+
+def podgroup(name: str, namespace: str = "default", **options: Any) -> dict[str, Any]:
+    """A PodGroup with no Volcano Job, as Kubeflow's training operator makes it for a PyTorchJob (owned by
+    it; the operator makes the pods only once the PodGroup is Inqueue): demand from its minResources. A
+    PodGroup nobody owns is not (test_a_podgroup_nobody_owns_is_demand_only_once_its_pods_exist)."""
+    doc = bare_podgroup(name, namespace, **options)
+    doc["metadata"]["ownerReferences"] = [
+        {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": name, "uid": f"uid-{name}", "controller": True}
+    ]
+    return doc
 
 
 def read(*pgs: dict[str, Any], jobs: list[dict[str, Any]] | None = None) -> QueuedDemand:
@@ -158,15 +169,16 @@ def test_a_job_whose_replicas_cannot_make_min_member_is_told() -> None:
     assert "minMember 6" in got.notes[0].text and "have 4" in got.notes[0].text
 
 
-def test_the_cap_keeps_whole_gangs_oldest_first_and_tells_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(volcano, "MAX_QUEUED_PODS", 10)
+def test_the_namespace_budget_keeps_whole_gangs_oldest_first_and_tells_the_rest() -> None:
+    limits = Limits(pods_per_namespace=10)
     pgs = [
         podgroup(f"g{i}", "ml", min_member=4, min_resources={"nvidia.com/gpu": "4"}, since=f"2026-11-27T0{i}:00:00Z")
         for i in (3, 1, 2)
     ]
-    got = read(*pgs)
+    got = volcano_demand(VolcanoObjects(podgroups=pgs), NOW, limits=limits)
     assert got.gangs == {"volcano:ml/g1", "volcano:ml/g2"} and len(got.waiting) == 8
-    assert [(n.key, n.count) for n in got.notes] == [("volcano:cut", 1)] and "4 pods" in got.notes[0].text
+    assert [(n.key, n.count) for n in got.notes] == [("volcano:cut:namespace:ml", 1)]
+    assert "1 PodGroup of namespace ml (4 pods, 4 GPUs) not counted" in got.notes[0].text
 
 
 def test_priority_is_the_templates_else_zero() -> None:

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from gpufleet.domain.nodes import NodeShape
 from gpufleet.kubernetes.volcano import VolcanoObjects, volcano_demand
 from gpufleet.scaling.fit import assign
-from rehearsal.volcano_objects import podgroup
+from tests.unit.events.test_volcano import podgroup
 
 NOW = datetime(2026, 11, 27, 9, 0, tzinfo=UTC)
 

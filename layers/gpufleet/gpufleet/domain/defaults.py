@@ -53,6 +53,7 @@ GET_METRIC_DATA_MAX_QUERIES = 500
 DESCRIBE_ASG_MAX_NAMES = 100
 # DescribeAutoScalingInstances takes at most 50 InstanceIds (EC2 Auto Scaling API reference).
 DESCRIBE_ASG_INSTANCES_MAX_IDS = 50
+SET_PROTECTION_MAX_IDS = 50  # SetInstanceProtection takes at most 50 InstanceIds a call
 # A change left in progress is finished as it was decided only within one reconcile tick of its decision;
 # older, it is decided again on what is read now (its victims may have taken work since).
 INTENT_REPLAY_S = 60
@@ -199,3 +200,30 @@ SLURM_DRAIN_SETTLE_S = 180
 MARKS_REST_S = 600
 # A drain gpufleet asked of Slurm that the report does not show this many minutes later is told (once).
 HYPERPOD_DRAIN_LATE_MIN = 5
+# Queued jobs per tenant (kubernetes/queued.py, docs/queued-jobs.md "Tenants"): one namespace's Kueue
+# Workloads or Volcano PodGroups count as at most this many gangs and stand for at most this many pods
+# (a gang past it is cut whole, told once per namespace with the numbers); one ClusterQueue or Volcano
+# Queue for at most QUEUED_PODS_PER_QUEUE, the cluster for at most QUEUED_PODS (past a shared cap the
+# namespaces holding the most are cut first, so one tenant's objects cut only its own demand). 10,000
+# pods is 1,250 nodes of 8 GPUs: more than any one team's gang; 100,000 is the pod listing's own bound.
+QUEUED_JOBS_PER_NAMESPACE = 1_000
+QUEUED_PODS_PER_NAMESPACE = 10_000
+QUEUED_PODS_PER_QUEUE = 25_000
+QUEUED_PODS = 100_000
+# A queued listing's page that is too big to hold (client.MAX_BODY) is asked again with half the limit,
+# down to this many objects a page; a page of one object still too big leaves that system unreadable.
+KUBE_MIN_PAGE = 1
+# ---- HyperPod: whose Slurm report is read (docs/hyperpod.md "Whose report is read") ----
+# Slurm's report is read only from the controller node's own namespace, schema.slurm_namespace("ROLEID:i-...").
+# The controller node is the one node of the instance group DescribeCluster calls Slurm's controller
+# (InstanceGroups[].SlurmConfig.NodeType == HYPERPOD_CONTROLLER_NODE_TYPE), else of the group the cluster's
+# HYPERPOD_CONTROLLER_GROUP_TAG names (clusters whose Slurm config is the lifecycle scripts'
+# provisioning_parameters.json `controller_group`, which no API returns). Neither, or not exactly one node:
+# no report is trusted (nothing of the cluster is removed, its backlog unreadable), told once.
+HYPERPOD_CONTROLLER_NODE_TYPE = "Controller"
+HYPERPOD_CONTROLLER_GROUP_TAG = "gpufleet:slurm-controller-group"
+# How often (at most, per cluster and warm container) the scaler lists which Slurm namespaces hold the
+# cluster's report (one ListMetrics, only when a scale-in is weighed), to tell once of data it ignores.
+HYPERPOD_FOREIGN_REPORT_CHECK_S = 3600
+# ListMetrics' RecentlyActive: only series that received data in the past three hours (its only value).
+HYPERPOD_FOREIGN_REPORT_RECENT = "PT3H"

@@ -224,6 +224,16 @@ class Connection:
                 return b"".join(parts)
 
 
+def too_large(problem: HttpProblem) -> bool:
+    """A page the client would not hold (over MAX_BODY) or the server would not send: 413, or a Status
+    that says the answer is too large (etcd's and gRPC's limits surface as 500s that say so). Every
+    listing asks such a page again with half the limit."""
+    if problem.kind == "too_large" or problem.status == 413:
+        return True
+    said = str(problem.document.get("message") or "").lower()
+    return problem.status is not None and ("too large" in said or "larger than max" in said)
+
+
 def _json(body: bytes) -> dict[str, Any] | None:
     """The answer's JSON object, None when it is not one; an answer nested past what the recursive decoder
     can follow (RecursionError, never raised out of here) is malformed, whatever its status."""

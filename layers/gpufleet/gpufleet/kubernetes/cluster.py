@@ -44,7 +44,7 @@ from gpufleet.aws.eks_access import EksEndpoints
 from gpufleet.domain.defaults import DRAIN_LABEL
 from gpufleet.domain.errors import ClusterUnreadable
 from gpufleet.domain.models import QueuedSource
-from gpufleet.kubernetes.client import ApiServer, Connection, HttpProblem, ca_pem
+from gpufleet.kubernetes.client import ApiServer, Connection, HttpProblem, ca_pem, too_large
 from gpufleet.kubernetes.pods import (
     DEFAULT_GPU_RESOURCES,
     ClusterPods,
@@ -171,7 +171,8 @@ class PodReader:
                 if not queued:
                     return pods
                 reader = QueuedReader(page_size=self.page_size, max_pages=self.max_pages)
-                return merged(pods, reader.read(connection, queued, self.gpu_resources, now or datetime.now(UTC)))
+                at = now or datetime.now(UTC)
+                return merged(pods, reader.read(connection, queued, self.gpu_resources, at, pods.pod_gangs))
             finally:
                 connection.close()
         except HttpProblem as problem:
@@ -282,13 +283,7 @@ def _continue_token(page: Mapping[str, Any]) -> str | None:
     return str(token) if token else None
 
 
-def _too_large(problem: HttpProblem) -> bool:
-    """A page the client would not hold (over MAX_BODY) or the server would not send: 413, or a Status
-    that says the answer is too large (etcd's and gRPC's limits surface as 500s that say so)."""
-    if problem.kind == "too_large" or problem.status == 413:
-        return True
-    said = str(problem.document.get("message") or "").lower()
-    return problem.status is not None and ("too large" in said or "larger than max" in said)
+_too_large = too_large  # the pod listing halves once; the queued listings down to KUBE_MIN_PAGE
 
 
 class TickBudget:

@@ -31,8 +31,7 @@ is not counted: a Workload that only fits by borrowing is told as waiting for qu
 both at admission). Counted Workloads take quota in Kueue's order (priority, then age), so two that each
 fit alone but not together count once. Each pod set gives `count` pods (Kueue admits all of `count`
 unless the alpha PartialAdmission gate is on and `minCount` is set: `count` is what it asks first). A
-Workload's `since` is its `QuotaReserved=False` lastTransitionTime, else its creationTimestamp. The total
-is capped at MAX_QUEUED_PODS (told when cut).
+Workload's `since` is its `QuotaReserved=False` lastTransitionTime, else its creationTimestamp.
 
 Counted for nodes this way is mostly brief in a real cluster: Kueue reserves quota without looking at
 nodes, so a Workload with quota left is admitted at Kueue's next cycle, and its pods then wait as pods.
@@ -44,8 +43,18 @@ Not counted, told (one note per ClusterQueue and reason, with numbers):
 - a requested resource no resource group of the ClusterQueue covers (Kueue finds no flavor for it);
 - quota reserved but not admitted: waiting on admission checks (ProvisioningRequest and others); gpufleet
   does not answer them, so a launched node would not admit the Workload. A Rejected check is said so.
-Not modelled: a ClusterQueue's namespaceSelector (the namespaces' labels are not read), required node
-affinity in flavor matching (only nodeSelector), Topology-Aware Scheduling, fair sharing.
+- the Workload's namespace is not one its ClusterQueue's `spec.namespaceSelector` selects. That is a
+  LabelSelector over the Namespace objects' labels: absent (null) selects no namespace, `{}` every one
+  (clusterqueue_types.go). Kueue's scheduler checks it before any flavor or quota and leaves the Workload
+  pending (QuotaReserved False, reason Pending, "Workload namespace doesn't match ClusterQueue selector"),
+  so a LocalQueue a tenant points at another team's ClusterQueue takes none of that team's quota here
+  either. The Namespaces are listed only when a selector has terms (`namespaces`; unreadable: those
+  ClusterQueues' Workloads are told, not counted).
+Bounded by tenant (kubernetes/queued.py `Budget`, in Kueue's order; the ClusterQueue is the shared queue):
+a Workload past its namespace's budget takes no quota here; one cut later by its ClusterQueue's or the
+cluster's bound has taken its quota in this read already (the next Workloads see less left).
+Not modelled: required node affinity in flavor matching (only nodeSelector), Topology-Aware Scheduling,
+fair sharing.
 """
 
 from __future__ import annotations
@@ -57,21 +66,39 @@ from typing import Any
 
 from gpufleet.domain.models import QueuedSource, UnfitWork
 from gpufleet.domain.quantity import parse_quantity
-from gpufleet.kubernetes.pods import DEFAULT_GPU_RESOURCES, WaitingPod, gpus_of, pod_requests
+from gpufleet.kubernetes.pods import DEFAULT_GPU_RESOURCES, WaitingPod, gpus_of, label_selector_matches, pod_requests
 from gpufleet.kubernetes.pods import as_list as _list
 from gpufleet.kubernetes.pods import as_map as _map
 from gpufleet.kubernetes.pods import time_of as _time
-from gpufleet.kubernetes.queued import MAX_QUEUED_PODS, QueuedDemand, gang_key, template_pods
+from gpufleet.kubernetes.queued import MAX_QUEUED_PODS, Ask, Budget, Limits, QueuedDemand, gang_key, template_pods
 
 
 @dataclass(frozen=True)
 class KueueObjects:
-    """One cluster's Kueue objects, each list as the API's items (any shape: read leniently)."""
+    """One cluster's Kueue objects, each list as the API's items (any shape: read leniently), and the
+    Namespaces' labels by name where a ClusterQueue's namespaceSelector needs them (None: not listed;
+    `namespaces_unreadable` says why when the listing failed)."""
 
     workloads: list[Any] = field(default_factory=list)
     cluster_queues: list[Any] = field(default_factory=list)
     local_queues: list[Any] = field(default_factory=list)
     flavors: list[Any] = field(default_factory=list)
+    namespaces: Mapping[str, Mapping[str, Any]] | None = None
+    namespaces_unreadable: str = ""
+
+
+def needs_namespaces(cluster_queues: list[Any]) -> bool:
+    """Whether a ClusterQueue's namespaceSelector has terms (null selects none, `{}` all: no labels needed)."""
+    return any(_map(_map(d.get("spec")).get("namespaceSelector")) for d in _list(cluster_queues))
+
+
+def namespace_labels(items: list[Any]) -> dict[str, Mapping[str, Any]]:
+    """A NamespaceList's items as name -> labels."""
+    return {
+        _text(_map(d.get("metadata")).get("name")): _map(_map(d.get("metadata")).get("labels"))
+        for d in _list(items)
+        if _text(_map(d.get("metadata")).get("name"))
+    }
 
 
 _STOPPED = ("Hold", "HoldAndDrain")  # StopPolicy values; "None" (the default) keeps the queue running
@@ -159,6 +186,7 @@ class _Queue:
     halted: str
     groups: list[tuple[frozenset[str], list[tuple[str, dict[str, float]]]]]
     used: dict[tuple[str, str], float] = field(default_factory=dict)  # (flavor, resource) -> reserved
+    selector: Mapping[str, Any] | None = None  # spec.namespaceSelector; None: absent, selects no namespace
 
 
 def _usage(status: Mapping[str, Any]) -> dict[tuple[str, str], float]:
@@ -185,7 +213,9 @@ def _queue(doc: Mapping[str, Any]) -> _Queue:
         ]
         groups.append((covered, flavors))
     name = _text(_map(doc.get("metadata")).get("name"))
-    return _Queue(name, _halted(doc), groups, _usage(_map(doc.get("status"))))
+    found = _map(doc.get("spec")).get("namespaceSelector")
+    selector = found if isinstance(found, Mapping) else None
+    return _Queue(name, _halted(doc), groups, _usage(_map(doc.get("status"))), selector)
 
 
 @dataclass(frozen=True)
@@ -374,7 +404,10 @@ _PHRASES = {
         " more nodes would not admit them"
     ),
     "rejected": lambda q, d: f"in ClusterQueue {q} were rejected by admission checks ({d})",
-    "cap": lambda q, d: f"are not counted: the queued pods would pass {d}",
+    "namespace": lambda q, d: (
+        f"are queued to ClusterQueue {q} from {d}, which its namespaceSelector does not select; Kueue will not"
+        " admit them there, so they take none of its quota"
+    ),
 }
 
 
@@ -412,17 +445,10 @@ def _order(item: tuple[Mapping[str, Any], _Work]) -> tuple[int, bool, str, str, 
     return (-(work.priority or 0), work.since is None, since, work.namespace, work.name)
 
 
-def kueue_demand(
-    objects: KueueObjects, now: datetime, gpu_resources: Mapping[str, float] = DEFAULT_GPU_RESOURCES
-) -> QueuedDemand:
-    """The Workloads that count as demand, as gangs of waiting pods, and notes on those that do not."""
-    flavors = {f.name: f for f in map(_flavor, _list(objects.flavors)) if f.name}
-    queues = {q.name: q for q in map(_queue, _list(objects.cluster_queues)) if q.name}
-    local = {
-        (_text(_map(d.get("metadata")).get("namespace")), _text(_map(d.get("metadata")).get("name"))): d
-        for d in _list(objects.local_queues)
-    }
-    notes = _Notes()
+def _pending(
+    objects: KueueObjects, now: datetime, gpu_resources: Mapping[str, float], notes: _Notes
+) -> list[tuple[Mapping[str, Any], _Work]]:
+    """The Workloads with no quota reserved that may count; those holding quota unadmitted are told."""
     pending: list[tuple[Mapping[str, Any], _Work]] = []
     for doc in _list(objects.workloads):
         state = _waits(doc, now)
@@ -435,28 +461,60 @@ def kueue_demand(
             notes.add(holder, reason, work, detail)
         else:
             pending.append((doc, work))
-    waiting: list[WaitingPod] = []
-    gangs: set[str] = set()
+    return pending
+
+
+def kueue_demand(
+    objects: KueueObjects,
+    now: datetime,
+    gpu_resources: Mapping[str, float] = DEFAULT_GPU_RESOURCES,
+    limits: Limits | None = None,
+) -> QueuedDemand:
+    """The Workloads that count as demand, as gangs of waiting pods, and notes on those that do not."""
+    flavors = {f.name: f for f in map(_flavor, _list(objects.flavors)) if f.name}
+    queues = {q.name: q for q in map(_queue, _list(objects.cluster_queues)) if q.name}
+    local = {
+        (_text(_map(d.get("metadata")).get("namespace")), _text(_map(d.get("metadata")).get("name"))): d
+        for d in _list(objects.local_queues)
+    }
+    notes = _Notes()
+    pending = _pending(objects, now, gpu_resources, notes)
+    budget = Budget(QueuedSource.KUEUE, "Workload", "ClusterQueue", limits or Limits())
+    taken: list[tuple[Ask, _Work, _Choice]] = []
     for _, work in sorted(pending, key=_order):
-        queue = _queue_of(work, local, queues, notes)
+        queue = _queue_of(work, local, queues, notes, objects)
         if queue is None:
             continue
         choice = _choose(queue, work, flavors, gpu_resources)
         if choice.reason:
             notes.add(queue.name, choice.reason, work, choice.detail)
             continue
-        if len(waiting) + work.pods > MAX_QUEUED_PODS:  # checked before the pods are built
-            notes.add("all", "cap", work, f"{MAX_QUEUED_PODS} pods")
+        ask = Ask(
+            gang_key(QueuedSource.KUEUE, work.namespace, work.name), work.namespace, queue.name, work.pods, work.gpus
+        )
+        if not budget.take(ask):  # sized before the pods are built; takes no quota
             continue
         for key, amount in choice.takes.items():
             queue.used[key] = queue.used.get(key, 0.0) + amount
-        waiting += _pods(work, choice.flavors, gpu_resources)
-        gangs.add(gang_key(QueuedSource.KUEUE, work.namespace, work.name))
-    return QueuedDemand(source=QueuedSource.KUEUE, waiting=tuple(waiting), gangs=frozenset(gangs), notes=notes.told())
+        taken.append((ask, work, choice))
+    kept = {a.key for a in budget.shared([t[0] for t in taken])}
+    waiting = [
+        pod for ask, work, choice in taken if ask.key in kept for pod in _pods(work, choice.flavors, gpu_resources)
+    ]
+    return QueuedDemand(
+        source=QueuedSource.KUEUE,
+        waiting=tuple(waiting),
+        gangs=frozenset(kept),
+        notes=notes.told() + budget.notes(),
+    )
 
 
 def _queue_of(
-    work: _Work, local: Mapping[tuple[str, str], Mapping[str, Any]], queues: Mapping[str, _Queue], notes: _Notes
+    work: _Work,
+    local: Mapping[tuple[str, str], Mapping[str, Any]],
+    queues: Mapping[str, _Queue],
+    notes: _Notes,
+    objects: KueueObjects,
 ) -> _Queue | None:
     """The ClusterQueue a pending Workload waits in, or None (told) when its queues take nothing."""
     where = f"{work.namespace}/{work.queue_name}"
@@ -476,4 +534,24 @@ def _queue_of(
     if queue.halted:
         notes.add(name, "clusterqueue", work, f"is {queue.halted}")
         return None
+    refusal = _namespace_refusal(queue, work.namespace, objects)
+    if refusal:
+        notes.add(name, refusal[0], work, refusal[1])
+        return None
     return queue
+
+
+def _namespace_refusal(queue: _Queue, namespace: str, objects: KueueObjects) -> tuple[str, str] | None:
+    """(reason, detail) when the ClusterQueue's namespaceSelector does not select the Workload's namespace
+    (or cannot be checked); None when it does."""
+    if queue.selector is None:
+        return "clusterqueue", "has no namespaceSelector (it selects no namespace)"
+    if not queue.selector:
+        return None  # {}: every namespace
+    if objects.namespaces is None:
+        why = objects.namespaces_unreadable or "the Namespaces were not listed"
+        return "clusterqueue", f"has a namespaceSelector that cannot be checked ({why})"
+    labels = objects.namespaces.get(namespace)
+    if labels is None or not label_selector_matches(queue.selector, labels):
+        return "namespace", f"namespace {namespace}"
+    return None

@@ -456,6 +456,7 @@ one_per_node_of = _one_per_node
 time_of = _time
 as_map = _map
 as_list = _list
+label_selector_matches = _label_selector_matches
 
 
 class NodeListing(StrEnum):
@@ -525,6 +526,9 @@ class ClusterPods(Frozen):
     queue_notes: tuple[UnfitWork, ...] = ()
     queued_unreadable: tuple[str, ...] = ()
     queued_gangs: frozenset[str] = frozenset()
+    # The Volcano gangs ("volcano:ns/podgroup") any unfinished pod names, waiting or not: a PodGroup nobody
+    # owns is demand only while its pods exist (kubernetes/volcano.py).
+    pod_gangs: frozenset[str] = frozenset()
 
     @property
     def never_victims(self) -> frozenset[str]:
@@ -557,6 +561,7 @@ class PodTally:
         self._gpus_held: dict[str, float] = {}
         self._work_nodes: set[str] = set()  # bounded by the cluster's nodes, not its pods
         self._daemonsets: dict[str, DaemonSetPod] = {}
+        self._gangs: set[str] = set()  # bounded by the pods read
 
     @property
     def pods(self) -> int:
@@ -575,6 +580,9 @@ class PodTally:
                 continue
             self._seen.add(key)
             fresh.append(item)
+            group = _map(meta.get("annotations")).get(VOLCANO_GROUP_ANNOTATION)
+            if group:
+                self._gangs.add(f"volcano:{meta.get('namespace', 'default')}/{group}")
             owner = _daemonset_uid(meta)
             if owner is not None and owner not in self._daemonsets:
                 self._daemonsets[owner] = daemonset_pod(item, self.gpu_resources)
@@ -592,4 +600,5 @@ class PodTally:
             gpus_held=dict(self._gpus_held),
             pages=pages,
             daemonsets=tuple(self._daemonsets[k] for k in sorted(self._daemonsets)),
+            pod_gangs=frozenset(self._gangs),
         )

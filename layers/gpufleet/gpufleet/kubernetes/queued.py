@@ -9,13 +9,29 @@ of its pods carries the gang's key, and the scaler launches the nodes a gang nee
 Counted once: a queued object's pods, where some exist already and wait, are left out of the pod demand
 (`merged`): the gang counts for them. An object whose pods exist and run is not queued demand at all (a
 Kueue Workload once admitted: its pods are pods).
+
+Bounded by tenant (`Budget`): any tenant may create queued objects, so one namespace's objects must cut
+only that namespace's demand. A gang is cut whole when its namespace has already counted
+QUEUED_JOBS_PER_NAMESPACE gangs or it would take the namespace past QUEUED_PODS_PER_NAMESPACE pods (in the
+system's own order: Kueue's priority then age, Volcano's age), checked before its pods are built, so a
+`minMember: 100000` costs nothing. Past that, one ClusterQueue or Volcano Queue (QUEUED_PODS_PER_QUEUE) and
+the cluster (QUEUED_PODS) are shared: there the namespaces holding the most are cut first (a gang ranks by
+the pods its namespace counts up to and with it), so a small team's gang is never cut for a large one's.
+Each cut is told once per (level, namespace), with how many gangs, pods and GPUs, and the bound.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+from gpufleet.domain.defaults import (
+    QUEUED_JOBS_PER_NAMESPACE,
+    QUEUED_PODS,
+    QUEUED_PODS_PER_NAMESPACE,
+    QUEUED_PODS_PER_QUEUE,
+)
 from gpufleet.domain.models import Frozen, QueuedSource, UnfitWork
 from gpufleet.domain.values import Timestamp
 from gpufleet.kubernetes.pods import (
@@ -30,8 +46,9 @@ from gpufleet.kubernetes.pods import (
 )
 
 # Pods one queued listing may stand for, all objects together: more is not a cluster the scaler reads in
-# one tick (the pod listing's own bound, `gpufleet.kubernetes.cluster.MAX_PODS`).
-MAX_QUEUED_PODS = 100_000
+# one tick (the pod listing's own bound, `gpufleet.kubernetes.cluster.MAX_PODS`); one object's minMember or
+# count past it is absurd. Shared fairly between namespaces (`Budget`).
+MAX_QUEUED_PODS = QUEUED_PODS
 
 
 class QueuedDemand(Frozen):
@@ -136,3 +153,107 @@ def merged(pods: ClusterPods, queued: Iterable[QueuedDemand]) -> ClusterPods:
             "queued_gangs": pods.queued_gangs | gangs,
         }
     )
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The budgets queued demand is read within (defaults.QUEUED_*; the module docstring says why)."""
+
+    jobs_per_namespace: int = QUEUED_JOBS_PER_NAMESPACE
+    pods_per_namespace: int = QUEUED_PODS_PER_NAMESPACE
+    pods_per_queue: int = QUEUED_PODS_PER_QUEUE
+    pods: int = QUEUED_PODS
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One gang a system would count, sized before its pods are built: its key, whose it is (namespace),
+    the queue it waits in (a ClusterQueue, a Volcano Queue) and its GPU pods and GPUs."""
+
+    key: str
+    namespace: str
+    queue: str
+    pods: int
+    gpus: float
+
+
+@dataclass
+class _Cut:
+    gangs: int = 0
+    pods: int = 0
+    gpus: float = 0.0
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else f"{value:.3g}"
+
+
+@dataclass
+class Budget:
+    """The tenant budgets of one system's read. `take(ask)` in the system's order (the namespace's bound);
+    `shared(asks)` then keeps what the queues' and the cluster's bounds allow, largest namespaces cut
+    first; `notes()` tells each cut once per (level, namespace), with the numbers."""
+
+    source: QueuedSource
+    noun: str  # "PodGroup", "Workload"
+    queue_noun: str  # "Queue", "ClusterQueue"
+    limits: Limits = field(default_factory=Limits)
+    _jobs: dict[str, int] = field(default_factory=dict)
+    _pods: dict[str, int] = field(default_factory=dict)
+    _cuts: dict[tuple[str, str, str], _Cut] = field(default_factory=dict)
+
+    def take(self, ask: Ask) -> bool:
+        """Whether the gang stays within its namespace's budget (it is counted against it if so)."""
+        jobs, pods = self._jobs.get(ask.namespace, 0), self._pods.get(ask.namespace, 0)
+        if jobs >= self.limits.jobs_per_namespace or pods + ask.pods > self.limits.pods_per_namespace:
+            self._cut("namespace", "", ask)
+            return False
+        self._jobs[ask.namespace], self._pods[ask.namespace] = jobs + 1, pods + ask.pods
+        return True
+
+    def shared(self, asks: list[Ask]) -> list[Ask]:
+        """The gangs the queues' bounds, then the cluster's, keep (in the order given)."""
+        kept = self._fair(asks, lambda a: a.queue, self.limits.pods_per_queue, "queue")
+        return self._fair(kept, lambda a: "", self.limits.pods, "cluster")
+
+    def _fair(self, asks: list[Ask], scope: Any, cap: int, level: str) -> list[Ask]:
+        """Within each scope, gangs in the order of the pods their namespace holds up to and with them:
+        each namespace's first pods before any namespace's later ones, until `cap`."""
+        ranked: list[tuple[int, int, Ask]] = []
+        held: dict[tuple[str, str], int] = {}
+        for i, a in enumerate(asks):
+            where = (scope(a), a.namespace)
+            held[where] = held.get(where, 0) + a.pods
+            ranked.append((held[where], i, a))
+        total: dict[str, int] = {}
+        kept: list[tuple[int, Ask]] = []
+        for _, i, a in sorted(ranked, key=lambda r: (r[0], r[1])):
+            if total.get(scope(a), 0) + a.pods > cap:
+                self._cut(level, scope(a), a)
+                continue
+            total[scope(a)] = total.get(scope(a), 0) + a.pods
+            kept.append((i, a))
+        return [a for _, a in sorted(kept, key=lambda k: k[0])]
+
+    def _cut(self, level: str, where: str, ask: Ask) -> None:
+        cut = self._cuts.setdefault((level, where, ask.namespace), _Cut())
+        cut.gangs, cut.pods, cut.gpus = cut.gangs + 1, cut.pods + ask.pods, cut.gpus + ask.gpus
+
+    def notes(self) -> tuple[UnfitWork, ...]:
+        out = []
+        for (level, where, namespace), cut in sorted(self._cuts.items()):
+            what = f"{cut.gangs} {self.noun}{'s' if cut.gangs != 1 else ''} of namespace {namespace}"
+            size = f"({cut.pods} pods, {_num(cut.gpus)} GPUs)"
+            counted = self._pods.get(namespace, 0)
+            bound = {
+                "namespace": f"a namespace's queued jobs count as at most {self.limits.jobs_per_namespace} gangs"
+                f" of {self.limits.pods_per_namespace} pods in all; {counted} of its pods are within it",
+                "queue": f"{self.queue_noun} {where}'s queued jobs count for at most {self.limits.pods_per_queue}"
+                " pods, the namespaces holding the most cut first",
+                "cluster": f"the cluster's queued jobs count for at most {self.limits.pods} pods, the namespaces"
+                " holding the most cut first",
+            }[level]
+            scope = f"{level}:{where}:{namespace}" if where else f"{level}:{namespace}"
+            text = f"cut: {what} {size} not counted: {bound}"
+            out.append(UnfitWork(key=f"{self.source.value}:cut:{scope}", count=cut.gangs, text=text))
+        return tuple(out)

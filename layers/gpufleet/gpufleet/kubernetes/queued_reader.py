@@ -4,8 +4,15 @@ kubernetes/volcano.py).
 
 Per system, one paged `GET` per resource, cluster-wide:
 - Kueue (`kueue.x-k8s.io/v1beta1`, else `v1beta2`): workloads, clusterqueues, localqueues, resourceflavors;
+  and `/api/v1/namespaces` only when a ClusterQueue's namespaceSelector has terms (its labels decide
+  which namespaces may use that queue's quota);
 - Volcano: `scheduling.volcano.sh/v1beta1` podgroups, and `batch.volcano.sh/v1alpha1` jobs (the tasks'
   shapes where a PodGroup's owner is a Volcano Job; optional).
+
+A page too big to hold (over client.MAX_BODY inflated, a 413, a Status that says so) is asked again with
+half the limit, which holds for the rest of that listing, down to KUBE_MIN_PAGE objects: any tenant may
+make its objects large (up to the API's ~1.5 MiB each), and that must not leave the cluster's demand
+unread.
 
 A 404 on a system's first resource means its CRDs are not installed: nothing to read, nothing said. A
 failure (a timeout included) leaves that system unreadable and the pods read. A 403
@@ -21,10 +28,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from gpufleet.domain.defaults import QUEUED_JOBS_GROUP
+from gpufleet.domain.defaults import KUBE_MIN_PAGE, QUEUED_JOBS_GROUP
 from gpufleet.domain.models import QueuedSource, UnfitWork
-from gpufleet.kubernetes.client import Connection, HttpProblem
-from gpufleet.kubernetes.kueue import KueueObjects, kueue_demand
+from gpufleet.kubernetes.client import Connection, HttpProblem, too_large
+from gpufleet.kubernetes.kueue import KueueObjects, kueue_demand, namespace_labels, needs_namespaces
 from gpufleet.kubernetes.queued import QueuedDemand
 from gpufleet.kubernetes.volcano import VolcanoObjects, volcano_demand
 
@@ -32,6 +39,7 @@ KUEUE = "/apis/kueue.x-k8s.io/v1beta1"
 KUEUE_VERSIONS = (KUEUE, "/apis/kueue.x-k8s.io/v1beta2")
 VOLCANO_SCHEDULING = "/apis/scheduling.volcano.sh/v1beta1"
 VOLCANO_BATCH = "/apis/batch.volcano.sh/v1alpha1"
+NAMESPACES = "/api/v1/namespaces"
 GRANT = f"deploy/kubernetes/gpufleet-queued-jobs.yaml (Kubernetes group {QUEUED_JOBS_GROUP})"
 
 
@@ -47,17 +55,24 @@ class Resource:
 
 
 def list_all(connection: Connection, resource: Resource, page_size: int, max_pages: int) -> list[Any]:
-    """Every object of one resource, cluster-wide, page by page. NotInstalled on a 404; HttpProblem as
-    the connection raises it; a page of another kind, or past `max_pages`, is malformed."""
+    """Every object of one resource, cluster-wide, page by page; a page too big is asked again with half
+    the limit (module docstring). NotInstalled on a 404; HttpProblem as the connection raises it; a page
+    of another kind, or past `max_pages`, is malformed."""
     query: dict[str, str | int] = {"limit": page_size}
     items: list[Any] = []
-    for _ in range(max_pages):
+    pages = 0
+    while pages < max_pages:
         try:
             page = connection.get_json(resource.path, query)
         except HttpProblem as problem:
             if problem.status == 404:
                 raise NotInstalled(resource.path) from None
+            limit = int(query["limit"])
+            if too_large(problem) and limit > KUBE_MIN_PAGE:
+                query["limit"] = max(KUBE_MIN_PAGE, limit // 2)  # at most log2(page_size) more asks
+                continue
             raise
+        pages += 1
         if page.get("kind") != resource.kind or not isinstance(page.get("items"), list):
             raise HttpProblem("malformed", f"the answer to {resource.path} is not a {resource.kind}")
         items += page["items"]
@@ -79,11 +94,13 @@ def _why(problem: HttpProblem, resource: Resource) -> str:
 
 @dataclass
 class QueuedReader:
-    """`read(connection, sources, gpu_resources, now)`: one QueuedDemand per system asked for."""
+    """`read(connection, sources, gpu_resources, now, pod_gangs)`: one QueuedDemand per system asked for
+    (`pod_gangs`: the Volcano gangs the cluster's pods name, `ClusterPods.pod_gangs`)."""
 
     page_size: int = 500
     max_pages: int = 200
     skipped: list[str] = field(default_factory=list)  # optional resources that could not be read, and why
+    pod_gangs: frozenset[str] = frozenset()
 
     def read(
         self,
@@ -91,7 +108,9 @@ class QueuedReader:
         sources: Collection[QueuedSource],
         gpu_resources: Mapping[str, float],
         now: datetime,
+        pod_gangs: frozenset[str] = frozenset(),
     ) -> list[QueuedDemand]:
+        self.pod_gangs = pod_gangs
         readers: dict[QueuedSource, Callable[[Connection, Mapping[str, float], datetime], QueuedDemand]] = {
             QueuedSource.KUEUE: self._kueue,
             QueuedSource.VOLCANO: self._volcano,
@@ -138,13 +157,29 @@ class QueuedReader:
         if isinstance(found, QueuedDemand):
             return found
         workloads, cluster_queues, local_queues, flavors = found
+        namespaces, unreadable = self._namespaces(connection, cluster_queues or [])
         objects = KueueObjects(
             workloads=workloads or [],
             cluster_queues=cluster_queues or [],
             local_queues=local_queues or [],
             flavors=flavors or [],
+            namespaces=namespaces,
+            namespaces_unreadable=unreadable,
         )
         return kueue_demand(objects, now, gpu_resources)
+
+    def _namespaces(self, connection: Connection, cluster_queues: list[Any]) -> tuple[dict[str, Any] | None, str]:
+        """The Namespaces' labels when a ClusterQueue's namespaceSelector needs them, else (None, ""); a
+        listing that fails is (None, why): those queues' Workloads are told, not counted."""
+        if not needs_namespaces(cluster_queues):
+            return None, ""
+        resource = Resource(NAMESPACES, "NamespaceList")
+        try:
+            return namespace_labels(list_all(connection, resource, self.page_size, self.max_pages)), ""
+        except NotInstalled:
+            return None, "/api/v1/namespaces is not served (404)"
+        except HttpProblem as problem:
+            return None, _why(problem, resource)
 
     def _volcano(self, connection: Connection, gpu_resources: Mapping[str, float], now: datetime) -> QueuedDemand:
         found = self._lists(
@@ -158,7 +193,8 @@ class QueuedReader:
         if isinstance(found, QueuedDemand):
             return found
         podgroups, jobs = found
-        demand = volcano_demand(VolcanoObjects(podgroups=podgroups or [], jobs=jobs), now, gpu_resources)
+        objects = VolcanoObjects(podgroups=podgroups or [], jobs=jobs, pod_gangs=self.pod_gangs)
+        demand = volcano_demand(objects, now, gpu_resources)
         if not self.skipped:
             return demand
         text = f"{self.skipped[-1]}; gangs' shapes come from their PodGroups' minResources"

@@ -50,10 +50,20 @@ The gang's pods:
   lastTransitionTime = now at every scheduling session the gang is not ready (gang.go), so that time says
   when it was last tried, not since when it waits; it is the fallback without a creationTimestamp.
 
+Not counted until something will make its pods, told once per namespace: a PodGroup with no
+`ownerReferences` that no pod names (`scheduling.k8s.io/group-name`). Whatever makes a gang's pods owns its
+PodGroup: the Volcano Job controller (Job), an operator that delays its pods until the PodGroup is Inqueue
+(Kubeflow's training operator: PyTorchJob, MPIJob; KubeRay; Spark), and the podgroup controller for plain
+pods (the pod, or the pod's own owner). A PodGroup written by hand with neither is a gang nobody will
+start: nodes launched for it would sit idle until the gang give-back. Its pods, once they exist, make it
+demand again. (A forged ownerReference does not help: the garbage collector deletes an object whose
+owners do not exist.)
+
 Told (one note per PodGroup, with numbers), seen and not counted: `minMember` 0 or below, or above
 MAX_QUEUED_PODS, with GPUs asked; a Job whose tasks' replicas cannot make `minMember` (its webhook refuses
-that; the gang could never start). The total is capped at MAX_QUEUED_PODS: whole gangs past it are not
-counted, and told in one note.
+that; the gang could never start). The gangs counted are bounded per namespace, per Queue (`spec.queue`,
+default `default`) and for the cluster (kubernetes/queued.py `Budget`): whole gangs past a bound are not
+counted, told once per namespace, sized before their pods are built.
 
 Known limit: a Pending gang held by its Queue's `spec.capability` (not by nodes) is counted too; Queues are
 not read, so nodes may come that the queue will not let it use.
@@ -62,7 +72,7 @@ not read, so nodes may come that the queue will not let it use.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -73,20 +83,24 @@ from gpufleet.kubernetes.pods import DEFAULT_GPU_RESOURCES, WaitingPod, gpus_of,
 from gpufleet.kubernetes.pods import as_list as _list
 from gpufleet.kubernetes.pods import as_map as _map
 from gpufleet.kubernetes.pods import time_of as _time
-from gpufleet.kubernetes.queued import MAX_QUEUED_PODS, QueuedDemand, gang_key, template_pods
+from gpufleet.kubernetes.queued import MAX_QUEUED_PODS, Ask, Budget, Limits, QueuedDemand, gang_key, template_pods
 
 JOB_API = "batch.volcano.sh/v1alpha1"
 COUNTED = frozenset({"", "Pending"})  # and Inqueue with no pod running
 INQUEUE = "Inqueue"
 _QUOTA_ONLY = ("pods", "count/")  # quota keys in minResources that are not a pod's requests
+DEFAULT_QUEUE = "default"  # a PodGroup's spec.queue when unset (Volcano's webhook defaults it so)
 
 
 @dataclass(frozen=True)
 class VolcanoObjects:
-    """One cluster's PodGroups and Volcano Jobs (None: the Jobs could not be listed or are not installed)."""
+    """One cluster's PodGroups and Volcano Jobs (None: the Jobs could not be listed or are not installed),
+    and the gang keys the cluster's unfinished pods name (`ClusterPods.pod_gangs`): a PodGroup with no
+    owner is demand only while a pod names it."""
 
     podgroups: list[Any] = field(default_factory=list)
     jobs: list[Any] | None = None
+    pod_gangs: frozenset[str] = frozenset()
 
 
 def _int(value: Any, default: int = 0) -> int:
@@ -223,9 +237,21 @@ def _note(key: str, text: str) -> UnfitWork:
     return UnfitWork(key=f"{key}:{text.split(':')[0]}", count=1, text=text)
 
 
-def _job_pods(
-    pg: Mapping[str, Any], job: Mapping[str, Any], key: str, gpu_resources: Mapping[str, float]
-) -> list[WaitingPod] | UnfitWork | None:
+@dataclass(frozen=True)
+class _Plan:
+    """One gang sized before its pods are built (`ask`), and how to build them (`pods`)."""
+
+    ask: Ask
+    pods: Callable[[], list[WaitingPod]]
+
+
+def _gpu_asks(spec: Mapping[str, Any], gpu_resources: Mapping[str, float]) -> bool:
+    return gpus_of(pod_requests(spec), gpu_resources) > 0
+
+
+def _job_plan(
+    pg: Mapping[str, Any], job: Mapping[str, Any], key: str, queue: str, gpu_resources: Mapping[str, float]
+) -> _Plan | UnfitWork | None:
     """The gang's pods from its Job's tasks; None when the Job lists no task (minResources then)."""
     meta, spec = _map(pg.get("metadata")), _map(pg.get("spec"))
     namespace, min_member = str(meta.get("namespace") or ""), _int(spec.get("minMember"))
@@ -238,25 +264,39 @@ def _job_pods(
         text = f"unreachable: PodGroup {key} needs minMember {min_member} pods, its Job's tasks have {replicas}"
         return _note(key, text)
     job_name = str(_map(job.get("metadata")).get("name") or meta.get("name") or "")
-    pods: list[WaitingPod] = []
-    for task, count in zip(tasks, counts, strict=True):
-        pods += template_pods(
-            task.spec,
-            gang=key,
-            namespace=namespace,
-            name=f"{job_name}-{task.name}",
-            count=count,
-            since=_since(pg),
-            gpu_resources=gpu_resources,
-        )
-    return pods
+    shaped = [(t, c) for t, c in zip(tasks, counts, strict=True) if c > 0 and _gpu_asks(t.spec, gpu_resources)]
+    gpus = sum(c * gpus_of(pod_requests(t.spec), gpu_resources) for t, c in shaped)
+
+    def build() -> list[WaitingPod]:
+        pods: list[WaitingPod] = []
+        for task, count in shaped:
+            pods += template_pods(
+                task.spec,
+                gang=key,
+                namespace=namespace,
+                name=f"{job_name}-{task.name}",
+                count=count,
+                since=_since(pg),
+                gpu_resources=gpu_resources,
+            )
+        return pods
+
+    return _Plan(Ask(key, namespace, queue, sum(c for _, c in shaped), gpus), build)
 
 
-def _gang(
-    pg: Mapping[str, Any], jobs: Mapping[tuple[str, str, str], Mapping[str, Any]], gpu_resources: Mapping[str, float]
-) -> list[WaitingPod] | UnfitWork | None:
-    """One PodGroup's waiting pods (empty: no GPU asked), a note on why it is not counted, or None (not
-    waiting, or not a PodGroup)."""
+def _owned(pg: Mapping[str, Any]) -> bool:
+    return bool(_list(_map(pg.get("metadata")).get("ownerReferences")))
+
+
+def _plan(
+    pg: Mapping[str, Any],
+    jobs: Mapping[tuple[str, str, str], Mapping[str, Any]],
+    gpu_resources: Mapping[str, float],
+    pod_gangs: frozenset[str],
+) -> _Plan | UnfitWork | str | None:
+    """One PodGroup's gang, sized (no pods built yet); a note on why it is not counted; its namespace when
+    it is a bare PodGroup (no owner, no pod: nothing will make its pods); or None (not waiting, not a
+    PodGroup, or no GPU asked)."""
     meta, spec = _map(pg.get("metadata")), _map(pg.get("spec"))
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     if not name or not _counted(pg):
@@ -266,25 +306,30 @@ def _gang(
     job = _owner_job(pg, namespace, jobs)
     if not 0 < min_member <= MAX_QUEUED_PODS:
         asks = _gpus_said(spec, gpu_resources) > 0 or (
-            job is not None and any(gpus_of(pod_requests(t.spec), gpu_resources) > 0 for t in _tasks(job, {}))
+            job is not None and any(_gpu_asks(t.spec, gpu_resources) for t in _tasks(job, {}))
         )
         bound = f"0 < minMember <= {MAX_QUEUED_PODS}"
         text = f"absurd: PodGroup {key} asks for GPUs with minMember {min_member} (counted only {bound})"
         return _note(key, text) if asks else None
-    found = _job_pods(pg, job, key, gpu_resources) if job is not None else None
+    if not _owned(pg) and key not in pod_gangs:
+        return namespace if _gpus_said(spec, gpu_resources) > 0 else None
+    queue = str(spec.get("queue") or DEFAULT_QUEUE)
+    found = _job_plan(pg, job, key, queue, gpu_resources) if job is not None else None
     if found is not None:
         return found
     holders = gpu_pods(_gpus_said(spec, gpu_resources), min_member)
     per_pod = even_spec(_map(spec.get("minResources")), holders, gpu_resources)
-    return template_pods(
-        per_pod,
-        gang=key,
-        namespace=namespace,
-        name=name,
-        count=holders,
-        since=_since(pg),
-        gpu_resources=gpu_resources,
-    )
+    if not _gpu_asks(per_pod, gpu_resources):
+        return None
+    gpus = holders * gpus_of(pod_requests(per_pod), gpu_resources)
+
+    def build() -> list[WaitingPod]:
+        return template_pods(
+            per_pod, gang=key, namespace=namespace, name=name, count=holders, since=_since(pg),
+            gpu_resources=gpu_resources,
+        )  # fmt: skip
+
+    return _Plan(Ask(key, namespace, queue, holders, gpus), build)
 
 
 def gpu_pods(gpus: float, min_member: int) -> int:
@@ -302,30 +347,41 @@ def gpu_pods(gpus: float, min_member: int) -> int:
     return min_member
 
 
+def _bare_note(namespace: str, count: int) -> UnfitWork:
+    them = "PodGroup has" if count == 1 else "PodGroups have"
+    text = (
+        f"idle: {count} {them} no owner in namespace {namespace} and no pod names them: nothing will create "
+        "their pods (a Volcano Job, an operator or the podgroup controller would own them); not counted "
+        "until their pods or their owner exist"
+    )
+    return UnfitWork(key=f"volcano:bare:{namespace}", count=count, text=text)
+
+
 def volcano_demand(
-    objects: VolcanoObjects, now: datetime, gpu_resources: Mapping[str, float] = DEFAULT_GPU_RESOURCES
+    objects: VolcanoObjects,
+    now: datetime,
+    gpu_resources: Mapping[str, float] = DEFAULT_GPU_RESOURCES,
+    limits: Limits | None = None,
 ) -> QueuedDemand:
     """The PodGroups that count as demand, as gangs of waiting pods, and notes on those that do not
-    (module docstring). Oldest first, whole gangs only, up to MAX_QUEUED_PODS pods."""
+    (module docstring). Oldest first, whole gangs only, within the tenant budgets (`Budget`)."""
     jobs = _jobs_index(objects.jobs)
     podgroups = sorted(_list(objects.podgroups), key=lambda pg: _since(pg) or now)
-    waiting: list[WaitingPod] = []
-    gangs: set[str] = set()
+    budget = Budget(QueuedSource.VOLCANO, "PodGroup", "Queue", limits or Limits())
     notes: list[UnfitWork] = []
-    cut_gangs = cut_pods = 0
+    bare: dict[str, int] = {}
+    taken: list[_Plan] = []
     for pg in podgroups:
-        found = _gang(pg, jobs, gpu_resources)
+        found = _plan(pg, jobs, gpu_resources, objects.pod_gangs)
         if isinstance(found, UnfitWork):
             notes.append(found)
-        elif found and len(waiting) + len(found) > MAX_QUEUED_PODS:
-            cut_gangs, cut_pods = cut_gangs + 1, cut_pods + len(found)
-        elif found:
-            waiting += found
-            gangs.add(found[0].gang)
-    if cut_gangs:
-        text = (
-            f"cut: {cut_gangs} waiting PodGroups ({cut_pods} pods) not counted: the queued pods are capped "
-            f"at {MAX_QUEUED_PODS}"
-        )
-        notes.append(UnfitWork(key="volcano:cut", count=cut_gangs, text=text))
-    return QueuedDemand(source=QueuedSource.VOLCANO, waiting=tuple(waiting), gangs=frozenset(gangs), notes=tuple(notes))
+        elif isinstance(found, str):
+            bare[found] = bare.get(found, 0) + 1
+        elif found is not None and found.ask.pods > 0 and budget.take(found.ask):
+            taken.append(found)
+    kept = {a.key for a in budget.shared([p.ask for p in taken])}
+    waiting = [pod for p in taken if p.ask.key in kept for pod in p.pods()]
+    notes += [_bare_note(ns, n) for ns, n in sorted(bare.items())]
+    notes += budget.notes()
+    gangs = frozenset(p.gang for p in waiting)
+    return QueuedDemand(source=QueuedSource.VOLCANO, waiting=tuple(waiting), gangs=gangs, notes=tuple(notes))
