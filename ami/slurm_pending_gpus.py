@@ -6,7 +6,10 @@ SageMaker HyperPod cluster it also says which nodes are idle (metric IdleNode), 
 controller may remove.
 
 Run it on the head (controller) node every minute (cron or a systemd timer), with credentials that may
-cloudwatch:PutMetricData. Python >= 3.9, the standard library and boto3.
+cloudwatch:PutMetricData. Python >= 3.9, the standard library and boto3. With --hyperpod the whole report
+goes into this node's own namespace `Slurm/<its aws:userid>` (`Slurm/ROLEID:i-...`: sts GetCallerIdentity),
+the only one gpufleet reads a HyperPod cluster's report from, and the only Slurm namespace
+ami/hyperpod/execution-role-controller.json lets it write (docs/hyperpod.md).
 
     slurm_pending_gpus.py --asg slurm-gpu [--partition gpu] [--dry-run]
     slurm_pending_gpus.py --hyperpod ml-cluster:gpu-a=train,debug --hyperpod ml-cluster:gpu-b [--dry-run]
@@ -81,6 +84,11 @@ DRAIN_PREFIX = "gpufleet:"
 MARKS_KEY_PREFIX = "slurm-marks#"
 MARKS_SK = "MARKS"
 MARKS_NODE_PREFIX = "node#"
+# The same literals as gpufleet_node.schema.SLURM_NAMESPACE / SLURM_NAMESPACE_PREFIX (tests/node/
+# test_slurm_report_namespace.py): --hyperpod writes its whole report into SLURM_PREFIX + its own aws:userid
+# ("Slurm/ROLEID:i-..."), the only Slurm namespace the scaler reads and IAM lets it write (issue 41).
+SLURM_NAMESPACE = "Slurm"
+SLURM_PREFIX = SLURM_NAMESPACE + "/"
 RESOURCE_CONFIG = "/opt/ml/config/resource_config.json"
 MAX_DATUMS = 1000  # PutMetricData: at most 1,000 metrics per request
 
@@ -625,7 +633,12 @@ def _parser() -> argparse.ArgumentParser:
         "--hyperpod", action="append", metavar="CLUSTER:GROUP[=PART,...]", help="a HyperPod instance group"
     )
     parser.add_argument("--partition", action="append", help="count only these partitions (repeatable)")
-    parser.add_argument("--namespace", default="Slurm")
+    parser.add_argument(
+        "--namespace",
+        default=SLURM_NAMESPACE,
+        help="default Slurm; with --hyperpod, Slurm means Slurm/<this node's aws:userid>, the only one gpufleet "
+        "reads and IAM lets the controller write (sts:GetCallerIdentity, which needs no permission)",
+    )
     parser.add_argument("--metric", default="PendingGPUs")
     parser.add_argument("--resource-config", default=RESOURCE_CONFIG, help="HyperPod's resource configuration")
     parser.add_argument("--node-cache", help="a JSON file caching node id -> Slurm name (HyperPod)")
@@ -689,6 +702,26 @@ def hyperpod_data(
     return data
 
 
+def own_namespace(sts: Any) -> str:
+    """Slurm/<aws:userid> of these credentials ("Slurm/ROLEID:i-..." for a node's role): GetCallerIdentity's
+    UserId is the aws:userid IAM substitutes in the execution role's `Slurm/${aws:userid}` condition, and it
+    needs no IAM permission (an explicit Deny cannot refuse it)."""
+    userid = str(sts.get_caller_identity().get("UserId") or "")
+    if not userid:
+        raise ValueError("GetCallerIdentity answered no UserId")
+    return SLURM_PREFIX + userid
+
+
+def report_namespace(args: argparse.Namespace, sts: Callable[[], Any]) -> str:
+    """Where the data go: --namespace as given, but with --hyperpod `Slurm` (the default) is this node's own
+    Slurm/<aws:userid> (--dry-run: the IAM variable, unresolved: nothing is sent, no credentials asked)."""
+    if not args.hyperpod or args.namespace != SLURM_NAMESPACE:
+        return str(args.namespace)
+    if args.dry_run:
+        return SLURM_PREFIX + "${aws:userid}"
+    return own_namespace(sts())
+
+
 def _would_run(command: List[str]) -> None:
     """--dry-run: the drains are read and said, never applied."""
     print("would run: %s" % " ".join(command))
@@ -708,6 +741,7 @@ def main(
     sagemaker: Any = None,
     dynamodb: Any = None,
     scontrol: Optional[Callable[[List[str]], Any]] = None,
+    sts: Any = None,
 ) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -716,6 +750,11 @@ def main(
             GroupSpec.parse(text)
         except ValueError as exc:
             parser.error(str(exc))  # one line, exit 2, nothing sent
+    try:
+        namespace = report_namespace(args, lambda: sts or _client("sts", args.region))
+    except Exception as exc:  # without its own namespace the report would land where nobody reads it
+        print(f"error: this node's aws:userid unknown (sts GetCallerIdentity): {exc}; nothing sent", file=sys.stderr)
+        return 1
     try:
         lines = squeue()
     except (OSError, subprocess.SubprocessError) as exc:
@@ -737,12 +776,12 @@ def main(
     if args.dry_run:
         for d in data:
             dims = " ".join("%s=%s" % (x["Name"], x["Value"]) for x in d["Dimensions"])
-            print(f"{args.namespace}/{d['MetricName']} {dims}: {int(d['Value'])}")
+            print(f"{namespace}/{d['MetricName']} {dims}: {int(d['Value'])}")
         return 0
     if cloudwatch is None:
         cloudwatch = _client("cloudwatch", args.region)
     for i in range(0, len(data), MAX_DATUMS):
-        cloudwatch.put_metric_data(Namespace=args.namespace, MetricData=data[i : i + MAX_DATUMS])
+        cloudwatch.put_metric_data(Namespace=namespace, MetricData=data[i : i + MAX_DATUMS])
     return 0
 
 

@@ -10,6 +10,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+from rehearsal.busy_scene import BusyScene
 from rehearsal.calls import ENV_RECORD, CallRecorder
 from rehearsal.consolidation_scene import ConsolidationScene
 from rehearsal.demand_scene import TOKEN
@@ -61,6 +62,12 @@ def main() -> int:
         server.reset()
         forged = ForgedScene(out, kube, TOKEN).run()
         print(
+            "\na busy worker another group's node tries to get removed (rehearsal/busy_scene.py): moto reset, "
+            "asg:workers and asg:batch [emulated: moto enforces no IAM, so the forged calls land]"
+        )
+        server.reset()
+        busy = BusyScene(out, kube, TOKEN).run()
+        print(
             "\na self-managed node group (rehearsal/selfmanaged_scene.py): moto reset, an ASG tagged for Cluster "
             "Autoscaler, pods waiting in cluster ml [emulated Kubernetes API]"
         )
@@ -90,7 +97,7 @@ def main() -> int:
         )
         server.reset()
         removal = RemovalScene(out, kube, TOKEN).run()
-    for scene in (trust, forged, selfmanaged, hyperpod, consolidation, queued, removal):
+    for scene in (trust, forged, busy, selfmanaged, hyperpod, consolidation, queued, removal):
         result.lines += ["", *scene.lines]
         result.decisions += scene.decisions
         result.checks += scene.checks

@@ -24,6 +24,8 @@ from urllib.parse import urlparse
 
 from botocore.client import BaseClient
 
+from gpufleet_node import schema
+
 ACCOUNT = "123456789012"
 REGION = "us-east-1"
 ENV_RECORD = "GPUFLEET_RECORD_CALLS"
@@ -157,6 +159,10 @@ class _Resolver:
     def _sagemaker_ListTags(self, p: dict[str, Any]) -> list[Resource]:  # noqa: N802
         return [self._cluster(p["ResourceArn"])]
 
+    # iam: the HyperPod controller group's execution role (its RoleId names the controller's namespace)
+    def _iam_GetRole(self, p: dict[str, Any]) -> list[Resource]:  # noqa: N802
+        return [Resource(f"arn:aws:iam::{ACCOUNT}:role/{p['RoleName']}")]
+
     # cloudwatch
     def _monitoring_ListTagsForResource(self, p: dict[str, Any]) -> list[Resource]:  # noqa: N802
         return [Resource(p["ResourceARN"])]
@@ -175,18 +181,28 @@ class _Resolver:
                     if isinstance(spec, dict)
                     else [(r.get("PutRequest", {}).get("Item") or r.get("DeleteRequest", {}).get("Key")) for r in spec]
                 )
-                tables.setdefault(table, []).extend(k["pk"]["S"] for k in keys)
+                tables.setdefault(table, []).extend(_partition(k) for k in keys)
         else:
             item = p.get("Key") or p.get("Item")
             if item is not None:
-                pk = [item["pk"]["S"]]
-            else:  # Query: the partition key's value in the key condition
+                pk = [_partition(item)]
+            else:  # Query: the partition key's value in the key condition; Scan: none
                 pk = [v["S"] for k, v in p.get("ExpressionAttributeValues", {}).items() if k in (":pk", ":p")]
             tables[p["TableName"]] = pk
+        # A Scan names no partition key: IAM's dynamodb:LeadingKeys is then absent, not empty.
         return [
-            Resource(f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{t}", {"dynamodb:LeadingKeys": sorted(set(keys))})
+            Resource(
+                f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{t}",
+                {"dynamodb:LeadingKeys": sorted(set(keys))} if keys or op != "Scan" else {},
+            )
             for t, keys in tables.items()
         ]
+
+
+def _partition(key: dict[str, Any]) -> str:
+    """A request's partition key value: the state table's `pk`, the busy table's `node` (schema.BUSY_KEY)."""
+    found = key.get("pk") or key.get(schema.BUSY_KEY) or {}
+    return str(found.get("S", ""))
 
 
 def _queue_arn(url: str) -> str:

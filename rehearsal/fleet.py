@@ -7,6 +7,7 @@ does the propagation that EKS does in AWS.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,6 +47,18 @@ def create_state_table(dynamodb: Any, name: str) -> None:
         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
         BillingMode="PAY_PER_REQUEST",
     )
+    create_busy_table(dynamodb)
+
+
+def create_busy_table(dynamodb: Any) -> None:
+    """The queue workers' busy marks (template.yaml BusyTable: a fixed name, one key), made once per server."""
+    with contextlib.suppress(dynamodb.exceptions.ResourceInUseException):
+        dynamodb.create_table(
+            TableName=schema.BUSY_TABLE,
+            AttributeDefinitions=[{"AttributeName": schema.BUSY_KEY, "AttributeType": "S"}],
+            KeySchema=[{"AttributeName": schema.BUSY_KEY, "KeyType": "HASH"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
 
 
 _IMAGES: dict[str, str] = {}  # endpoint -> a moto AMI id (moto ships the same images after every reset)

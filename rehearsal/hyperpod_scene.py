@@ -287,6 +287,7 @@ class HyperPodScene(TrustScenes):
 
     def nodes(self) -> list[str]:
         found = self.sm.list_cluster_nodes(ClusterName=GROUP.cluster)["ClusterNodeSummaries"]
+        found = [n for n in found if n["InstanceGroupName"] == GROUP.name]  # not Slurm's controller node
         return [n["InstanceId"] for n in sorted(found, key=lambda n: (n["LaunchTime"], n["InstanceId"]))]
 
     def write_config(self, nodes: list[str]) -> None:
@@ -341,7 +342,9 @@ class HyperPodScene(TrustScenes):
             self.say(minute, f"slurm_pending_gpus.py --marks-table {TABLE}: `{' '.join(call)}` [emulated Slurm]")
         if emulated.calls[done:]:
             self.say(minute, f"[emulated Slurm] $ sinfo -N -h -o '%N|%T|%E': {'; '.join(self.slurm.sinfo())}")
-        self.clients.cloudwatch.put_metric_data(Namespace=args.namespace, MetricData=data)
+        # Into the controller node's own namespace, as the script does with its role (sts GetCallerIdentity).
+        namespace = moto_hyperpod.report_namespace(self.sm, GROUP.cluster or "")
+        self.clients.cloudwatch.put_metric_data(Namespace=namespace, MetricData=data)
         said = [
             f"{d['MetricName']}"
             + (f"[{dim['Value']}]" if (dim := {x["Name"]: x for x in d["Dimensions"]}.get("InstanceId")) else "")

@@ -2,10 +2,10 @@
 with the real scaler and notifier, each scene its own group, policy and clock:
 
 - (a) queue runners: asg:queue-runners (5 nodes) reads queue runner-jobs. Three runners [emulated workers]
-  receive one job each (the messages are in flight) and protect their own instance from scale-in with the
-  code `gpufleet-node busy -- COMMAND` runs (gpufleet_node.busy: Holders + AsgProtection); every GPU reads
-  idle (the runners are downloading their data). A tick keeps the three and releases the two free nodes;
-  when the jobs are done (messages deleted, protection cleared) the next tick releases the rest.
+  receive one job each (the messages are in flight) and mark their own node busy with the code
+  `gpufleet-node busy -- COMMAND` runs (gpufleet_node.busy: Holders + BusyMark); every GPU reads idle (the
+  runners are downloading their data). A tick protects and keeps the three and releases the two free nodes;
+  when the jobs are done (messages deleted, marks deleted) the next tick releases the rest.
 - (b) pods that fit no group: three serving/infer pods (cpu 4, memory 16Gi, 1 GPU each) wait in cluster
   ml [emulated Kubernetes API]; eks:ml/gpu-infer's g5.xlarge has ~3.92 CPU and ~14.5 GiB allocatable, so
   no node of it can take one: nothing is launched and on-call is told once, with the numbers.
@@ -39,7 +39,7 @@ from gpufleet.domain.models import GroupRef
 from gpufleet.runtime import build_notifier, build_scaler
 from gpufleet.settings import ENV_KUBE_ENDPOINTS
 from gpufleet_node import schema
-from gpufleet_node.busy import AsgProtection, Holders
+from gpufleet_node.busy import BusyMark, Holders
 from gpufleet_tools.invoke import LocalLambdaContext
 from rehearsal import fleet
 from rehearsal.kube_api import KubeApi, pod
@@ -55,6 +55,11 @@ INCIDENT_MINUTE = 16  # past gpu_ready_timeout_s (900 s, the default)
 UNFIT_REQUESTS = {"cpu": "4", "memory": "16Gi"}  # and 1 GPU: the everyday case on a g5.xlarge
 UNFIT_PODS = ("infer-0", "infer-1", "infer-2")
 IDLE = 0.0  # every GPU of these scenes reads idle (runners downloading, nothing scheduled)
+
+
+def runner_userid(instance_id: str) -> str:
+    """[emulated] the aws:userid a runner's instance profile credentials carry: role id, then the instance."""
+    return f"AROARUNNERROLEID:{instance_id}"
 
 
 def _policy(rule: str) -> str:
@@ -101,7 +106,7 @@ class TrustScenes:
         self.sqs = boto3.client("sqs")
         self.scene = ""
         self.loggers: dict[str, Logger] = {}
-        self.holders: dict[str, tuple[Holders, AsgProtection]] = {}  # per node: its busy job's hold
+        self.holders: dict[str, tuple[Holders, BusyMark]] = {}  # per node: its busy job's hold
 
     # ---- plumbing ----
 
@@ -199,18 +204,18 @@ class TrustScenes:
         return self.result
 
     def _take_job(self, queue: str, iid: str, group: GroupRef) -> tuple[str, str]:
-        """[emulated runner] on `iid`: receive one job (it stays in flight) and protect the node as
+        """[emulated runner] on `iid`: receive one job (it stays in flight) and mark the node busy as
         `gpufleet-node busy -- COMMAND` does before COMMAND starts (join the node's holders; the first one
-        sets the instance's scale-in protection). Returns (job, receipt handle)."""
+        writes the mark, keyed by the aws:userid its instance profile would have). Returns (job, receipt)."""
         [m] = self.sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=1, VisibilityTimeout=3600)["Messages"]
         mine = Holders(str(self.out / "nodes" / iid / "gpufleet-busy"), name="runner")
-        protection = AsgProtection(self.clients.autoscaling, iid, group.name)
+        protection = BusyMark(self.clients.dynamodb, runner_userid(iid), iid, group.name)
         mine.acquire(lambda: protection.set(True))
         self.holders[iid] = (mine, protection)
         return json.loads(m["Body"])["job"], m["ReceiptHandle"]
 
     def _job_done(self, queue: str, iid: str, receipt: str) -> None:
-        """[emulated runner] the job finished: its message deleted; the last holder clears the protection."""
+        """[emulated runner] the job finished: its message deleted; the last holder deletes the mark."""
         self.sqs.delete_message(QueueUrl=queue, ReceiptHandle=receipt)
         mine, protection = self.holders.pop(iid)
         mine.release(lambda: protection.set(False))
@@ -244,7 +249,7 @@ class TrustScenes:
         for iid in ids[:RUNNER_JOBS]:
             job, receipts[iid] = self._take_job(queue, iid, RUNNERS)
             self.say(JOBS_START, f"[emulated runner] {iid} received {job} (in flight) and ran `gpufleet-node busy -- "
-                     "train.sh`: scale-in protected; downloading its data, GPUs idle")  # fmt: skip
+                     "train.sh`: marked busy; downloading its data, GPUs idle")  # fmt: skip
         self.idle_gpus(ids, RUNNERS, t0 + timedelta(minutes=JOBS_START))
         kept = self.tick(scaler, now, JOBS_START, RUNNERS)
         alive = [iid for iid, _ in self.instances(RUNNERS.name)]
@@ -263,7 +268,7 @@ class TrustScenes:
         for iid in runners:
             self._job_done(queue, iid, receipts[iid])
         self.say(JOBS_DONE, f"[emulated runner] {RUNNER_JOBS} jobs done: messages deleted, `gpufleet-node busy` "
-                 "cleared each node's protection")  # fmt: skip
+                 "deleted each node's mark")  # fmt: skip
         done = self.tick(scaler, t0 + timedelta(minutes=JOBS_DONE, seconds=30), JOBS_DONE, RUNNERS)
         left = [iid for iid, _ in self.instances(RUNNERS.name)]
         second_ok = done["action"] == "scale-in" and sorted(done["victims"]) == sorted(runners) and not left
@@ -316,7 +321,7 @@ class TrustScenes:
                     healthy.append(iid)
                     self._take_job(queue, iid, SLOW)
                     self.say(minute, f"[emulated node] {iid} InService, its publisher reports 4 GPUs; [emulated "
-                             "runner] it received finetune-1 under `gpufleet-node busy` (protected)")  # fmt: skip
+                             "runner] it received finetune-1 under `gpufleet-node busy` (marked)")  # fmt: skip
             delivered = [n for n in self.notify(now + timedelta(seconds=50)) if n.incident.startswith("gpu-not-ready/")]
             for n in delivered:
                 self.say(minute, f"[SNS] {n.subject}: {n.why} (incident {n.incident})")

@@ -111,6 +111,7 @@ def test_scaling_calls_are_limited_to_tagged_resources(template: dict[str, Any],
         "eks:UpdateNodegroupConfig",
         "sagemaker:UpdateCluster",
         "sagemaker:BatchDeleteClusterNodes",
+        "autoscaling:SetInstanceProtection",  # the scaler keeps busy marks as protection (domain/busy.py)
     }
     for s in statements:
         actions = s["Action"] if isinstance(s["Action"], list) else [s["Action"]]
@@ -127,6 +128,10 @@ def test_scaling_calls_are_limited_to_tagged_resources(template: dict[str, Any],
         elif actions == ["iam:PassRole"]:
             # UpdateCluster sends the group's ExecutionRole back: passing it, to SageMaker only.
             assert cond == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}, s["Sid"]
+        elif s["Resource"] == {"Fn::GetAtt": ["BusyTable", "Arn"]} or s["Resource"] == {"GetAtt": "BusyTable.Arn"}:
+            # The busy table (queue workers' marks): read whole; the scaler also writes its own records there.
+            assert set(actions) <= {"dynamodb:Scan", "dynamodb:PutItem", "dynamodb:DeleteItem"}, s["Sid"]
+            assert set(actions) == {"dynamodb:Scan"} or function == "ScalerFunction", s["Sid"]
         elif all(a.startswith("dynamodb:") for a in actions):
             # State: only items under the function's own leading keys, and never a Scan.
             assert "dynamodb:Scan" not in actions, s["Sid"]
@@ -211,8 +216,14 @@ def test_node_policy_puts_metrics_only_in_the_schema_namespace(template: dict[st
         "ec2:DescribeTags",
         "logs:CreateLogStream",
         "logs:PutLogEvents",
-        "autoscaling:SetInstanceProtection",  # `gpufleet-node busy`, managed ASGs only (tests/iam/test_node_policy.py)
+        # `gpufleet-node busy`: its own busy mark only (tests/iam/test_busy_marks_iam.py); no Auto Scaling call
+        "dynamodb:PutItem",
+        "dynamodb:DeleteItem",
     }
+    busy = next(s for s in statements if s.get("Sid") == "MarkOnlyItselfBusy")
+    assert busy["Condition"]["ForAllValues:StringEquals"] == {"dynamodb:LeadingKeys": ["${aws:userid}"]}
+    table = template["Resources"]["BusyTable"]["Properties"]
+    assert table["TableName"] == schema.BUSY_TABLE and table["KeySchema"][0]["AttributeName"] == schema.BUSY_KEY
     logs = next(s for s in statements if "logs:PutLogEvents" in s["Action"])
     assert logs["Resource"] == {"Sub": "${UsageLogGroup.Arn}:log-stream:*"}  # the usage group's streams only
     group = template["Resources"]["UsageLogGroup"]["Properties"]

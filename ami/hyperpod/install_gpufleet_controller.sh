@@ -24,7 +24,7 @@ Usage: install_gpufleet_controller.sh --group GROUP[=PART,...] [--group ...] [--
 
 Installs ami/slurm_pending_gpus.py on the HyperPod Slurm controller node as a systemd timer that runs it
 every minute with `--hyperpod CLUSTER:GROUP[=PART,...]` for each --group: PendingGPUs per instance group
-and IdleNode per idle node, namespace Slurm (docs/hyperpod.md). It runs as root, so Slurm's PrivateData
+and IdleNode per idle node, into the node's own namespace Slurm/<aws:userid> (docs/hyperpod.md). It runs as root, so Slurm's PrivateData
 cannot hide other users' pending jobs from squeue. Offline: boto3 comes from the bundle's wheels.
 The cluster name and region are read from HyperPod's resource file (ClusterConfig.ClusterName, the
 region of ClusterConfig.ClusterArn) unless --cluster is given. Node ids the resource file lacks are read
@@ -111,7 +111,7 @@ fi
 
 cat > "$UNITS/gpufleet-slurm-backlog.service" <<UNIT
 [Unit]
-Description=gpufleet: Slurm GPU backlog and idle HyperPod nodes -> CloudWatch (namespace Slurm)
+Description=gpufleet: Slurm GPU backlog and idle HyperPod nodes -> CloudWatch (namespace Slurm/<this node's aws:userid>)
 After=network-online.target slurmctld.service
 Wants=network-online.target
 

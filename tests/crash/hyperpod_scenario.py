@@ -41,8 +41,14 @@ class HyperPodScaleIn(_ScalerWorld):
         super().__init__(policy, tmp, asg=False)
         self.sm = client("sagemaker")
         moto_hyperpod.create_cluster(self.sm, "slurm-a", "gpu-workers", tags={defaults.TAG_MANAGED: "true"})
-        [group] = self.sm.describe_cluster(ClusterName="slurm-a")["InstanceGroups"]
+        [group] = [
+            g
+            for g in self.sm.describe_cluster(ClusterName="slurm-a")["InstanceGroups"]
+            if g["InstanceGroupName"] == "gpu-workers"
+        ]
         spec = {k: group[k] for k in ("InstanceGroupName", "InstanceType", "LifeCycleConfig", "ExecutionRole")}
+        # Slurm's report lives in the controller node's own namespace, the only one the scaler reads (issue 41).
+        self.report_namespace = moto_hyperpod.report_namespace(self.sm, "slurm-a")
         self.sm.update_cluster(ClusterName="slurm-a", InstanceGroups=[{**spec, "InstanceCount": 3}])
         ids = self.nodes()
         self.busy, self.idle = ids[0], ids[1:]
@@ -61,7 +67,7 @@ class HyperPodScaleIn(_ScalerWorld):
             for at in minutes
             for metric, value in ((schema.GPU_UTILIZATION, 0), (schema.GPU_MEMORY_USED_PERCENT, 1))
         ]
-        self.clients.cloudwatch.put_metric_data(Namespace=defaults.HYPERPOD_IDLE_NAMESPACE, MetricData=slurm)
+        self.clients.cloudwatch.put_metric_data(Namespace=self.report_namespace, MetricData=slurm)
         self.clients.cloudwatch.put_metric_data(Namespace=schema.NAMESPACE, MetricData=gpus)
 
     @staticmethod
@@ -75,7 +81,9 @@ class HyperPodScaleIn(_ScalerWorld):
 
     def nodes(self) -> list[str]:
         return sorted(
-            n["InstanceId"] for n in self.sm.list_cluster_nodes(ClusterName="slurm-a")["ClusterNodeSummaries"]
+            n["InstanceId"]
+            for n in self.sm.list_cluster_nodes(ClusterName="slurm-a")["ClusterNodeSummaries"]
+            if n["InstanceGroupName"] == "gpu-workers"  # not the controller node
         )
 
     def deliver(self, now: datetime) -> None:
@@ -92,7 +100,11 @@ class HyperPodScaleIn(_ScalerWorld):
 
     def violations(self) -> list[str]:
         problems = self.change_told_and_audited(GROUP)
-        [group] = self.sm.describe_cluster(ClusterName="slurm-a")["InstanceGroups"]
+        [group] = [
+            g
+            for g in self.sm.describe_cluster(ClusterName="slurm-a")["InstanceGroups"]
+            if g["InstanceGroupName"] == "gpu-workers"
+        ]
         if self.nodes() != [self.busy] or group["TargetCount"] != 1:
             problems.append(
                 f"expected exactly the two idle nodes removed: left {self.nodes()}, count {group['TargetCount']}"
@@ -135,7 +147,7 @@ class HyperPodAttrition(HyperPodScaleIn):
             self.drained.add(iid)
         if data:
             with recorded.unrecorded():
-                self.clients.cloudwatch.put_metric_data(Namespace=defaults.HYPERPOD_IDLE_NAMESPACE, MetricData=data)
+                self.clients.cloudwatch.put_metric_data(Namespace=self.report_namespace, MetricData=data)
         super().later(now)
 
     def violations(self) -> list[str]:

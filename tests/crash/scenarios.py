@@ -24,7 +24,7 @@ from gpufleet.domain.models import Outcome
 from gpufleet.domain.notification import Notification, NotificationKind, Severity, note
 from gpufleet.runtime import build_guard, build_notifier, build_scaler, build_spot_watch
 from gpufleet_node import schema
-from gpufleet_node.busy import AsgProtection
+from gpufleet_node.busy import BusyMark
 from gpufleet_node.identity import Identity
 from gpufleet_node.nvml import SimulatedBackend
 from gpufleet_node.publisher import Publisher, simulate
@@ -277,9 +277,10 @@ class DemandScaleOut(_ScalerWorld):
 
 class QueueScaleIn(_ScalerWorld):
     """An SQS-driven group of four idle-reading 8-GPU nodes; one job is in flight (a runner received it and
-    is still downloading, its GPUs idle) and nothing is visible. Its runner protected its node from scale-in
-    (`gpufleet-node busy`'s own SetInstanceProtection). One reconcile tick releases the three unprotected
-    idle nodes in one change, down to the one node the in-flight job holds; the protected node stays."""
+    is still downloading, its GPUs idle) and nothing is visible. Its runner marked its node busy
+    (`gpufleet-node busy`'s own BusyMark). One reconcile tick protects it (a crash anywhere in between is
+    mended by the next run) and releases the three unmarked idle nodes in one change, down to the one node
+    the in-flight job holds; the marked node stays."""
 
     def __init__(self, tmp: Path, now: datetime) -> None:
         sqs = client("sqs")
@@ -294,7 +295,7 @@ class QueueScaleIn(_ScalerWorld):
         super().__init__(policy, tmp, desired=4)
         ids = self.instances()
         self.runner = ids[0]
-        AsgProtection(self.clients.autoscaling, self.runner, "train-spot").set(True)
+        BusyMark(client("dynamodb"), f"AROARUNNERROLEID:{self.runner}", self.runner, "train-spot").set(True)
         # Every node reads idle, the runner's too (its job is still downloading), as their publishers keep
         # reporting through the later runs (a run that finds no fresh datum removes nobody).
         self.put_gpus((iid, 0, 1, now - timedelta(minutes=minute)) for minute in range(-25, 6) for iid in ids)
@@ -310,6 +311,12 @@ class QueueScaleIn(_ScalerWorld):
             problems.append(f"the protected runner {self.runner} (its job in flight) was removed")
         if left != [self.runner] or got != 1:
             problems.append(f"expected exactly the 3 unprotected idle nodes removed: left {left}, desired {got}")
+        [group] = self.clients.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=["train-spot"])[
+            "AutoScalingGroups"
+        ]
+        unprotected = [i["InstanceId"] for i in group["Instances"] if not i["ProtectedFromScaleIn"]]
+        if self.runner in unprotected:  # its mark is kept as protection by the run that completes
+            problems.append(f"the marked runner {self.runner} is not protected from scale-in")
         # One change 4 -> 1; or, where a fault left it half done past a tick, what happened of it and then the
         # rest decided again (issue 40: a stale removal is never replayed): steps that chain 4 -> 1, each once.
         steps = sorted(

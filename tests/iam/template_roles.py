@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # What moto-based tests and the rehearsal call their resources (rehearsal.fleet).
 PHYSICAL = {
     "StateTable": {"Ref": "gpufleet-state", "Arn": f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/gpufleet-state"},
+    "BusyTable": {"Ref": "gpufleet-busy", "Arn": f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/gpufleet-busy"},
     "NotificationQueue": {"QueueName": "gpufleet-notify", "Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:gpufleet-notify"},
     "NotificationDLQ": {
         "QueueName": "gpufleet-notify-dlq",
@@ -191,3 +192,18 @@ def function_statements(
 
 def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
+
+
+def node_policy_statements() -> list[dict[str, Any]]:
+    """The template's NodePublisherPolicy statements, intrinsics resolved (the usage group's ARN named)."""
+    original = yaml_parse((ROOT / "template.yaml").read_text())
+    physical = dict(PHYSICAL, UsageLogGroup={"Arn": f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/gpufleet/usage"})
+    saved = copy.deepcopy(PHYSICAL)
+    PHYSICAL.update(physical)
+    try:
+        doc = _Resolver(original, PARAMETERS)(original["Resources"]["NodePublisherPolicy"]["Properties"])
+    finally:
+        PHYSICAL.clear()
+        PHYSICAL.update(saved)
+    statements: list[dict[str, Any]] = doc["PolicyDocument"]["Statement"]
+    return statements

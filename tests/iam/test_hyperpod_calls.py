@@ -58,8 +58,9 @@ def test_the_recorder_adds_the_implied_pass_role_to_a_real_update_cluster(aws: s
 
 
 def test_the_controller_nodes_role_allows_what_the_publisher_calls_and_no_more() -> None:
-    """ami/slurm_pending_gpus.py on the controller node: PutMetricData into Slurm, and (for node ids the
-    resource file lacks) ListClusterNodes and DescribeClusterNode on its own account's clusters."""
+    """ami/slurm_pending_gpus.py on the controller node: PutMetricData into its own Slurm/${aws:userid}
+    only (never plain Slurm: issue 41), and (for node ids the resource file lacks) ListClusterNodes and
+    DescribeClusterNode on its own account's clusters."""
     import json
 
     from rehearsal.calls import ACCOUNT, REGION
@@ -73,7 +74,10 @@ def test_the_controller_nodes_role_allows_what_the_publisher_calls_and_no_more()
         assert evaluate(statements, action, cluster, own).allowed, action
         other = {**own, "aws:ResourceAccount": "999999999999"}
         assert not evaluate(statements, action, cluster.replace(ACCOUNT, "999999999999"), other).allowed
-    assert evaluate(statements, "cloudwatch:PutMetricData", "*", {"cloudwatch:namespace": "Slurm"}).allowed
+    me = {"aws:userid": "AROACONTROLLER:i-0c0c0c0c0c0c0c0c0"}
+    own = {**me, "cloudwatch:namespace": "Slurm/AROACONTROLLER:i-0c0c0c0c0c0c0c0c0"}
+    assert evaluate(statements, "cloudwatch:PutMetricData", "*", own).allowed
+    assert not evaluate(statements, "cloudwatch:PutMetricData", "*", {**me, "cloudwatch:namespace": "Slurm"}).allowed
     assert not evaluate(statements, "cloudwatch:PutMetricData", "*", {"cloudwatch:namespace": "GPUFleet"}).allowed
     for action in ("sagemaker:UpdateCluster", "sagemaker:BatchDeleteClusterNodes"):
         assert not evaluate(statements, action, cluster, own).allowed, action

@@ -1,24 +1,24 @@
 """The GPU nodes' policy (NodePublisherPolicy) as deployed, evaluated on the calls the node side makes.
 
-`gpufleet-node busy` calls autoscaling:SetInstanceProtection on its own instance. The Service
+`gpufleet-node busy` no longer calls autoscaling:SetInstanceProtection (issue 41): the Service
 Authorization Reference lists that action on the autoScalingGroup resource with the group's tag keys
-(autoscaling:ResourceTag/*, aws:ResourceTag/*) as its conditions; the instance ids are request parameters
-no condition key exposes, so IAM can limit it to managed groups but not to the caller's own instance.
-These checks pin what the policy allows: managed groups only, nothing else in Auto Scaling.
+(autoscaling:ResourceTag/*, aws:ResourceTag/*) as its conditions; the instance ids and the value are
+request parameters no condition key exposes, so IAM could limit it to managed groups but not to the
+caller's own instance, and any node could unprotect another group's busy worker. The node writes a busy
+mark instead (tests/iam/test_busy_marks_iam.py). These checks pin that the policy allows nothing in Auto
+Scaling.
 """
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
-from samtranslator.yaml_helper import yaml_parse
 
 from gpufleet_node import schema
 from rehearsal.calls import ACCOUNT, REGION
 from tests.iam.evaluator import evaluate
-from tests.iam.template_roles import PARAMETERS, PHYSICAL, ROOT, _Resolver
+from tests.iam.template_roles import node_policy_statements
 
 ASG = f"arn:aws:autoscaling:{REGION}:{ACCOUNT}:autoScalingGroup:u-1:autoScalingGroupName/{{}}"
 MANAGED = {"autoscaling:ResourceTag/gpufleet:managed": "true", "aws:ResourceTag/gpufleet:managed": "true"}
@@ -26,23 +26,13 @@ MANAGED = {"autoscaling:ResourceTag/gpufleet:managed": "true", "aws:ResourceTag/
 
 @pytest.fixture(scope="module")
 def node_policy() -> list[dict[str, Any]]:
-    original = yaml_parse((ROOT / "template.yaml").read_text())
-    physical = dict(PHYSICAL, UsageLogGroup={"Arn": f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/gpufleet/usage"})
-    saved = copy.deepcopy(PHYSICAL)
-    PHYSICAL.update(physical)
-    try:
-        doc = _Resolver(original, PARAMETERS)(original["Resources"]["NodePublisherPolicy"]["Properties"])
-    finally:
-        PHYSICAL.clear()
-        PHYSICAL.update(saved)
-    statements: list[dict[str, Any]] = doc["PolicyDocument"]["Statement"]
-    return statements
+    return node_policy_statements()
 
 
 @pytest.mark.parametrize(
     ("action", "tags", "allowed"),
     [
-        ("autoscaling:SetInstanceProtection", MANAGED, True),  # the worker's own group
+        ("autoscaling:SetInstanceProtection", MANAGED, False),  # not even its own group's (issue 41)
         ("autoscaling:SetInstanceProtection", {}, False),  # a group gpufleet does not manage
         ("autoscaling:SetInstanceProtection", {"autoscaling:ResourceTag/gpufleet:managed": "false"}, False),
         ("autoscaling:TerminateInstanceInAutoScalingGroup", MANAGED, False),  # nodes never size their group
@@ -50,7 +40,7 @@ def node_policy() -> list[dict[str, Any]]:
         ("autoscaling:UpdateAutoScalingGroup", MANAGED, False),
     ],
 )
-def test_nodes_may_only_protect_instances_of_managed_groups(
+def test_nodes_may_not_change_auto_scaling_at_all(
     node_policy: list[dict[str, Any]], action: str, tags: dict[str, str], allowed: bool
 ) -> None:
     verdict = evaluate(node_policy, action, ASG.format("train-jobs"), tags)
@@ -127,3 +117,24 @@ def test_usage_records_need_instance_profile_credentials(node_policy: list[dict[
     stream = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/gpufleet/usage:log-stream:i-0f0f0f0f0f0f0f0f0"
     assert evaluate(node_policy, "logs:PutLogEvents", stream, FORGER).allowed
     assert not evaluate(node_policy, "logs:PutLogEvents", stream, {"aws:userid": "AIDAUSER"}).allowed
+
+
+# ---- Slurm's report (issue 41): a GPU node never writes any Slurm namespace ----
+SLURM_NAMESPACES = [
+    schema.SLURM_NAMESPACE,  # plain Slurm: what the scaler read before issue 41
+    schema.slurm_namespace(FORGER["aws:userid"]),  # even its own userid's (the scaler never reads a GPU node's)
+    schema.slurm_namespace("AROAHYPERPOD:i-0123456789abcdef0"),  # a HyperPod controller's
+    schema.SLURM_NAMESPACE_PREFIX + "x",
+]
+
+
+@pytest.mark.parametrize("namespace", SLURM_NAMESPACES)
+@pytest.mark.parametrize("agent", [False, True], ids=["node-policy", "with-cloudwatch-agent"])
+def test_a_gpu_node_writes_no_slurm_namespace_with_or_without_the_cloudwatch_agent(
+    node_policy: list[dict[str, Any]], namespace: str, agent: bool
+) -> None:
+    """DenySlurmReportNamespaces: an EKS or ASG GPU node with NodePublisherPolicy, and with the CloudWatch
+    agent's policy too (PutMetricData anywhere), writes no Slurm report anywhere."""
+    statements = [*node_policy, CLOUDWATCH_AGENT] if agent else node_policy
+    verdict = evaluate(statements, "cloudwatch:PutMetricData", "*", {**FORGER, "cloudwatch:namespace": namespace})
+    assert not verdict.allowed, verdict.why

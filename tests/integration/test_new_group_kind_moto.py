@@ -109,6 +109,9 @@ class FakePool:
     def gpus_per_node(self, obs: GroupObservation, type_gpus: Callable[[Sequence[str]], float | None]) -> float | None:
         return 8.0
 
+    def metric_namespace(self, obs: GroupObservation, named: str) -> tuple[str | None, str]:
+        return named, ""
+
 
 @pytest.fixture
 def pool_kind() -> Iterator[GroupKind]:

@@ -1,6 +1,6 @@
-"""`gpufleet-node busy -- COMMAND`: the node protected from scale-in while a job runs, cleared after (success,
+"""`gpufleet-node busy -- COMMAND`: the node marked busy while a job runs, unmarked after (success,
 failure, SIGTERM), shared by overlapping jobs, exit code passed through. Against a fake IMDSv2 on loopback
-and a fake Auto Scaling client whose every call is checked against botocore's own model. Python >= 3.9."""
+and fake STS and DynamoDB clients whose every call is checked against botocore's own models. Python >= 3.9."""
 
 import json
 import os
@@ -21,34 +21,58 @@ ASG_TAGS = {"aws:autoscaling:groupName": "train-jobs"}
 PY = sys.executable
 
 
-class FakeAutoScaling:
-    """SetInstanceProtection as Auto Scaling takes it: parameters checked against the real model (a wrong
-    name or type raises botocore's ParamValidationError), the instance's protection kept in a file so the
-    command itself can read it; `fail` makes every call raise like a denied one."""
+USERID = "AROAEXAMPLEROLEID:i-0abc"  # an instance profile's aws:userid: role id, then the instance id
 
-    def __init__(self, state: Path, fail: bool = False) -> None:
+
+class FakeAws:
+    """The two services the helper calls, as AWS takes them: sts:GetCallerIdentity (this instance's
+    profile unless `userid` says otherwise) and the busy mark's PutItem / DeleteItem, parameters checked
+    against botocore's own models (a wrong name or type raises ParamValidationError). The mark's state is
+    kept in a file so the command itself can read it; `fail` makes every DynamoDB call raise like a denied one."""
+
+    def __init__(self, state: Path, fail: bool = False, userid: str = USERID) -> None:
         import botocore.session
 
-        self.model = botocore.session.get_session().get_service_model("autoscaling")
+        session = botocore.session.get_session()
+        self.models = {s: session.get_service_model(s) for s in ("dynamodb", "sts")}
         self.state = state
         self.fail = fail
+        self.userid = userid
         self.calls: List[Dict[str, Any]] = []
         state.write_text("unprotected")
 
-    def set_instance_protection(self, **params: Any) -> Dict[str, Any]:
+    def _checked(self, service: str, operation: str, params: Dict[str, Any]) -> None:
         from botocore.validate import validate_parameters
 
-        validate_parameters(params, self.model.operation_model("SetInstanceProtection").input_shape)
-        self.calls.append(params)
-        if self.fail:
+        validate_parameters(params, self.models[service].operation_model(operation).input_shape)
+        if service == "dynamodb":
+            self.calls.append(dict(params, operation=operation))
+        if self.fail and service == "dynamodb":
             from botocore.exceptions import ClientError
 
-            raise ClientError({"Error": {"Code": "AccessDenied", "Message": "no"}}, "SetInstanceProtection")
-        self.state.write_text("protected" if params["ProtectedFromScaleIn"] else "unprotected")
+            raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": "no"}}, operation)
+
+    def get_caller_identity(self) -> Dict[str, Any]:
+        self._checked("sts", "GetCallerIdentity", {})
+        return {"UserId": self.userid, "Account": "123456789012", "Arn": "arn:aws:sts::123456789012:assumed-role/r/x"}
+
+    def put_item(self, **params: Any) -> Dict[str, Any]:
+        self._checked("dynamodb", "PutItem", params)
+        assert params["Item"]["node"] == {"S": self.userid} and params["TableName"] == "gpufleet-busy"
+        self.state.write_text("protected")
+        return {}
+
+    def delete_item(self, **params: Any) -> Dict[str, Any]:
+        self._checked("dynamodb", "DeleteItem", params)
+        assert params["Key"] == {"node": {"S": self.userid}}
+        self.state.write_text("unprotected")
         return {}
 
     def protections(self) -> List[bool]:
-        return [c["ProtectedFromScaleIn"] for c in self.calls]
+        return [c["operation"] == "PutItem" for c in self.calls]
+
+
+FakeAutoScaling = FakeAws  # the helper's interface is unchanged: the tests below read "protected" as "marked"
 
 
 @pytest.fixture
@@ -61,7 +85,7 @@ def node(tmp_path: Path):
         state = str(tmp_path / "busy")
 
         def run(args: List[str], client: Optional[FakeAutoScaling] = None) -> int:
-            factory = lambda region, endpoint: client or fake  # noqa: E731
+            factory = lambda service, region, endpoint: client or fake  # noqa: E731
             return cli.main(["busy", "--state-dir", state, "--config", str(config), *args], factory)
 
         yield run, fake
@@ -78,10 +102,11 @@ def test_protected_while_the_command_runs_and_cleared_after(node, tmp_path: Path
     assert (tmp_path / "seen").read_text() == "protected"
     assert fake.protections() == [True, False]
     assert fake.calls[0] == {
-        "InstanceIds": ["i-0abc"],
-        "AutoScalingGroupName": "train-jobs",
-        "ProtectedFromScaleIn": True,
+        "operation": "PutItem",
+        "TableName": "gpufleet-busy",
+        "Item": {"node": {"S": USERID}, "instance": {"S": "i-0abc"}, "asg": {"S": "train-jobs"}},
     }
+    assert fake.calls[1] == {"operation": "DeleteItem", "TableName": "gpufleet-busy", "Key": {"node": {"S": USERID}}}
     assert fake.state.read_text() == "unprotected"
 
 
@@ -148,7 +173,7 @@ def test_two_overlapping_jobs_clear_the_protection_only_when_the_last_ends(node,
     run, fake = node
     state = tmp_path / "busy"
     b_joined, b_may_end, after_a = tmp_path / "b-joined", tmp_path / "b-may-end", tmp_path / "after-a"
-    protection = busy.AsgProtection(fake, "i-0abc", "train-jobs")
+    protection = busy.BusyMark(fake, USERID, "i-0abc", "train-jobs")
     b = busy.Holders(str(state), name="job-b")
 
     def job_b() -> None:
@@ -217,7 +242,7 @@ def test_a_denied_call_runs_the_command_unprotected_with_one_warning(node, tmp_p
     denied = FakeAutoScaling(tmp_path / "denied", fail=True)
     assert run(["--", PY, "-c", "import sys; sys.exit(5)"], client=denied) == 5
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "AccessDenied" in err[0] and "without scale-in protection" in err[0]
+    assert len(err) == 1 and "AccessDenied" in err[0] and "without a busy mark" in err[0]
     assert denied.protections() == [True]  # never joined, so nothing to clear
     assert not list((tmp_path / "busy").glob("*.holder"))
 
@@ -235,7 +260,9 @@ def test_an_instance_outside_any_auto_scaling_group_runs_the_command_and_says_so
     with FakeImds(META, instance_tags={}) as imds:
         config = tmp_path / "publisher.json"
         config.write_text(json.dumps({"imds_url": imds.url, "identity_cache": None}))
-        code = cli.main(["busy", "--config", str(config), "--", PY, "-c", "import sys; sys.exit(3)"], lambda r, e: fake)
+        code = cli.main(
+            ["busy", "--config", str(config), "--", PY, "-c", "import sys; sys.exit(3)"], lambda s, r, e: fake
+        )
     assert code == 3 and fake.calls == []
     assert "in no Auto Scaling group" in capsys.readouterr().err
 
@@ -244,3 +271,18 @@ def test_usage_errors(capsys) -> None:
     assert cli.main(["busy"]) == busy.EXIT_USAGE
     assert "no command given" in capsys.readouterr().err
     assert cli.main([]) == busy.EXIT_USAGE
+
+
+def test_credentials_that_are_not_the_instance_profile_write_no_mark(tmp_path: Path, capsys) -> None:
+    """Credentials of another principal (IRSA, static keys) have an aws:userid without this instance's id:
+    the scaler would never take their mark, so none is written and the command runs, said once."""
+    other = FakeAws(tmp_path / "protection", userid="AROAEXAMPLEROLEID:i-0other")
+    with FakeImds(META, instance_tags=ASG_TAGS) as imds:
+        config = tmp_path / "publisher.json"
+        config.write_text(json.dumps({"imds_url": imds.url, "identity_cache": None}))
+        code = cli.main(
+            ["busy", "--config", str(config), "--", PY, "-c", "import sys; sys.exit(3)"], lambda s, r, e: other
+        )
+    assert code == 3 and other.calls == []
+    err = capsys.readouterr().err
+    assert "not instance i-0abc's profile" in err and err.count("\n") == 1

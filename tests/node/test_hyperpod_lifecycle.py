@@ -110,9 +110,9 @@ def test_controller_installs_a_minutely_timer_whose_command_publishes(tmp_path: 
                          capture_output=True, text=True, env=env, timeout=30)  # fmt: skip
     assert dry.returncode == 0, dry.stderr
     assert dry.stdout.splitlines() == [
-        "Slurm/PendingGPUs ClusterName=ml-cluster InstanceGroupName=gpu-a: 16",
-        "Slurm/PendingGPUs ClusterName=ml-cluster InstanceGroupName=gpu-b: 0",
-        "Slurm/IdleNode ClusterName=ml-cluster InstanceGroupName=gpu-a InstanceId=i-0a1: 1",
+        "Slurm/${aws:userid}/PendingGPUs ClusterName=ml-cluster InstanceGroupName=gpu-a: 16",
+        "Slurm/${aws:userid}/PendingGPUs ClusterName=ml-cluster InstanceGroupName=gpu-b: 0",
+        "Slurm/${aws:userid}/IdleNode ClusterName=ml-cluster InstanceGroupName=gpu-a InstanceId=i-0a1: 1",
     ]
 
 

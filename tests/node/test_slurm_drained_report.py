@@ -21,6 +21,17 @@ STALE_FILE = {
 }
 
 
+class _OwnSts:
+    """sts GetCallerIdentity of the controller node's role [fake]: its aws:userid."""
+
+    def get_caller_identity(self) -> dict:
+        return {"UserId": "AROACONTROLLER:i-0c0c0c0c0c0c0c0c0", "Account": "123456789012"}
+
+
+OWN_STS = _OwnSts()
+OWN_NAMESPACE = "Slurm/AROACONTROLLER:i-0c0c0c0c0c0c0c0c0"
+
+
 class FakeSageMaker:
     """ListClusterNodes [fake]: ip 10.1.0.5 is `node_id` now; `error` fails every call."""
 
@@ -49,7 +60,7 @@ def _report(tmp_path, s, ddb, doc=None, spec="ml-cluster:gpu-a", extra=("--no-ap
     config.write_text(json.dumps(doc or RESOURCE_CONFIG))
     cw = FakeCloudWatch()
     argv = ["--hyperpod", spec, "--resource-config", str(config), "--marks-table", TABLE, *extra]
-    assert slurm.main(argv, squeue=lambda: [], cloudwatch=cw, sinfo=s.sinfo, dynamodb=ddb, **kw) == 0
+    assert slurm.main(argv, squeue=lambda: [], cloudwatch=cw, sinfo=s.sinfo, dynamodb=ddb, **kw, sts=OWN_STS) == 0
     [call] = cw.calls
     return {
         (d["MetricName"], {x["Name"]: x["Value"] for x in d["Dimensions"]}["InstanceId"]): d["Value"]

@@ -15,6 +15,17 @@ from fakes import FakeCloudWatch
 ROOT = Path(__file__).resolve().parents[2]
 
 
+class _OwnSts:
+    """sts GetCallerIdentity of the controller node's role [fake]: its aws:userid."""
+
+    def get_caller_identity(self) -> dict:
+        return {"UserId": "AROACONTROLLER:i-0c0c0c0c0c0c0c0c0", "Account": "123456789012"}
+
+
+OWN_STS = _OwnSts()
+OWN_NAMESPACE = "Slurm/AROACONTROLLER:i-0c0c0c0c0c0c0c0c0"
+
+
 def _load(name: str, path: Path):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
@@ -64,7 +75,9 @@ def _run(tmp_path, s, dynamodb, extra=("--marks-table", TABLE)) -> dict:
     config.write_text(json.dumps(RESOURCE_CONFIG))
     cw = FakeCloudWatch()
     argv = ["--hyperpod", "ml-cluster:gpu-a", "--resource-config", str(config), "--no-api", *extra]
-    code = slurm.main(argv, squeue=lambda: [], cloudwatch=cw, sinfo=s.sinfo, dynamodb=dynamodb, scontrol=s.scontrol)
+    code = slurm.main(
+        argv, squeue=lambda: [], cloudwatch=cw, sinfo=s.sinfo, dynamodb=dynamodb, scontrol=s.scontrol, sts=OWN_STS
+    )
     assert code == 0
     [call] = cw.calls
     return {
@@ -147,7 +160,7 @@ def test_dry_run_reads_and_says_but_runs_nothing(tmp_path, capsys) -> None:
     config.write_text(json.dumps(RESOURCE_CONFIG))
     argv = ["--hyperpod", "ml-cluster:gpu-a", "--resource-config", str(config), "--no-api",
             "--marks-table", TABLE, "--dry-run"]  # fmt: skip
-    assert slurm.main(argv, squeue=lambda: [], sinfo=s.sinfo, dynamodb=ddb, scontrol=s.scontrol) == 0
+    assert slurm.main(argv, squeue=lambda: [], sinfo=s.sinfo, dynamodb=ddb, scontrol=s.scontrol, sts=OWN_STS) == 0
     assert s.calls == []
     assert f"would run: scontrol update NodeName={A1} State=DRAIN Reason=gpufleet: attrition" in capsys.readouterr().out
 

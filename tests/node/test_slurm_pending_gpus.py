@@ -28,6 +28,17 @@ not a line
 """
 
 
+class _OwnSts:
+    """sts GetCallerIdentity of the controller node's role [fake]: its aws:userid."""
+
+    def get_caller_identity(self) -> dict:
+        return {"UserId": "AROACONTROLLER:i-0c0c0c0c0c0c0c0c0", "Account": "123456789012"}
+
+
+OWN_STS = _OwnSts()
+OWN_NAMESPACE = "Slurm/AROACONTROLLER:i-0c0c0c0c0c0c0c0c0"
+
+
 @pytest.mark.parametrize(
     ("gres", "gpus"),
     [("gpu:4", 4), ("gpu:a100:2", 2), ("gres/gpu:8", 8), ("gres:gpu:a100:8", 8), ("N/A", 0), ("(null)", 0),
@@ -188,11 +199,16 @@ def test_hyperpod_publishes_backlog_per_group_and_idle_nodes(tmp_path) -> None:
     argv = ["--hyperpod", "ml-cluster:gpu-a=train", "--hyperpod", "ml-cluster:gpu-b=debug",
             "--resource-config", str(config)]  # fmt: skip
     sinfo = ["ip-10-1-28-64|idle", "ip-10-1-40-7|allocated"]
-    assert slurm.main(argv, squeue=SQUEUE_TRES.splitlines, cloudwatch=cw, sinfo=lambda: sinfo, sagemaker=NO_API) == 0
+    assert (
+        slurm.main(
+            argv, squeue=SQUEUE_TRES.splitlines, cloudwatch=cw, sinfo=lambda: sinfo, sagemaker=NO_API, sts=OWN_STS
+        )
+        == 0
+    )
     [call] = cw.calls
     got = {(d["MetricName"], tuple((x["Name"], x["Value"]) for x in d["Dimensions"])): d["Value"]
            for d in call["MetricData"]}  # fmt: skip
-    assert call["Namespace"] == "Slurm"
+    assert call["Namespace"] == OWN_NAMESPACE  # its own, the only one gpufleet reads (issue 41)
     assert got == {
         ("PendingGPUs", (("ClusterName", "ml-cluster"), ("InstanceGroupName", "gpu-a"))): 36.0,
         ("PendingGPUs", (("ClusterName", "ml-cluster"), ("InstanceGroupName", "gpu-b"))): 4.0,
@@ -205,7 +221,12 @@ def test_no_resource_file_and_no_api_means_no_idle_node_but_the_backlog_still_go
     cw = FakeCloudWatch()
     argv = ["--hyperpod", "ml-cluster:gpu-a", "--resource-config", str(tmp_path / "absent.json")]
     sinfo = ["ip-10-1-28-64|idle"]
-    assert slurm.main(argv, squeue=SQUEUE_TRES.splitlines, cloudwatch=cw, sinfo=lambda: sinfo, sagemaker=NO_API) == 0
+    assert (
+        slurm.main(
+            argv, squeue=SQUEUE_TRES.splitlines, cloudwatch=cw, sinfo=lambda: sinfo, sagemaker=NO_API, sts=OWN_STS
+        )
+        == 0
+    )
     [call] = cw.calls
     assert [d["MetricName"] for d in call["MetricData"]] == ["PendingGPUs"]
     assert "node ids from the SageMaker API unknown" in capsys.readouterr().err
@@ -215,7 +236,7 @@ def test_no_resource_file_and_no_api_means_no_idle_node_but_the_backlog_still_go
 def test_a_bad_hyperpod_target_is_one_line_and_nothing_sent(bad: str, capsys) -> None:
     cw = FakeCloudWatch()
     with pytest.raises(SystemExit) as exit_:
-        slurm.main(["--hyperpod", bad], squeue=SQUEUE_TRES.splitlines, cloudwatch=cw)
+        slurm.main(["--hyperpod", bad], squeue=SQUEUE_TRES.splitlines, cloudwatch=cw, sts=OWN_STS)
     assert exit_.value.code == 2 and cw.calls == []
     assert "CLUSTER:GROUP" in capsys.readouterr().err
 
@@ -292,7 +313,9 @@ def _publish(tmp_path, sagemaker, config=NO_IDS, extra=()) -> dict:
     (tmp_path / "rc.json").write_text(json.dumps(config))
     cw = FakeCloudWatch()
     argv = ["--hyperpod", "ml-cluster:gpu-a", "--resource-config", str(tmp_path / "rc.json"), *extra]
-    assert slurm.main(argv, squeue=lambda: [], cloudwatch=cw, sinfo=lambda: SINFO, sagemaker=sagemaker) == 0
+    assert (
+        slurm.main(argv, squeue=lambda: [], cloudwatch=cw, sinfo=lambda: SINFO, sagemaker=sagemaker, sts=OWN_STS) == 0
+    )
     [call] = cw.calls
     return {
         {x["Name"]: x["Value"] for x in d["Dimensions"]}["InstanceId"]: d["Value"]

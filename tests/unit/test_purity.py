@@ -56,6 +56,7 @@ GLUE: dict[str, str] = {
     "gpufleet.policy_loading": "reads the policy from SSM or a file through Powertools, with the clock",
     "gpufleet.scaling.execution": "carries a decision out: lease, intent, Auto Scaling, audit, metrics",
     "gpufleet.scaling.last_look": "the fresh reads right before a removal call: its ASG, its cluster's pods",
+    "gpufleet.scaling.busy_protection": "keeps the queue workers' busy marks as scale-in protection each tick",
     "gpufleet.scaling.service": "the scaler's glue: reads alarms, metrics and state, runs the execution",
     "gpufleet.scaling.demand_source": "the tick's demand hub: each source's reader, the GPU-ready probe, logs",
     "gpufleet.scaling.sources.base": "tells each demand source's unreadable causes once, through Powertools",

@@ -176,7 +176,7 @@ def describe(event: Any) -> str:
 _WHAT = {  # resource type -> what it is for a reader deciding to deploy
     "AWS::Serverless::Function": "Lambda functions (python3.13, arm64)",
     "AWS::Serverless::LayerVersion": "Lambda layers",
-    "AWS::DynamoDB::Table": "DynamoDB table (retained on delete)",
+    "AWS::DynamoDB::Table": "DynamoDB tables (state retained on delete)",
     "AWS::SSM::Parameter": "SSM parameter (the fleet policy)",
     "AWS::SQS::Queue": "SQS queues",
     "AWS::SQS::QueuePolicy": "SQS queue policies",

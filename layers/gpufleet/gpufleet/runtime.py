@@ -14,6 +14,7 @@ from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 
 from gpufleet.aws.alarms import AlarmReader
 from gpufleet.aws.audit import AuditLog
+from gpufleet.aws.busy_marks import BusyMarks
 from gpufleet.aws.clients import AwsClients, Session, client, new_session, region_of
 from gpufleet.aws.documents import DocStore
 from gpufleet.aws.fleet import FleetActuator, FleetReader, builtin_groups
@@ -93,17 +94,8 @@ def _control_context(
     policy, whose 2 s and narrow role leave no room for it: an invalid policy fails it, and Auto Scaling
     asks again)."""
     state = StateStore(clients.dynamodb, table)
-    last_good = (
-        LastGoodPolicy(
-            PolicyStore(clients.dynamodb, table),
-            logger,
-            logger.service,
-            writes=True,
-            tell=lambda notes: enqueue_or_log(queue, notes, logger, emf),
-        )
-        if keeps_policy
-        else None
-    )
+    tell = lambda notes: enqueue_or_log(queue, notes, logger, emf)  # noqa: E731
+    last_good = LastGoodPolicy(PolicyStore(clients.dynamodb, table), logger, logger.service, True, tell)
     # HyperPod instance groups named by rules: the SageMaker client is made only when one is read.
     slurm = SlurmMarker(clients.dynamodb, table)  # consolidation by attrition: drains the controller applies
     hyperpod = HyperPodFleet(
@@ -111,7 +103,8 @@ def _control_context(
     )
     cordon = LazyMarker(lambda: _kube_marker(settings, clients, region))
     markers: dict[MarkChannel, NodeMarker] = {MarkChannel.KUBERNETES: cordon, MarkChannel.SLURM: slurm}
-    groups = builtin_groups(clients.autoscaling, clients.eks, hyperpod, logger, ec2)
+    busy = BusyMarks(clients.dynamodb, clients.autoscaling, logger=logger)  # queue workers' marks (domain.busy)
+    groups = builtin_groups(clients.autoscaling, clients.eks, hyperpod, logger, ec2, busy)
     actuator = FleetActuator(groups, markers, clients.autoscaling, clients.eks)
     wait = defaults.BATCH_WAIT_MAX_S if keeps_policy else defaults.TERMINATION_BATCH_WAIT_MAX_S
     return ControlContext(
@@ -121,12 +114,13 @@ def _control_context(
         executor=Executor(
             actuator, state, AuditLog(clients.dynamodb, table, wait), logger, emf, queue, region, LastLook(groups)
         ),
-        load_policy=policy_loader(settings, last_good),
+        load_policy=policy_loader(settings, last_good if keeps_policy else None),
         logger=logger,
         emf=emf,
         region=region,
         home=Origin(account=settings.account_id, region=region),
         global_dry_run=settings.dry_run,
+        busy_marks=busy,
     )
 
 
@@ -155,6 +149,7 @@ def build_scaler(
         AlarmReader(clients.cloudwatch),
         idempotent=wrap,
         demand=demand,
+        busy=ctx.busy_marks,
     )
     return scaler, config
 

@@ -1,25 +1,27 @@
 """`gpufleet-node busy -- COMMAND`: a queue worker's job keeps its node. Python >= 3.9.
 
-While COMMAND runs, this instance is protected from scale-in (Auto Scaling's instance scale-in
-protection, SetInstanceProtection), and the protection is cleared when it ends - on success, on failure,
-and when the helper is stopped with SIGTERM (forwarded to COMMAND, which decides how to stop). The exit
-code is COMMAND's (128+N when a signal N ended it, as shells report it).
+While COMMAND runs, this instance carries a busy mark, and the mark is dropped when it ends - on success,
+on failure, and when the helper is stopped with SIGTERM (forwarded to COMMAND, which decides how to stop).
+The exit code is COMMAND's (128+N when a signal N ended it, as shells report it).
 
-Why protection: it is what AWS recommends for queue workers. "Scaling based on Amazon SQS" and "Design
-your applications to gracefully handle instance termination" (EC2 Auto Scaling user guide) describe a
-worker 2.9 hours into a 3-hour job being picked for scale-in, and "Use instance scale-in protection"
-for it. gpufleet's scaler never removes a protected instance (it reads ProtectedFromScaleIn from
-DescribeAutoScalingGroups), and neither does Auto Scaling itself when desired capacity drops.
+Why a mark: AWS recommends instance scale-in protection for queue workers ("Scaling based on Amazon SQS",
+"Use instance scale-in protection", EC2 Auto Scaling user guide), but SetInstanceProtection cannot be
+scoped to the caller's own instance (IAM has no condition key for the instance or the value), so a node
+allowed to protect itself could unprotect any other node of a managed group. The mark is one DynamoDB
+item in schema.BUSY_TABLE keyed by this instance's own aws:userid ("ROLEID:i-..."); the node policy lets
+a node write only that key (`dynamodb:LeadingKeys`). The scaler reads the marks with a consistent read on
+every tick and again right before every removal, never removes a marked node, and turns each mark into
+scale-in protection (so Auto Scaling's own scale-in passes it over too), which it clears when the mark goes.
 
-Several jobs on one node (two workers, or nested calls) share the protection: each holder is a file in
-the state directory (default /run/gpufleet-busy), taken and dropped under an flock. The first holder sets
-the protection, the last one to leave clears it. A holder whose helper and COMMAND are both gone (the
-helper killed with SIGKILL, the node rebooted) is pruned by the next one to leave, so a lost holder never
-keeps the node forever; while its COMMAND still runs it still counts.
+Several jobs on one node (two workers, or nested calls) share the mark: each holder is a file in the
+state directory (default /run/gpufleet-busy), taken and dropped under an flock. The first holder writes
+the mark, the last one to leave deletes it. A holder whose helper and COMMAND are both gone (the helper
+killed with SIGKILL, the node rebooted) is pruned by the next one to leave, so a lost holder never keeps
+the node forever; while its COMMAND still runs it still counts.
 
-If the protection cannot be set (no permission, IMDS or the API unreachable, the instance not InService),
-COMMAND runs anyway with one warning on stderr - the job matters more than the node's tenure - unless
-`--strict` says to refuse (exit 75, EX_TEMPFAIL, COMMAND not run).
+If the mark cannot be written (no permission, IMDS or the API unreachable, credentials that are not the
+instance profile's), COMMAND runs anyway with one warning on stderr - the job matters more than the node's
+tenure - unless `--strict` says to refuse (exit 75, EX_TEMPFAIL, COMMAND not run).
 """
 
 import contextlib
@@ -31,6 +33,8 @@ import signal
 import subprocess
 import sys
 from typing import Any, Callable, Dict, List, Optional
+
+from gpufleet_node import schema
 
 EXIT_TEMPFAIL = 75  # sysexits.h EX_TEMPFAIL: --strict and the protection could not be set
 EXIT_USAGE = 2
@@ -44,23 +48,31 @@ class ProtectionFailed(RuntimeError):
     pass
 
 
-class AsgProtection:
-    """SetInstanceProtection on this instance in its Auto Scaling group (an EKS managed node group's
-    instances are members of the node group's ASG: the same call)."""
+class BusyMark:
+    """This instance's busy mark: PutItem / DeleteItem of the item keyed by its own aws:userid in
+    schema.BUSY_TABLE (the only key the node policy lets it write)."""
 
-    def __init__(self, client: Any, instance_id: str, asg_name: str) -> None:
+    def __init__(
+        self, client: Any, userid: str, instance_id: str, asg_name: str, table: str = schema.BUSY_TABLE
+    ) -> None:
         self.client = client
+        self.userid = userid
         self.instance_id = instance_id
         self.asg_name = asg_name
+        self.table = table
 
-    def set(self, protected: bool) -> None:
+    def set(self, busy: bool) -> None:
+        key = {schema.BUSY_KEY: {"S": self.userid}}
         try:
-            self.client.set_instance_protection(
-                InstanceIds=[self.instance_id], AutoScalingGroupName=self.asg_name, ProtectedFromScaleIn=protected
-            )
+            if busy:
+                item = dict(key, instance={"S": self.instance_id}, asg={"S": self.asg_name})
+                self.client.put_item(TableName=self.table, Item=item)
+            else:
+                self.client.delete_item(TableName=self.table, Key=key)
         except Exception as exc:  # botocore's ClientError, EndpointConnectionError, NoCredentialsError ...
             raise ProtectionFailed(
-                "SetInstanceProtection(%s, %s, %s) failed: %s" % (self.instance_id, self.asg_name, protected, exc)
+                "%s of the busy mark %s in %s failed: %s"
+                % ("PutItem" if busy else "DeleteItem", self.userid, self.table, exc)
             ) from None
 
 
@@ -234,7 +246,7 @@ def _protect(protection: Any, holders: Holders, strict: bool) -> Optional[bool]:
         if strict:
             _warn("%s; not running the command (--strict)" % exc)
             return None
-        _warn("%s; running the command without scale-in protection" % exc)
+        _warn("%s; running the command without a busy mark (its node may be scaled in)" % exc)
         return False
 
 
@@ -244,7 +256,7 @@ def _unprotect(protection: Any, holders: Holders, joined: bool) -> None:
     try:
         holders.release(lambda: protection.set(False))
     except (ProtectionFailed, OSError) as exc:
-        _warn("%s; the instance stays protected from scale-in until it is cleared" % exc)
+        _warn("%s; the node stays marked busy (kept from scale-in) until the mark is deleted" % exc)
 
 
 def state_dir(explicit: Optional[str]) -> str:

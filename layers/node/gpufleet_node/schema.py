@@ -31,10 +31,25 @@ def namespace_instance(namespace: str) -> "str | None":
     None when it is not a node's own namespace of that exact shape (one ':', a non-empty id on each side)."""
     if not namespace.startswith(NODE_NAMESPACE_PREFIX):
         return None
-    role, sep, session = namespace[len(NODE_NAMESPACE_PREFIX) :].partition(":")
+    return userid_instance(namespace[len(NODE_NAMESPACE_PREFIX) :])
+
+
+def userid_instance(userid: str) -> "str | None":
+    """The instance of an instance profile's aws:userid ("ROLEID:i-..." -> "i-..."), or None when it is
+    not of that exact shape (one ':', a non-empty id on each side, no '/')."""
+    role, sep, session = userid.partition(":")
     if not sep or not role or not session.startswith("i-") or ":" in session or "/" in role + session:
         return None
     return session
+
+
+# Busy marks (`gpufleet-node busy`): a queue worker that holds a job says so in one DynamoDB item of
+# BUSY_TABLE whose key BUSY_KEY is its own aws:userid. The node policy allows PutItem and DeleteItem
+# only where `dynamodb:LeadingKeys` equals "${aws:userid}", so a node can mark (and unmark) only itself;
+# the scaler turns marks into scale-in protection and never removes a marked node. A fixed name, as the
+# usage log group's: the AMI needs no stack output to find it.
+BUSY_TABLE = "gpufleet-busy"
+BUSY_KEY = "node"
 
 
 # Dimension names. Per GPU: (InstanceId, GpuIndex); per instance: (InstanceId,); per group: one of
@@ -383,3 +398,27 @@ TEAM_UNKNOWN = "__unknown__"  # a process whose owner could not be read (no perm
 #           (utilization-weighted), idle seconds (utilization <= IDLE_UTIL_PERCENT), peak memory MiB]
 #   gone   what could not be known in the window, e.g. {"allocations": "kubelet socket not found"}
 USAGE_ROW_FIELDS: Tuple[str, ...] = ("gpu", "workload", "held_s", "busy_s", "idle_s", "peak_mib")
+
+# ---- Slurm's report on a HyperPod cluster: the controller node's own namespace ----
+# Slurm's word on a HyperPod cluster (IdleNode, DrainedNode, PendingGPUs: which nodes may go, how many
+# come) is read only from SLURM_NAMESPACE_PREFIX + the controller node's own aws:userid, "Slurm/ROLEID:i-..."
+# (the controller group's execution role id, then its instance id: the same rule as a GPU node's own
+# namespace above). IAM lets a principal write "Slurm/${aws:userid}" and denies every other Slurm namespace
+# in every role gpufleet ships (ami/hyperpod/*.json, template.yaml's node policy), so a write elsewhere - plain
+# "Slurm", another instance's - is never read. ami/slurm_pending_gpus.py keeps the same literal (it imports
+# nothing of gpufleet's); tests/node/test_slurm_report_namespace.py checks that they agree.
+SLURM_NAMESPACE = "Slurm"
+SLURM_NAMESPACE_PREFIX = SLURM_NAMESPACE + "/"
+
+
+def slurm_namespace(userid: str) -> str:
+    """The Slurm report namespace only the credentials with this aws:userid may write."""
+    return SLURM_NAMESPACE_PREFIX + userid
+
+
+def slurm_namespace_instance(namespace: str) -> "str | None":
+    """The instance whose own credentials wrote this Slurm report namespace ("Slurm/ROLEID:i-..." ->
+    "i-..."), or None when it is not one of that exact shape (plain "Slurm" included)."""
+    if not namespace.startswith(SLURM_NAMESPACE_PREFIX):
+        return None
+    return userid_instance(namespace[len(SLURM_NAMESPACE_PREFIX) :])

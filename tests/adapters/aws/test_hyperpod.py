@@ -42,6 +42,14 @@ GROUP = {
 }
 
 
+# Slurm's controller group (DescribeCluster's SlurmConfig says so) and its one node: the report is read
+# from its own namespace only (issue 41).
+CONTROLLER = {**GROUP, "InstanceGroupName": "controller-machine", "InstanceType": "ml.c5.xlarge",
+              "SlurmConfig": {"NodeType": "Controller"}}  # fmt: skip
+CONTROLLER_NODE = "i-0c0c0c0c0c0c0c0c0"
+ROLE_ID = "AROAHP"
+
+
 def _node(iid: str, status: str, group: str = "gpu-workers") -> dict[str, Any]:
     return {
         "InstanceId": iid,
@@ -65,7 +73,7 @@ class FakeSageMaker:
         if kw["ClusterName"] != "slurm-a":
             raise ClientError({"Error": {"Code": "ResourceNotFound", "Message": "no"}}, "DescribeCluster")
         other = {**GROUP, "InstanceGroupName": "gpu-workers-2"}
-        out = {"ClusterArn": ARN, "ClusterName": "slurm-a", "InstanceGroups": [dict(GROUP), other]}
+        out = {"ClusterArn": ARN, "ClusterName": "slurm-a", "InstanceGroups": [dict(GROUP), other, dict(CONTROLLER)]}
         if self.orchestrator:
             out["Orchestrator"] = self.orchestrator
         return out
@@ -75,12 +83,18 @@ class FakeSageMaker:
 
     def list_cluster_nodes(self, **kw: Any) -> dict[str, Any]:
         self.calls.append(("ListClusterNodes", kw))
-        found = [n for n in self.nodes if kw.get("InstanceGroupNameContains", "") in n["InstanceGroupName"]]
+        everything = [*self.nodes, _node(CONTROLLER_NODE, "Running", CONTROLLER["InstanceGroupName"])]
+        found = [n for n in everything if kw.get("InstanceGroupNameContains", "") in n["InstanceGroupName"]]
         start = int(kw.get("NextToken", 0))
         page: dict[str, Any] = {"ClusterNodeSummaries": found[start : start + 2]}
         if start + 2 < len(found):
             page["NextToken"] = str(start + 2)
         return page
+
+    def get_role(self, **kw: Any) -> dict[str, Any]:
+        """IAM's GetRole [fake]: the execution role's unique id (the controller's aws:userid begins with it)."""
+        self.calls.append(("GetRole", kw))
+        return {"Role": {"RoleName": kw["RoleName"], "RoleId": ROLE_ID}}
 
     def update_cluster(self, **kw: Any) -> dict[str, Any]:
         self.calls.append(("UpdateCluster", kw))
@@ -155,7 +169,7 @@ def _fleet(
 ) -> tuple[HyperPodFleet, FakeSageMaker]:
     sm = FakeSageMaker(nodes, **{k: v for k, v in kw.items() if k in ("refuse", "orchestrator")})
     cw = FakeCloudWatch(minutes, kw.get("error"), kw.get("current"), kw.get("reports", LANDED))
-    return HyperPodFleet(sm, cw, now=lambda: NOW), sm
+    return HyperPodFleet(sm, cw, now=lambda: NOW, iam=sm), sm
 
 
 IDLE: list[float | None] = [1.0] * defaults.HYPERPOD_IDLE_MINUTES
@@ -211,7 +225,10 @@ def test_the_idle_read_is_one_call_over_whole_minutes_and_only_for_running_nodes
     report, stat = (q["MetricStat"] for q in request["MetricDataQueries"])
     assert (report["Metric"]["MetricName"], report["Stat"], report["Period"]) == ("PendingGPUs", "SampleCount", 60)
     assert {d["Name"] for d in report["Metric"]["Dimensions"]} == {"ClusterName", "InstanceGroupName"}
-    assert stat["Metric"]["Namespace"] == "Slurm" and stat["Metric"]["MetricName"] == "IdleNode"
+    assert (
+        stat["Metric"]["Namespace"] == f"Slurm/{ROLE_ID}:{CONTROLLER_NODE}"
+        and stat["Metric"]["MetricName"] == "IdleNode"
+    )
     assert {d["Name"] for d in stat["Metric"]["Dimensions"]} == {"ClusterName", "InstanceGroupName", "InstanceId"}
     end = NOW.replace(second=0)  # the window: 5 whole minutes, and the current one read to its end
     assert (request["StartTime"], request["EndTime"]) == (end - timedelta(minutes=5), end + timedelta(minutes=1))

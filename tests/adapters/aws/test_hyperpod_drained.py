@@ -43,7 +43,7 @@ def _fleet(
     sm = FakeSageMaker(list(NODES))
     cw = FakeCloudWatch({"i-1": IDLE, "i-2": IDLE}, drained=drained)
     warn = told.append if told is not None else (lambda _: None)
-    fleet = HyperPodFleet(sm, cw, now=lambda: NOW, marker=marker, warn=warn)  # type: ignore[arg-type]
+    fleet = HyperPodFleet(sm, cw, now=lambda: NOW, marker=marker, warn=warn, iam=sm)  # type: ignore[arg-type]
     return fleet, sm, cw
 
 

@@ -32,9 +32,11 @@ class FakeMarks:
 
 
 def _fleet(marks: FakeMarks, told: list[str], minutes: dict[str, list[float | None]] | None = None) -> HyperPodFleet:
+    sm = FakeSageMaker(NODES)
     return HyperPodFleet(
-        FakeSageMaker(NODES),
+        sm,
         FakeCloudWatch(minutes or {}),
+        iam=sm,
         now=lambda: NOW,
         marker=marks,  # type: ignore[arg-type]
         warn=told.append,

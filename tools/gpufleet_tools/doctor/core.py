@@ -15,7 +15,9 @@ backlog metric (a datum lately); a cluster where a group consolidates by attriti
 lets each installed system's objects be listed and its access entries carry the group bound to that (one
 review per resource: `queued_jobs_view`); a queue-driven group whose workers hold messages while none of its
 instances is protected from scale-in (nothing marks the busy nodes); two groups reading one queue or one
-metric with no `demand.order` between them. A group name not found comes with the closest the account has.
+metric with no `demand.order` between them; each HyperPod cluster's execution roles (`hyperpod_roles`: Slurm's
+controller group known, its role shared with other groups or not, the Deny on other Slurm namespaces). A group
+name not found comes with the closest the account has.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from gpufleet.policy.fleet import FleetPolicy, GroupSettings, Owner
 from gpufleet.scaling.targets import AlarmTarget, resolve_alarm_target
 from gpufleet_node import schema
 from gpufleet_tools.alarm_specs import DEFAULT_HIGH, DEFAULT_LOW, scaling_alarms
+from gpufleet_tools.doctor.hyperpod_roles import ClusterRoles, role_findings
 
 
 class Level(StrEnum):
@@ -89,6 +92,7 @@ class AccountView(Frozen):
     slack_secret: Presence = Presence.NOT_CONFIGURED
     topic: Presence = Presence.NOT_CONFIGURED
     demand: tuple[DemandView, ...] = ()
+    hyperpod: tuple[ClusterRoles, ...] = ()  # the execution roles of the HyperPod clusters the policy names
 
 
 def worst(findings: list[Finding]) -> Level:
@@ -112,6 +116,9 @@ def diagnose(policy: FleetPolicy, view: AccountView) -> list[Finding]:
     found += [_demand_finding(d) for d in view.demand]
     found += list(_queue_workers(managed, view))
     found += list(_shared_sources(policy, managed))
+    found += [
+        Finding(level=Level(lv), subject=sub, text=text) for c in view.hyperpod for lv, sub, text in role_findings(c)
+    ]
     return found
 
 

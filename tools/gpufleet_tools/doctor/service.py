@@ -6,7 +6,9 @@ secret and the SNS topic exist (DescribeSecret, GetTopicAttributes: never the se
 
 from __future__ import annotations
 
+import json
 import os
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -20,6 +22,7 @@ from gpufleet.aws.groups.provider import GroupShapes
 from gpufleet.aws.metrics import group_dimensions
 from gpufleet.domain import defaults
 from gpufleet.domain.errors import ClusterUnreadable
+from gpufleet.domain.kinds import GroupKind
 from gpufleet.domain.models import GroupObservation, QueuedSource
 from gpufleet.events.alarms import described_metrics
 from gpufleet.kubernetes.client import Connection, HttpProblem
@@ -28,6 +31,7 @@ from gpufleet.kubernetes.marks import may_patch_nodes
 from gpufleet.policy.fleet import Consolidation, FleetPolicy
 from gpufleet.settings import ENV_KUBE_ENDPOINTS, KubeEndpoint, Settings
 from gpufleet_tools.doctor.core import AccountView, AlarmView, DemandView, Presence, reads_gpufleet_metrics
+from gpufleet_tools.doctor.hyperpod_roles import ClusterRoles, RoleView, denies_other_slurm, puts_anywhere
 from gpufleet_tools.doctor.queued_access import queued_jobs_check
 
 _NOT_FOUND = ("ResourceNotFoundException", "NotFound", "NotFoundException")
@@ -40,10 +44,13 @@ class AccountReader:
     secrets: Any
     sns: Any
     demand: DemandProbe | None = None
+    roles: RoleProbe | None = None  # the execution roles of the HyperPod clusters the policy names
 
     def read(self, policy: FleetPolicy, slack_secret_arn: str | None, topic_arn: str | None) -> AccountView:
         groups = self.fleet.every_group()
+        clusters = sorted({r.cluster for r in policy.groups if r.kind is GroupKind.HYPERPOD and r.cluster})
         return AccountView(
+            hyperpod=tuple(self.roles.read(c) for c in clusters) if self.roles else (),
             groups=tuple(groups),
             demand=tuple(self.demand.check(policy, groups)) if self.demand else (),
             scaling_policies=self.fleet.scaling_policies(),
@@ -101,6 +108,7 @@ def build_account_reader(session: Session | None = None) -> AccountReader:
         client("secretsmanager", session),
         client("sns", session),
         probe,
+        RoleProbe(client("sagemaker", session), client("iam", session)),
     )
 
 
@@ -274,3 +282,64 @@ class DemandProbe:
         if value != value or value < 0:  # NaN or negative: the scaler reads it as unreadable
             return DemandView(group=group, source=source, problem=f"the latest datum is {value:g}, not a count of GPUs")
         return DemandView(group=group, source=source, found=f"{value:g} GPU(s) requested by waiting jobs now")
+
+
+class RoleProbe:
+    """Reads ClusterRoles with the operator's credentials (read-only calls only)."""
+
+    def __init__(self, sagemaker: Any, iam: Any) -> None:
+        self.sagemaker, self.iam = sagemaker, iam
+
+    def read(self, cluster: str) -> ClusterRoles:
+        try:
+            described = self.sagemaker.describe_cluster(ClusterName=cluster)
+            tags = {
+                t["Key"]: t.get("Value", "")
+                for t in self.sagemaker.list_tags(ResourceArn=described["ClusterArn"]).get("Tags", [])
+            }
+        except AWS_FAILURES as exc:
+            return ClusterRoles(cluster=cluster, unread=f"DescribeCluster failed ({error_code(exc)})")
+        groups = {
+            str(g["InstanceGroupName"]): str(g.get("ExecutionRole") or "") for g in described.get("InstanceGroups", [])
+        }
+        from gpufleet.aws.hyperpod import controller_group  # the scaler's own rule (loads SageMaker's model lazily)
+
+        controller, why = controller_group(described, tags)
+        roles = {arn: self._role(arn) for arn in sorted(set(groups.values())) if arn}
+        return ClusterRoles(cluster=cluster, groups=groups, controller=controller, why=why, roles=roles)
+
+    def _role(self, arn: str) -> RoleView:
+        name = arn.rsplit("/", 1)[-1]
+        try:
+            statements = [*self._inline(name), *self._attached(name)]
+        except AWS_FAILURES as exc:
+            return RoleView(arn=arn, unread=error_code(exc))
+        return RoleView(
+            arn=arn, denies_other_slurm=denies_other_slurm(statements), puts_anywhere=puts_anywhere(statements)
+        )
+
+    def _inline(self, name: str) -> list[Mapping[str, Any]]:
+        out: list[Mapping[str, Any]] = []
+        for page in self.iam.get_paginator("list_role_policies").paginate(RoleName=name):
+            for policy in page.get("PolicyNames", []):
+                doc = self.iam.get_role_policy(RoleName=name, PolicyName=policy)["PolicyDocument"]
+                out += _statements(doc)
+        return out
+
+    def _attached(self, name: str) -> list[Mapping[str, Any]]:
+        out: list[Mapping[str, Any]] = []
+        for page in self.iam.get_paginator("list_attached_role_policies").paginate(RoleName=name):
+            for policy in page.get("AttachedPolicies", []):
+                arn = policy["PolicyArn"]
+                version = self.iam.get_policy(PolicyArn=arn)["Policy"]["DefaultVersionId"]
+                doc = self.iam.get_policy_version(PolicyArn=arn, VersionId=version)["PolicyVersion"]["Document"]
+                out += _statements(doc)
+        return out
+
+
+def _statements(doc: Any) -> list[Mapping[str, Any]]:
+    """A policy document's statements (IAM returns it URL-encoded JSON in the raw API; boto3 decodes it)."""
+    if isinstance(doc, str):
+        doc = json.loads(urllib.parse.unquote(doc))
+    found = doc.get("Statement", [])
+    return [s for s in (found if isinstance(found, list) else [found]) if isinstance(s, Mapping)]

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from gpufleet.aws.busy_marks import BusyMarks
 from gpufleet.aws.groups.asg import AsgGroups, AutoScalingReads
 from gpufleet.aws.groups.hyperpod import HyperPodGroups
 from gpufleet.aws.groups.nodegroup import NodegroupGroups, owning_group
@@ -69,6 +70,9 @@ class GroupRegistry:
     def gpus_per_node(self, obs: GroupObservation, type_gpus: Callable[[Sequence[str]], float | None]) -> float | None:
         return self.provider(obs.ref.kind).gpus_per_node(obs, type_gpus)
 
+    def metric_namespace(self, obs: GroupObservation, named: str) -> tuple[str | None, str]:
+        return self.provider(obs.ref.kind).metric_namespace(obs, named)
+
 
 def builtin_groups(
     autoscaling: AutoScalingClient,
@@ -76,10 +80,12 @@ def builtin_groups(
     hyperpod: HyperPodFleet | None = None,
     logger: Any = None,
     ec2: Callable[[], Any] = lambda: None,
+    busy: BusyMarks | None = None,
 ) -> GroupRegistry:
     """The three kinds gpufleet ships: ASGs, EKS managed node groups, and (given its fleet) HyperPod
-    instance groups. `ec2`: the EC2 client, made when a node shape is first asked."""
-    asgs = AutoScalingReads(autoscaling)
+    instance groups. `ec2`: the EC2 client, made when a node shape is first asked; `busy`: the queue
+    workers' busy marks (both ASG-backed kinds read them)."""
+    asgs = AutoScalingReads(autoscaling, busy)
     providers: list[GroupProvider] = [AsgGroups(asgs, ec2, logger), NodegroupGroups(eks, asgs, ec2)]
     if hyperpod is not None:
         providers.append(HyperPodGroups(hyperpod))

@@ -5,8 +5,12 @@ and does not do.
 
 Which nodes run a Slurm job is Slurm's to say, not the node's: the backlog publisher on the cluster's
 controller node puts `IdleNode` = 1 each minute for every node Slurm reports IDLE (defaults.HYPERPOD_IDLE_*),
-into a namespace only the scheduler's role may write, in the same PutMetricData call as the group's
-`PendingGPUs` (the marker that a run's report landed). This module reads that report (read_report); what
+into its own namespace `Slurm/${aws:userid}` ("Slurm/ROLEID:i-...", schema.slurm_namespace), in the same
+PutMetricData call as the group's `PendingGPUs` (the marker that a run's report landed). Only that namespace
+is read: the controller node is found from DescribeCluster and ListClusterNodes, its role id from IAM
+(ReportSources); IAM denies every other Slurm namespace to the roles gpufleet ships, and data anywhere else
+(plain `Slurm`, another node's) is ignored and told once. No controller identified: nothing is trusted. This
+module reads that report (read_report); what
 it says is domain.slurm_report's, pure: a node is a candidate for removal only if the newest landed report
 (this minute's or the last) called it idle and every recent minute did (idle_nodes); anything else, a stale
 report or an unreadable answer, keeps it (fail closed). A node gpufleet asked Slurm to drain (consolidation
@@ -36,7 +40,7 @@ from typing import Any
 import botocore.session
 from botocore.exceptions import ClientError
 
-from gpufleet.aws.clients import AWS_FAILURES, chunks, error_code
+from gpufleet.aws.clients import AWS_FAILURES, chunks, client, error_code, new_session
 from gpufleet.aws.metrics import GpuMetricsReader, MetricsIncomplete, SeriesQuery
 from gpufleet.aws.slurm_marks import RequestedDrain, SlurmMarker, prune_marks, read_drains
 from gpufleet.domain import defaults
@@ -94,6 +98,44 @@ HYPERPOD_NOT_REPLACED = (
     "told only: a HyperPod node is replaced by HyperPod's own node recovery, not by gpufleet "
     "(by hand: aws sagemaker batch-replace-cluster-nodes)"
 )
+
+
+@dataclass(frozen=True)
+class ReportSource:
+    """Where one cluster's Slurm report is read: the controller node's own namespace (`namespace`), or
+    why none is trusted (`why`; namespace None)."""
+
+    namespace: str | None
+    why: str = ""
+    controller: str | None = None  # the controller node's instance id
+    role: str | None = None  # its instance group's ExecutionRole (ARN)
+
+
+def controller_group(cluster: Mapping[str, Any], tags: Mapping[str, str]) -> tuple[str | None, str]:
+    """The instance group that runs Slurm's controller: the one DescribeCluster gives SlurmConfig.NodeType
+    Controller (clusters whose Slurm config is the API's), else the one the cluster's
+    HYPERPOD_CONTROLLER_GROUP_TAG names (clusters configured by provisioning_parameters.json's
+    `controller_group`, which no API returns). (None, why) when neither says exactly one."""
+    groups = {str(g.get("InstanceGroupName")): g for g in cluster.get("InstanceGroups", [])}
+    by_api = sorted(
+        name
+        for name, g in groups.items()
+        if (g.get("SlurmConfig") or {}).get("NodeType") == defaults.HYPERPOD_CONTROLLER_NODE_TYPE
+    )
+    if len(by_api) == 1:
+        return by_api[0], ""
+    if len(by_api) > 1:
+        return None, f"DescribeCluster names {len(by_api)} controller instance groups ({', '.join(by_api)})"
+    tag = defaults.HYPERPOD_CONTROLLER_GROUP_TAG
+    named = tags.get(tag)
+    if named is None:
+        return None, (
+            "no instance group is Slurm's controller by DescribeCluster (SlurmConfig.NodeType) and the cluster "
+            f"has no tag {tag} (tag it with the controller group's name)"
+        )
+    if named not in groups:
+        return None, f"the cluster's tag {tag}={named} names no instance group of it"
+    return named, ""
 
 
 class LazyClient:
@@ -172,11 +214,16 @@ class HyperPodFleet:
     sagemaker: Any
     cloudwatch: Any
     now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
-    namespace: str = defaults.HYPERPOD_IDLE_NAMESPACE
     marker: SlurmMarker | None = None  # the Slurm drains gpufleet asked for (consolidation by attrition)
     warn: Callable[[str], None] = field(default=logging.getLogger(__name__).warning)
+    # IAM, for the controller's role id (GetRole); None: a client made on first use
+    iam: Any = None
     _told: set[str] = field(default_factory=set, init=False, repr=False)  # clusters whose marks read failed
     _late: set[str] = field(default_factory=set, init=False, repr=False)  # nodes whose unlanded drain was told
+    sources: ReportSources = field(init=False, repr=False)  # whose report is read, per cluster
+
+    def __post_init__(self) -> None:
+        self.sources = ReportSources(self)
 
     # ---- reading ----
 
@@ -237,6 +284,7 @@ class HyperPodFleet:
         asked = nodes_to_read(ours, candidates)
         drains = asked_drains(ours)
         word = self._idle(asked, now, drains) if asked else SlurmWord()
+        self.sources.tell_foreign({ref.cluster or "" for ref, _ in asked}, now)
         for line in late_drains(word, drains, now, self._late):
             self.warn(line)
         return [word.marked(o) if o.ref.kind is GroupKind.HYPERPOD else o for o in observations]
@@ -286,8 +334,8 @@ class HyperPodFleet:
         now: datetime | None = None,
         asked: Mapping[str, datetime] | None = None,
     ) -> SlurmWord:
-        """Slurm's word on the Running nodes (slurm_word), read now."""
-        return slurm_word(self.cloudwatch, self.namespace, running, minute_of(now or self.now()), asked or {})
+        """Slurm's word on the Running nodes, read now (ReportSources.word)."""
+        return self.sources.word(running, now or self.now(), asked or {})
 
     # ---- changing ----
 
@@ -359,9 +407,153 @@ class HyperPodFleet:
         return text
 
 
+@dataclass
+class ReportSources:
+    """Whose Slurm report is read, per cluster (docs/hyperpod.md "Whose report is read"): the controller
+    node found from DescribeCluster and ListClusterNodes, its role id from IAM (cached per role), the
+    untrusted told once per cause, and the Slurm data elsewhere told once per namespace."""
+
+    fleet: HyperPodFleet
+    _role_ids: dict[str, str] = field(default_factory=dict, init=False, repr=False)  # "role ARN|node" -> RoleId
+    # cluster -> (the minute it was found, where its report is read): found again each minute
+    _sources: dict[str, tuple[datetime, ReportSource]] = field(default_factory=dict, init=False, repr=False)
+    _untrusted: dict[str, str] = field(default_factory=dict, init=False, repr=False)  # cluster -> why told
+    _foreign_at: dict[str, datetime] = field(default_factory=dict, init=False, repr=False)  # last listed
+    _foreign: set[tuple[str, str]] = field(default_factory=set, init=False, repr=False)  # (cluster, ns) told
+
+    def source(self, cluster: str, now: datetime) -> ReportSource:
+        """Where `cluster`'s Slurm report is read: `Slurm/<role id>:<instance id>` of its controller node
+        (controller_group's one node, its group's ExecutionRole's RoleId), found again each minute (a
+        replaced controller is a new instance); or why no report of it is trusted, told once per cause."""
+        minute = minute_of(now)
+        cached = self._sources.get(cluster)
+        if cached is not None and cached[0] == minute:
+            return cached[1]
+        try:
+            source = self._find_source(cluster)
+        except AWS_FAILURES as exc:
+            source = ReportSource(None, f"finding its Slurm controller failed ({error_code(exc)})")
+        self._sources[cluster] = (minute, source)
+        if source.why and self._untrusted.get(cluster) != source.why:
+            self._untrusted[cluster] = source.why
+            self.fleet.warn(
+                f"hyperpod:{cluster}: Slurm's report is not trusted: {source.why}; no node of it is removed "
+                "and its Slurm backlog is unreadable until its controller node is known (docs/hyperpod.md)"
+            )
+        elif not source.why:
+            self._untrusted.pop(cluster, None)
+        return source
+
+    def _find_source(self, cluster_name: str) -> ReportSource:
+        cluster = self.fleet._cluster(cluster_name)
+        if cluster is None:
+            return ReportSource(None, "the cluster is gone")
+        name, why = controller_group(cluster, self.fleet._tags(cluster["ClusterArn"]))
+        if name is None:
+            return ReportSource(None, why)
+        group = next(g for g in cluster.get("InstanceGroups", []) if g.get("InstanceGroupName") == name)
+        nodes = [n["InstanceId"] for n in self.fleet._nodes(cluster_name, name)]
+        if len(nodes) != 1:
+            return ReportSource(None, f"its controller group {name} lists {len(nodes)} nodes, not one")
+        role = str(group.get("ExecutionRole") or "")
+        if not role:
+            return ReportSource(None, f"its controller group {name} has no ExecutionRole")
+        role_id = self._role_id(role, nodes[0])
+        return ReportSource(schema.slurm_namespace(f"{role_id}:{nodes[0]}"), controller=nodes[0], role=role)
+
+    def _role_id(self, role_arn: str, controller: str) -> str:
+        """The role's unique id (the part of an instance profile's aws:userid before ':'), from IAM once per
+        role and controller node in a warm container: it changes only when the role is deleted and made
+        again, which a new controller node (a replaced one, a cluster made again) may come with."""
+        key = f"{role_arn}|{controller}"
+        if key not in self._role_ids:
+            if self.fleet.iam is None:
+                self.fleet.iam = client("iam", new_session())
+            name = role_arn.rsplit("/", 1)[-1]
+            self._role_ids = {k: v for k, v in self._role_ids.items() if not k.startswith(f"{role_arn}|")}
+            self._role_ids[key] = str(self.fleet.iam.get_role(RoleName=name)["Role"]["RoleId"])
+        return self._role_ids[key]
+
+    def word(self, running: Sequence[tuple[GroupRef, str]], at: datetime, asked: Mapping[str, datetime]) -> SlurmWord:
+        """Slurm's word on the Running nodes (slurm_word), read now, each cluster's from its controller
+        node's own namespace only; a cluster whose controller cannot be told has every group read closed."""
+        sources = {c: self.source(c, at) for c in sorted({ref.cluster or "" for ref, _ in running})}
+        trusted = [(ref, iid) for ref, iid in running if sources[ref.cluster or ""].namespace is not None]
+        namespaces = {c: src.namespace for c, src in sources.items() if src.namespace is not None}
+        word = slurm_word(self.fleet.cloudwatch, namespaces, trusted, minute_of(at), asked)
+        for ref, _ in running:
+            source = sources[ref.cluster or ""]
+            if source.why:
+                word.closed[ref.key] = f"Slurm's report is not trusted: {source.why}"
+            elif ref.key in word.closed and str(source.namespace) not in word.closed[ref.key]:
+                # Said where it was looked for; a role made again since has a new id: asked again next time.
+                word.closed[ref.key] += f" (read from {source.namespace} only)"
+                self.forget_role(source.role)
+        return word
+
+    def forget_role(self, role: str | None) -> None:
+        """A stale report: the role's id is asked again next time (a role made again has a new one)."""
+        self._role_ids = {k: v for k, v in self._role_ids.items() if not k.startswith(f"{role or ''}|")}
+
+    def tell_foreign(self, clusters: Iterable[str], now: datetime) -> None:
+        """Each cluster's Slurm data elsewhere (foreign), told once."""
+        for cluster in sorted(clusters):
+            self.foreign(cluster, now)
+
+    def foreign(self, cluster: str, now: datetime) -> None:
+        """Once an hour at most (HYPERPOD_FOREIGN_REPORT_CHECK_S): the Slurm namespaces other than the
+        controller node's own that hold this cluster's report (ListMetrics, recently active series, one call
+        per report metric), each told once: gpufleet ignores them (a forger's, a second publisher's, a
+        publisher of before the namespace change). A failed listing is only logged: it is advice."""
+        last = self._foreign_at.get(cluster)
+        if last is not None and now - last < timedelta(seconds=defaults.HYPERPOD_FOREIGN_REPORT_CHECK_S):
+            return
+        self._foreign_at[cluster] = now
+        own = self.source(cluster, now).namespace
+        seen: set[str] = set()
+        try:
+            for metric in (
+                defaults.HYPERPOD_PENDING_METRIC,
+                defaults.HYPERPOD_IDLE_METRIC,
+                defaults.HYPERPOD_DRAINED_METRIC,
+            ):
+                seen |= self._namespaces_with(metric, cluster)
+        except Exception as exc:  # advice only: a listing that fails never fails the read it rides on
+            why = error_code(exc) if isinstance(exc, AWS_FAILURES) else type(exc).__name__
+            logging.getLogger(__name__).info("ListMetrics failed (%s): ignored Slurm data not listed", why)
+            return
+        for ns in sorted(seen - {own}):
+            if (cluster, ns) not in self._foreign:
+                self._foreign.add((cluster, ns))
+                self.fleet.warn(
+                    f"hyperpod:{cluster}: Slurm report data in namespace {ns} ignored: only its controller node's "
+                    f"own {own or 'namespace (unknown now)'} is read (a forger, a second publisher, or one "
+                    "installed before gpufleet read the controller's own namespace: docs/hyperpod.md)"
+                )
+
+    def _namespaces_with(self, metric: str, cluster: str) -> set[str]:
+        found: set[str] = set()
+        args: dict[str, Any] = {
+            "MetricName": metric,
+            "Dimensions": [{"Name": "ClusterName", "Value": cluster}],
+            "RecentlyActive": defaults.HYPERPOD_FOREIGN_REPORT_RECENT,
+        }
+        while True:
+            page = self.fleet.cloudwatch.list_metrics(**args)
+            found |= {
+                str(m.get("Namespace"))
+                for m in page.get("Metrics", [])
+                if str(m.get("Namespace")) == schema.SLURM_NAMESPACE
+                or str(m.get("Namespace")).startswith(schema.SLURM_NAMESPACE_PREFIX)
+            }
+            if not page.get("NextToken"):
+                return found
+            args["NextToken"] = page["NextToken"]
+
+
 def read_report(
     cloudwatch: Any,
-    namespace: str,
+    namespaces: Mapping[str, str],
     running: Sequence[tuple[GroupRef, str]],
     end: datetime,
     asked: Collection[str] = (),
@@ -370,18 +562,25 @@ def read_report(
     60 s periods), each datum keyed by its minute, from the window's minutes before the current one
     (`end`) to the current one's end (a datum the publisher put in it counts too): per node the Minimum of
     its IdleNode, per node gpufleet asked to drain (`asked`) the Minimum of its DrainedNode too, per group
-    the minutes its report landed (the SampleCount of its PendingGPUs: one query per group). A result
-    GetMetricData did not complete raises MetricsIncomplete (nothing is idle then)."""
+    the minutes its report landed (the SampleCount of its PendingGPUs: one query per group), each from its
+    cluster's namespace (`namespaces`: cluster -> its controller node's own). A result GetMetricData did
+    not complete raises MetricsIncomplete (nothing is idle then)."""
     start, stop = end - timedelta(minutes=defaults.HYPERPOD_IDLE_MINUTES), end + timedelta(minutes=1)
     groups = {ref.key: ref for ref, _ in running}
     queries = [
-        SeriesQuery(f"g:{key}", REPORT_LANDED, tuple(ref.metric_dimensions.items()), "SampleCount", namespace)
+        SeriesQuery(
+            f"g:{key}",
+            REPORT_LANDED,
+            tuple(ref.metric_dimensions.items()),
+            "SampleCount",
+            namespaces[ref.cluster or ""],
+        )
         for key, ref in groups.items()
     ]
 
     def node_query(prefix: str, metric: schema.Metric, ref: GroupRef, iid: str) -> SeriesQuery:
         dims = tuple({**ref.metric_dimensions, schema.DIM_INSTANCE_ID: iid}.items())
-        return SeriesQuery(f"{prefix}:{iid}", metric, dims, "Minimum", namespace)
+        return SeriesQuery(f"{prefix}:{iid}", metric, dims, "Minimum", namespaces[ref.cluster or ""])
 
     queries += [node_query("n", IDLE_NODE, ref, iid) for ref, iid in running]
     queries += [node_query("d", DRAINED_NODE, ref, iid) for ref, iid in running if iid in asked]
@@ -395,19 +594,20 @@ def read_report(
 
 def slurm_word(
     cloudwatch: Any,
-    namespace: str,
+    namespaces: Mapping[str, str],
     running: Sequence[tuple[GroupRef, str]],
     end: datetime,
     asked: Mapping[str, datetime],
 ) -> SlurmWord:
     """Slurm's word on the Running nodes (`SlurmReport.word` says the rules), read now; a read that fails
-    or does not complete closes every group read (then none of its nodes is idle). `end`: the current
-    minute; `asked`: the nodes gpufleet asked to drain, and when."""
+    or does not complete closes every group read (then none of its nodes is idle). `namespaces`: cluster ->
+    its controller node's own namespace; `end`: the current minute; `asked`: the nodes gpufleet asked to
+    drain, and when."""
     if not running:
         return SlurmWord()
     keys = {ref.key for ref, _ in running}
     try:
-        report = read_report(cloudwatch, namespace, running, end, asked)
+        report = read_report(cloudwatch, namespaces, running, end, asked)
     except AWS_FAILURES as exc:
         why = f"GetMetricData failed ({error_code(exc)}): which nodes Slurm calls idle is unknown"
         return SlurmWord.unknown(keys, why)

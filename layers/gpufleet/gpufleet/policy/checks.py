@@ -16,6 +16,7 @@ from gpufleet.domain.kinds import GroupKind, traits
 from gpufleet.domain.models import GroupRef
 from gpufleet.policy.fleet import Consolidation, FleetPolicy, GroupRule, GroupSettings, Owner
 from gpufleet_node.schema import NAMESPACE as NODE_NAMESPACE
+from gpufleet_node.schema import SLURM_NAMESPACE, SLURM_NAMESPACE_PREFIX
 
 
 def policy_problems(policy: FleetPolicy) -> list[str]:
@@ -151,7 +152,17 @@ def _demand_problems(policy: FleetPolicy) -> list[str]:
             problems.append(
                 f"{label}: demand.metric.namespace {demand.metric.namespace!r} is one every GPU node may write "
                 f"(NodePublisherPolicy allows PutMetricData in {NODE_NAMESPACE!r}): any node could steer this "
-                "group's size; publish the backlog in a namespace only the scheduler's role writes (default Slurm)"
+                "group's size; publish the backlog in another namespace. IAM scopes PutMetricData by namespace "
+                "only, so whoever's role allows PutMetricData there can set it (CloudWatchAgentServerPolicy allows "
+                "every namespace): on HyperPod write namespace: Slurm, which gpufleet reads only from the "
+                "controller node's own Slurm/<role id>:<instance id>"
+            )
+        if demand.metric is not None and kind is GroupKind.HYPERPOD and not slurm_report(demand.metric.namespace):
+            problems.append(
+                f"{label}: demand.metric.namespace {demand.metric.namespace!r} on a hyperpod group is read as named: "
+                "any role allowed PutMetricData there (CloudWatchAgentServerPolicy: every namespace) can size "
+                f"this group; write namespace: {SLURM_NAMESPACE} (read only from the controller node's own "
+                "Slurm/<role id>:<instance id>, the one namespace IAM lets it alone write)"
             )
     return problems
 
@@ -226,6 +237,12 @@ def _hyperpod_problems(policy: FleetPolicy) -> list[str]:
         if not traits(rule.kind).has_own_max and _bound(rule, policy.defaults, "max") is None:
             problems.append(f"{label}: a HyperPod instance group has no max of its own: set max on the rule")
     return problems
+
+
+def slurm_report(namespace: str) -> bool:
+    """Whether a HyperPod group's demand.metric names Slurm's report (`Slurm`, `Slurm/...`): read from the
+    controller node's own namespace only (aws.groups.hyperpod.HyperPodGroups.metric_namespace)."""
+    return namespace == SLURM_NAMESPACE or namespace.startswith(SLURM_NAMESPACE_PREFIX)
 
 
 def node_writable(namespace: str) -> bool:

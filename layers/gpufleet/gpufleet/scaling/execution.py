@@ -29,6 +29,7 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from gpufleet.aws.audit import AuditLog, Parked
+from gpufleet.aws.busy_marks import BusyMarks
 from gpufleet.aws.documents import DocStore
 from gpufleet.aws.fleet import FleetActuator, FleetReader
 from gpufleet.aws.marks import MarksFailed
@@ -285,6 +286,7 @@ class ControlContext:
     region: str = "us-east-1"
     home: Origin = field(default_factory=Origin)  # events of another account or region are refused
     global_dry_run: bool = False
+    busy_marks: BusyMarks | None = None  # the queue workers' busy marks (the scaler keeps them as protection)
 
     def begin(self, event: Any, function: str, accepts: Iterable[EventKind]) -> list[InboundEvent]:
         """The invocation's typed events, checked against the kinds `function` handles and this home

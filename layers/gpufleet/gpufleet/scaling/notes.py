@@ -298,3 +298,49 @@ def forged_series_note(group: str, verdict: Verdict, at: datetime, event_id: str
         incident_key=f"forged-series:{group}",
         links=console_links(group, region, None),
     )
+
+
+def unexplained_protection_note(group: str, instances: Sequence[str], at: datetime, region: str) -> Notification:
+    """Scale-in protection that gpufleet did not set and no busy mark explains: the nodes are kept (never
+    removed: someone protected them for a reason gpufleet cannot see), and told once per group and set of
+    nodes (a stable id folds every later tick into it). Nodes cannot set protection any more (their role
+    lacks SetInstanceProtection), so this is a principal with Auto Scaling rights: your own tooling, a
+    person, or a forger keeping nodes (money)."""
+    shown = ", ".join(instances[:20]) + (f" (+{len(instances) - 20} more)" if len(instances) > 20 else "")
+    return note(
+        NotificationKind.CONTROL,
+        Severity.WARNING,
+        group,
+        f"{group}: {len(instances)} node(s) scale-in protected by someone else, kept",
+        at=at,
+        source="scaler",
+        id_parts=("unexplained-protection", group, *sorted(instances)),
+        reason=(
+            "Protection gpufleet did not set and no busy mark (gpufleet-node busy) explains keeps these nodes "
+            "from every scale-in. If no tool of yours protects them, look in CloudTrail for "
+            "SetInstanceProtection calls; clear it with `aws autoscaling set-instance-protection "
+            "--no-protected-from-scale-in`."
+        ),
+        facts={"instances": shown or "-"},
+        incident_key=f"unexplained-protection:{group}",
+        links=console_links(group, region, None),
+    )
+
+
+def busy_marks_failed_note(why: str, at: datetime, region: str) -> Notification:
+    """The busy marks could not be kept as scale-in protection (the table or Auto Scaling refused): the
+    scaler still never removes a marked node, but Auto Scaling's own scale-in (a lower max, a native
+    policy) may choose one. One incident, folded per cause."""
+    return note(
+        NotificationKind.CONTROL,
+        Severity.WARNING,
+        "busy-marks",
+        "busy marks are not kept as scale-in protection",
+        at=at,
+        source="scaler",
+        id_parts=("busy-marks-failed", why),
+        reason=f"{why}. The scaler removes no marked node and, if it cannot read the marks, no node of an ASG-backed "
+        "group; Auto Scaling's own scale-in is not stopped for them until this is fixed.",
+        incident_key="busy-marks-failed",
+        region=region,
+    )

@@ -17,6 +17,7 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 from gpufleet.aws.alarms import AlarmReader
+from gpufleet.aws.busy_marks import BusyMarks
 from gpufleet.aws.fleet import FleetReader
 from gpufleet.aws.metrics import GpuMetricsReader
 from gpufleet.domain.errors import ActionFailed
@@ -42,6 +43,7 @@ from gpufleet.events.alarms import alarm_range_s, as_cloudwatch_says, described_
 from gpufleet.events.model import AlarmEvent, AlarmSource, ScheduleTick
 from gpufleet.policy.fleet import FleetPolicy, GroupSettings
 from gpufleet.scaling import trust_reads
+from gpufleet.scaling.busy_protection import keep_busy_protected
 from gpufleet.scaling.core import decide_alarm, decide_reconcile, decide_request, skip_reason
 from gpufleet.scaling.demand_source import DemandReader
 from gpufleet.scaling.execution import ControlContext
@@ -83,6 +85,8 @@ class Scaler:
     idempotent: Callable[[Process], Process] | None = None
     # Reads the groups' demand sources (waiting pods, queues, backlog metrics); None: utilization rules only.
     demand: DemandReader | None = None
+    # The queue workers' busy marks, kept as scale-in protection each tick (None: not kept here).
+    busy: BusyMarks | None = None
     _process: Process = field(init=False)
 
     def __post_init__(self) -> None:
@@ -242,15 +246,20 @@ class Scaler:
         managed = self.ctx.managed(policy)
         if not managed:
             return [], []
+        told: list[Notification] = []
+        if self.busy is not None:
+            managed, told = keep_busy_protected(
+                self.busy, self.ctx.fleet.groups, managed, now, self.ctx.region, self.ctx.logger
+            )
         states = self.ctx.states([obs for obs, _ in managed], policy)
         watch_owners(self.ctx, [obs for obs, _ in managed], states, now)
         tracked = [obs.ref for obs, s in managed if s.target.enabled]
         utils = self.metrics.group_utilization(tracked, now, policy.metric_lookback_s) if tracked else {}
         firing, alarm_metrics, conditions = firing_alarms(self.alarms, tick, policy, self.ctx.logger)
         pairs = [(obs.model_copy(update={"gpu_utilization": utils.get(obs.ref.key)}), s) for obs, s in managed]
-        told: list[Notification] = []
         if self.demand is not None:
-            pairs, told = _attached(self.demand, self.ctx.logger, pairs, now, policy, self.ctx.region)
+            pairs, attached = _attached(self.demand, self.ctx.logger, pairs, now, policy, self.ctx.region)
+            told += attached
         alarms = AlarmsRead(metrics=alarm_metrics, conditions=conditions)
         weighed, doubted = ReconcileTick(self, tick, policy, now, states, firing, alarms).weigh(pairs)
         acted = [_act(self.ctx, w.decision, w.obs, states[w.obs.ref.key], tick.event_id, now) for w in weighed]

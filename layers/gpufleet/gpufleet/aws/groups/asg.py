@@ -13,8 +13,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from gpufleet.aws.asg_shape import asg_node_shape, cluster_of, weighted_why
+from gpufleet.aws.busy_marks import BusyMarks, MarksUnreadable
 from gpufleet.aws.clients import chunks
 from gpufleet.domain import defaults
+from gpufleet.domain.busy import with_marks
 from gpufleet.domain.kinds import GroupKind
 from gpufleet.domain.models import CapacityType, Decision, GroupObservation, GroupRef, InstanceObservation
 from gpufleet.domain.nodes import NodeShape
@@ -123,9 +125,11 @@ def backs_a_nodegroup(asg: Mapping[str, Any]) -> bool:
 
 @dataclass
 class AutoScalingReads:
-    """DescribeAutoScalingGroups in as few calls as the API allows (by tag, by name, everything)."""
+    """DescribeAutoScalingGroups in as few calls as the API allows (by tag, by name, everything), and the
+    queue workers' busy marks (`busy`: None where a function is built without the busy table)."""
 
     autoscaling: AutoScalingClient
+    busy: BusyMarks | None = None
 
     def describe(self, **kwargs: Any) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -167,7 +171,22 @@ class AutoScalingReads:
                 busy[v] = "scale-in protected now"
             elif found.get("LifecycleState") != "InService":
                 busy[v] = f"{found.get('LifecycleState')} now, not InService"
+        left = [v for v in victims if v not in busy]
+        if left and self.busy is not None:
+            busy |= self.busy.marked(left)  # raises MarksUnreadable: no victim goes on this look
         return busy
+
+    def with_busy_marks(self, observations: Sequence[GroupObservation]) -> list[GroupObservation]:
+        """The groups with each node its own busy mark names counted as protected (never a victim); when
+        the marks cannot be read, no node of these groups may be removed on this read."""
+        if self.busy is None or not observations:
+            return list(observations)
+        try:
+            marked: Collection[str] = self.busy.read().marked
+        except MarksUnreadable as exc:  # every node may hold a job: none is a victim (the termination policy too)
+            closed = [o.model_copy(update={"scale_in_closed": o.scale_in_closed or str(exc)}) for o in observations]
+            return [with_marks(o, [i.instance_id for i in o.instances]) for o in closed]
+        return [with_marks(o, marked) for o in observations]
 
     def terminate(self, victims: Sequence[str]) -> str:
         """Each named victim terminated with its desired capacity decremented: Auto Scaling picks none."""
@@ -246,7 +265,7 @@ class AsgGroups:
     def work_marks(
         self, observations: Sequence[GroupObservation], now: datetime, candidates: Mapping[str, Collection[str]] | None
     ) -> list[GroupObservation]:
-        return list(observations)  # the observation already says which instances run work
+        return self.reads.with_busy_marks(observations)  # protection is in the observation; marks are not yet
 
     def prepare(self, obs: GroupObservation) -> None:
         return None  # its own tags are what the IAM grant reads: nothing to adopt
@@ -281,3 +300,6 @@ class AsgGroups:
         """Not an ASG's: the types it runs now (or lists in overrides) need not be what it launches next (a
         launch template moved on, attribute-based types), so the policy says it."""
         return None
+
+    def metric_namespace(self, obs: GroupObservation, named: str) -> tuple[str | None, str]:
+        return named, ""  # a metric names its own namespace: its writer is whoever IAM lets write there

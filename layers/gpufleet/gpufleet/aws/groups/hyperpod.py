@@ -15,6 +15,7 @@ from gpufleet.domain.kinds import GroupKind
 from gpufleet.domain.models import Decision, GroupObservation, GroupRef
 from gpufleet.domain.nodes import NodeShape
 from gpufleet.policy.fleet import Discovery
+from gpufleet_node import schema
 
 
 @dataclass
@@ -70,6 +71,16 @@ class HyperPodGroups:
     ) -> NodeShape:
         why = "a HyperPod instance group runs Slurm jobs, not Kubernetes pods"
         raise ShapeUnknown(obs.ref.cluster or "", obs.ref.name, why, what=f"group {obs.ref.key}")
+
+    def metric_namespace(self, obs: GroupObservation, named: str) -> tuple[str | None, str]:
+        """Where a `demand.metric` of this group is read. `Slurm` (or any `Slurm/...`) is Slurm's report,
+        which only the cluster's controller node writes: its own namespace is read instead, never the one
+        named (any role with PutMetricData there could size the group); (None, why) when the controller
+        cannot be told. Any other namespace is read as named."""
+        if named != schema.SLURM_NAMESPACE and not named.startswith(schema.SLURM_NAMESPACE_PREFIX):
+            return named, ""
+        source = self.fleet.sources.source(obs.ref.cluster or "", self.fleet.now())
+        return source.namespace, f"Slurm's report is not trusted: {source.why}" if source.why else ""
 
     def gpus_per_node(self, obs: GroupObservation, type_gpus: Callable[[Sequence[str]], float | None]) -> float | None:
         """Its one instance type's GPUs."""

@@ -127,7 +127,8 @@ class NodegroupGroups:
     def work_marks(
         self, observations: Sequence[GroupObservation], now: datetime, candidates: Mapping[str, Collection[str]] | None
     ) -> list[GroupObservation]:
-        return list(observations)  # the demand source's pods already said which nodes run work
+        # The demand source's pods already said which nodes run work; a queue worker's mark says it too.
+        return self.asgs.with_busy_marks(observations)
 
     # ---- changing ----
 
@@ -195,3 +196,6 @@ class NodegroupGroups:
             return self.node_shape(obs, None, None).gpus
         except ShapeUnknown:
             return None
+
+    def metric_namespace(self, obs: GroupObservation, named: str) -> tuple[str | None, str]:
+        return named, ""  # a metric names its own namespace: its writer is whoever IAM lets write there

@@ -94,6 +94,12 @@ class GroupProvider(Protocol):
         """GPUs per node where the kind knows what it launches (None: the policy must say)."""
         ...
 
+    def metric_namespace(self, obs: GroupObservation, named: str) -> tuple[str | None, str]:
+        """Where the group's `demand.metric` named `named` is read: `named`, unless the kind binds that
+        namespace to its writer (HyperPod: Slurm's report, from the controller node's own namespace only);
+        (None, why) when it cannot be read."""
+        ...
+
 
 def of_kind(observations: Iterable[GroupObservation], kind: GroupKind) -> list[GroupObservation]:
     return [o for o in observations if o.ref.kind is kind]
@@ -115,3 +121,5 @@ class GroupShapes(Protocol):
     def gpus_per_node(
         self, obs: GroupObservation, type_gpus: Callable[[Sequence[str]], float | None]
     ) -> float | None: ...
+
+    def metric_namespace(self, obs: GroupObservation, named: str) -> tuple[str | None, str]: ...

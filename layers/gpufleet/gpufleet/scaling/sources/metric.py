@@ -42,8 +42,11 @@ class MetricReader:
         out, sized = self.sizes.sized(unit, self.told, source, "demand.gpus_per_node is not set for this group")
         if not sized:
             return out
+        namespace, why = self.sizes.groups.metric_namespace(obs, metric.namespace)
+        if namespace is None:  # a scheduler's report whose writer cannot be told (HyperPod: no controller)
+            return out | self.told.all_unreadable(sized, source, why)
         try:
-            series = (metric.namespace, metric.metric_name, _dimensions(obs, metric))
+            series = (namespace, metric.metric_name, _dimensions(obs, metric))
             [value] = latest_values(self.cloudwatch, [series], run.now)
         except BacklogUnreadable as err:
             return out | self.told.all_unreadable(sized, source, err.why)
