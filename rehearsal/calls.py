@@ -116,6 +116,7 @@ class _Resolver:
         return [self._asg_of_instance(p["InstanceId"])]
 
     _autoscaling_SetInstanceHealth = _autoscaling_TerminateInstanceInAutoScalingGroup  # noqa: N815
+    _autoscaling_SetInstanceProtection = _autoscaling_SetDesiredCapacity  # noqa: N815 (the busy marks kept)
 
     def _autoscaling_CreateOrUpdateTags(self, p: dict[str, Any]) -> list[Resource]:  # noqa: N802
         out = []

@@ -35,6 +35,7 @@ from gpufleet.domain.errors import InvalidEvent
 from gpufleet.domain.kinds import GroupKind
 from gpufleet.domain.models import GroupRef
 from gpufleet.runtime import build_guard, build_notifier, build_scaler, build_spot_watch, build_termination_policy
+from gpufleet_node.busy import BusyMark
 from gpufleet_node.identity import Identity
 from gpufleet_node.nvml import SimulatedBackend
 from gpufleet_node.publisher import Publisher, simulate
@@ -265,9 +266,9 @@ class Rehearsal:
         instances = self._instances(TRAIN.key)
         self.long_job, self.protected = instances[0], instances[1]
         self.job_node = self.long_job  # where the long job runs (it moves once, when its node is reclaimed)
-        c.autoscaling.set_instance_protection(
-            InstanceIds=[self.protected], AutoScalingGroupName=TRAIN.name, ProtectedFromScaleIn=True
-        )
+        # [emulated worker] a queue worker on it holds a job: `gpufleet-node busy`'s own mark (the scaler
+        # turns it into scale-in protection on its first tick)
+        BusyMark(c.dynamodb, f"AROATRAINROLEID:{self.protected}", self.protected, TRAIN.name).set(True)
         for ref in (TRAIN, INFER):
             dims = group_dimensions(ref)
             slug = ref.name.split("-")[0]
@@ -299,8 +300,8 @@ class Rehearsal:
         self.say(
             0,
             f"fleet ready: {TRAIN.key} (2 x {fleet.INSTANCE_TYPE}, 1 long training job on "
-            f"{self.long_job}, {self.protected} scale-in protected), {INFER.key} (2 nodes), {BLOCK.key} (2 nodes "
-            f"in Capacity Block {lifecycle.BLOCK_RESERVATION})",
+            f"{self.long_job}, {self.protected} marked busy by its worker), {INFER.key} (2 nodes), "
+            f"{BLOCK.key} (2 nodes in Capacity Block {lifecycle.BLOCK_RESERVATION})",
         )
         if self.scenes:
             self.say(

@@ -89,7 +89,7 @@ def test_another_principal_moving_protection_moves_nothing_and_is_told_once(aws:
     take_job(queue)
     mark(worker).set(True)
     sqs = boto3.client("sqs")
-    notify = sqs.create_queue(QueueName="notify")["QueueUrl"]
+    notify = sqs.create_queue(QueueName="gpufleet-notify")["QueueUrl"]
     now = datetime.now(UTC)
     for minute in range(1, 6):
         for instance in (worker, spare):
@@ -136,7 +136,7 @@ def test_marks_that_cannot_be_read_keep_every_node(aws: str, tmp_path: Path) -> 
     for minute in range(1, 6):
         for instance in nodes:
             f.put_instance_gpu(instance, 0, 1, now - timedelta(minutes=minute))
-    notify = boto3.client("sqs").create_queue(QueueName="notify")["QueueUrl"]
+    notify = boto3.client("sqs").create_queue(QueueName="gpufleet-notify")["QueueUrl"]
     [d] = [d for d in decisions(f.scaler(notify_queue=notify).handle(tick("t", now), now)) if d["group"] == "asg:jobs"]
     assert d["victims"] == [] and f.instances("jobs") == nodes, d["reason"]
     [told] = [n for n in queued(notify) if n.kind is NotificationKind.CONTROL]

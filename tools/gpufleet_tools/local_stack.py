@@ -78,8 +78,11 @@ def _make(logical: str, resource: dict[str, Any], endpoint: str) -> dict[str, st
     """One resource the functions use, named `gpufleet-<LogicalId>`: what !Ref and !GetAtt .Arn give."""
     kind, props, name = resource["Type"], resource.get("Properties", {}), f"{STACK}-{logical}"
     if kind == "AWS::DynamoDB::Table":
-        name = props.get("TableName", name)  # the busy table has a fixed name the nodes know
         ddb = _client("dynamodb", endpoint)
+        if "TableName" in props:  # the busy table: a fixed name the nodes know, made once per server
+            name = props["TableName"]
+            with contextlib.suppress(ddb.exceptions.ResourceNotFoundException):
+                return {"ref": name, "arn": ddb.describe_table(TableName=name)["Table"]["TableArn"]}
         table = ddb.create_table(
             TableName=name,
             KeySchema=props["KeySchema"],

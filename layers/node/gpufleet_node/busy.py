@@ -16,8 +16,9 @@ scale-in protection (so Auto Scaling's own scale-in passes it over too), which i
 Several jobs on one node (two workers, or nested calls) share the mark: each holder is a file in the
 state directory (default /run/gpufleet-busy), taken and dropped under an flock. The first holder writes
 the mark, the last one to leave deletes it. A holder whose helper and COMMAND are both gone (the helper
-killed with SIGKILL, the node rebooted) is pruned by the next one to leave, so a lost holder never keeps
-the node forever; while its COMMAND still runs it still counts.
+killed with SIGKILL, the node rebooted) is pruned by the next one to leave, so a lost holder does not keep
+the node past the next job; while its COMMAND still runs it still counts. Until a later job leaves, the
+mark stays: the scaler tells on-call of a mark older than a day (its `since`) and still obeys it.
 
 If the mark cannot be written (no permission, IMDS or the API unreachable, credentials that are not the
 instance profile's), COMMAND runs anyway with one warning on stderr - the job matters more than the node's
@@ -32,6 +33,7 @@ import os
 import signal
 import subprocess
 import sys
+from datetime import datetime, timezone
 from typing import Any, Callable, Dict, List, Optional
 
 from gpufleet_node import schema
@@ -65,7 +67,8 @@ class BusyMark:
         key = {schema.BUSY_KEY: {"S": self.userid}}
         try:
             if busy:
-                item = dict(key, instance={"S": self.instance_id}, asg={"S": self.asg_name})
+                since = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")  # told when a mark outlives a day
+                item = dict(key, instance={"S": self.instance_id}, asg={"S": self.asg_name}, since={"S": since})
                 self.client.put_item(TableName=self.table, Item=item)
             else:
                 self.client.delete_item(TableName=self.table, Key=key)

@@ -33,7 +33,7 @@ DEFAULTS: Dict[str, Any] = {
     "hyperpod_resource_config": "/opt/ml/config/resource_config.json",
     "tag_refresh_s": 600,  # read the instance tags again this often (gpufleet:detail); 0 = only at start
     "region": None,  # default: from IMDS
-    "endpoint_url": None,  # e.g. a VPC endpoint for CloudWatch
+    "endpoint_url": None,  # every AWS call the node makes (a local stack); per service: AWS_ENDPOINT_URL_<SERVICE>
     "log_level": "INFO",
     # Who used the GPUs (docs/attribution.md): each GPU process's pod, Slurm job, unit or user, and the
     # GPUs the kubelet allocated to pods; one record per usage window to CloudWatch Logs.

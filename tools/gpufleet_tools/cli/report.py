@@ -29,6 +29,8 @@ def _when(text: str) -> datetime:
 
 
 def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
+    """`gpufleet report`'s options. Long because argparse's options are flat calls, one per option, and
+    read best in the order `--help` shows them."""
     from gpufleet_tools.report.reader import DEFAULT_WORKERS, FILTER_LOG_EVENTS_TPS
     from gpufleet_tools.report.render import DEFAULT_TOP, Format
 

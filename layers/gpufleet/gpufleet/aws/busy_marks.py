@@ -8,8 +8,9 @@ the tick that weighs a scale-in (`marked`), and the last look right before every
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from gpufleet.aws.clients import chunks
@@ -17,6 +18,15 @@ from gpufleet.domain import defaults
 from gpufleet.domain.busy import OWNED_PREFIX, BusyTable, ProtectionPlan, after_plan, plan_protection, read_table
 from gpufleet.domain.models import GroupObservation
 from gpufleet_node import schema
+
+
+@dataclass(frozen=True)
+class Kept:
+    """One tick's keeping: the groups as it left them, its plan, and the ASGs (or leftovers) that refused."""
+
+    groups: list[GroupObservation]
+    plan: ProtectionPlan
+    failed: tuple[str, ...] = ()
 
 
 class MarksUnreadable(RuntimeError):
@@ -59,27 +69,55 @@ class BusyMarks:
         marks = self.read().marked
         return {v: f"holds a job now (busy mark by {marks[v]})" for v in victims if v in marks}
 
-    def keep(self, groups: Sequence[GroupObservation]) -> tuple[list[GroupObservation], ProtectionPlan]:
-        """Protection brought in line with the marks (`domain.busy`), and the groups as it left them;
-        the plan says what nobody explains. Raises MarksUnreadable (nothing changed)."""
+    def keep(
+        self, groups: Sequence[GroupObservation], now: datetime, prepare: Callable[[GroupObservation], None]
+    ) -> Kept:
+        """Protection brought in line with the marks (`domain.busy`), ASG by ASG: one that refuses (not
+        tagged managed, throttled, an instance gone between the read and the call) is said in `failed`
+        and changes no other. `prepare`: what the group's kind does before its nodes are acted on (a node
+        group's backing ASG adopted). Raises MarksUnreadable (nothing changed)."""
         table = self.read()
-        plan = plan_protection(groups, table)
+        plan = plan_protection(groups, table, now)
+        by_asg = {obs.asg_name: obs for obs in groups if obs.asg_name}
         done: list[str] = []
-        for asg, ids in plan.protect.items():
-            for iid in ids:  # our record first: a crash before the call leaves a record the next tick mends
-                self._put_owned(iid, asg)
-            done += self._set(asg, ids, True)
-        for asg, ids in plan.clear.items():
-            done += self._set(asg, ids, False)
-            for iid in ids:
+        failed: list[str] = []
+        for asg in plan.asgs():
+            try:
+                prepare(by_asg[asg])
+                done += self._change(asg, plan.protect.get(asg, ()), plan.clear.get(asg, ()))
+            except Exception as exc:  # ClientError, a throttle: this ASG waits for the next tick
+                failed.append(f"{asg}: {type(exc).__name__}: {exc}")
+        try:
+            for iid in plan.forget:
                 self._delete(OWNED_PREFIX + iid)
-        for iid in plan.forget:
+            for iid in self._left_every_asg(plan.gone):
+                self._delete(table.marked[iid])
+        except Exception as exc:  # leftovers only: tried again next tick
+            failed.append(f"the busy table's leftovers: {type(exc).__name__}: {exc}")
+        return Kept([after_plan(obs, plan, done) for obs in groups], plan, tuple(failed))
+
+    def _change(self, asg: str, protect: Sequence[str], clear: Sequence[str]) -> list[str]:
+        done = []
+        for iid in protect:  # our record first: a crash before the call leaves a record the next tick mends
+            self._put_owned(iid, asg)
+        done += self._set(asg, protect, True)
+        done += self._set(asg, clear, False)
+        for iid in clear:
             self._delete(OWNED_PREFIX + iid)
-        for iid in plan.gone:
-            self._delete(table.marked[iid])
-        return [after_plan(obs, plan, done) for obs in groups], plan
+        return done
+
+    def _left_every_asg(self, ids: Sequence[str]) -> list[str]:
+        """The instances no Auto Scaling group holds any more (terminated, or detached to none): a node in
+        another group or a warm pool keeps its mark."""
+        known: set[str] = set()
+        for batch in chunks(list(ids), defaults.DESCRIBE_ASG_INSTANCES_MAX_IDS):
+            page = self.autoscaling.describe_auto_scaling_instances(InstanceIds=list(batch))
+            known |= {i["InstanceId"] for i in page.get("AutoScalingInstances", [])}
+        return [iid for iid in ids if iid not in known]
 
     def _set(self, asg: str, ids: Sequence[str], protected: bool) -> list[str]:
+        if not ids:
+            return []
         for batch in chunks(list(ids), defaults.SET_PROTECTION_MAX_IDS):
             self.autoscaling.set_instance_protection(
                 InstanceIds=list(batch), AutoScalingGroupName=asg, ProtectedFromScaleIn=protected

@@ -14,21 +14,27 @@ The rules, per instance of a group whose instances sit in an ASG (asg and eks-no
   cannot see, e.g. a worker of your own that calls SetInstanceProtection with its own role) and told
   once per group with the instances: protection nobody explains may also be a forger with Auto Scaling
   rights keeping nodes (money);
-- our record for a node that is no longer protected and not marked: forgotten.
+- our record for a node that is no longer protected and not marked, in a group read now: forgotten
+  (a record of a group not read this tick is kept until it is);
+- a mark older than defaults.BUSY_MARK_STALE_S (its `since`, the node's own word about itself): told
+  once, still obeyed (a job may run for days; a helper killed with SIGKILL leaves its mark behind).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
+from gpufleet.domain import defaults
 from gpufleet.domain.models import GroupObservation, InstanceObservation
 from gpufleet_node import schema
 
 OWNED_PREFIX = "gpufleet#protected#"  # + instance id: protection the scaler set for a mark
-# Auto Scaling takes SetInstanceProtection for instances in these states (others are leaving or not in yet).
-PROTECTABLE_STATES = frozenset({"InService", "Standby", "Pending", "Pending:Wait", "Pending:Proceed"})
+# Instances whose protection the scaler changes (protection is Auto Scaling's from InService on; a node
+# still Pending is protected once it is InService, the next tick).
+PROTECTABLE_STATES = frozenset({"InService", "Standby"})
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,7 @@ class BusyTable:
 
     marked: Mapping[str, str] = field(default_factory=dict)
     marked_asg: Mapping[str, str] = field(default_factory=dict)
+    marked_since: Mapping[str, datetime] = field(default_factory=dict)  # where the mark says when it was made
     owned: Mapping[str, str] = field(default_factory=dict)
     foreign: tuple[str, ...] = ()
 
@@ -48,6 +55,7 @@ def read_table(items: Iterable[Mapping[str, str]]) -> BusyTable:
     the instance in the writer's own aws:userid, whatever the item's other attributes say."""
     marked: dict[str, str] = {}
     marked_asg: dict[str, str] = {}
+    marked_since: dict[str, datetime] = {}
     owned: dict[str, str] = {}
     foreign: list[str] = []
     for item in items:
@@ -61,7 +69,19 @@ def read_table(items: Iterable[Mapping[str, str]]) -> BusyTable:
             continue
         marked[instance] = key
         marked_asg[instance] = item.get("asg", "")
-    return BusyTable(marked, marked_asg, owned, tuple(sorted(foreign)))
+        since = _when(item.get("since", ""))
+        if since is not None:
+            marked_since[instance] = since
+    return BusyTable(marked, marked_asg, marked_since, owned, tuple(sorted(foreign)))
+
+
+def _when(text: str) -> datetime | None:
+    """A mark's `since` ("2026-12-04T03:05:00Z"), or None when it is absent or not a time."""
+    try:
+        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return at if at.tzinfo is not None else None
 
 
 @dataclass(frozen=True)
@@ -73,27 +93,41 @@ class ProtectionPlan:
     forget: tuple[str, ...] = ()  # our records of nodes no longer protected and not marked
     unexplained: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     gone: tuple[str, ...] = ()  # marks of nodes that left the managed group their mark names
+    stale: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # marks older than BUSY_MARK_STALE_S
 
     @property
     def changes(self) -> bool:
         return bool(self.protect or self.clear or self.forget or self.gone)
 
+    def asgs(self) -> list[str]:
+        """The ASGs whose protection changes, in a stable order."""
+        return sorted(set(self.protect) | set(self.clear))
 
-def plan_protection(groups: Sequence[GroupObservation], table: BusyTable) -> ProtectionPlan:
+
+def plan_protection(groups: Sequence[GroupObservation], table: BusyTable, now: datetime) -> ProtectionPlan:
     """The plan for the groups whose instances sit in an ASG (`asg_name` set), by the rules above."""
     steps: dict[Step, dict[str, list[str]]] = {step: {} for step in Step}
     protected: dict[str, bool] = {}  # every instance seen, and whether Auto Scaling protects it now
+    stale: dict[str, list[str]] = {}
+    old = now.astimezone(UTC) - timedelta(seconds=defaults.BUSY_MARK_STALE_S)
     for obs in groups:
         if not obs.asg_name:
             continue
         for inst in obs.instances:
             protected[inst.instance_id] = inst.protected_from_scale_in
+            since = table.marked_since.get(inst.instance_id)
+            if since is not None and since < old:
+                stale.setdefault(obs.ref.key, []).append(inst.instance_id)
             step = _step(inst, inst.instance_id in table.marked, inst.instance_id in table.owned)
             where = obs.ref.key if step is Step.UNEXPLAINED else obs.asg_name
             steps[step].setdefault(where, []).append(inst.instance_id)
     protect, clear, unexplained = steps[Step.PROTECT], steps[Step.CLEAR], steps[Step.UNEXPLAINED]
-    forget = [iid for iid in table.owned if iid not in table.marked and not protected.get(iid, False)]
     managed_asgs = {obs.asg_name for obs in groups if obs.asg_name}
+    forget = [
+        iid
+        for iid, asg in table.owned.items()
+        if asg in managed_asgs and iid not in table.marked and not protected.get(iid, False)
+    ]
     gone = [iid for iid, asg in table.marked_asg.items() if asg in managed_asgs and iid not in protected]
     return ProtectionPlan(
         protect={k: tuple(v) for k, v in protect.items()},
@@ -101,6 +135,7 @@ def plan_protection(groups: Sequence[GroupObservation], table: BusyTable) -> Pro
         forget=tuple(sorted(forget)),
         unexplained={k: tuple(sorted(v)) for k, v in unexplained.items()},
         gone=tuple(sorted(gone)),
+        stale={k: tuple(sorted(v)) for k, v in stale.items()},
     )
 
 

@@ -54,6 +54,9 @@ DESCRIBE_ASG_MAX_NAMES = 100
 # DescribeAutoScalingInstances takes at most 50 InstanceIds (EC2 Auto Scaling API reference).
 DESCRIBE_ASG_INSTANCES_MAX_IDS = 50
 SET_PROTECTION_MAX_IDS = 50  # SetInstanceProtection takes at most 50 InstanceIds a call
+# A busy mark older than this (its `since`) is told once, and still obeyed: a job may run for days, but a
+# helper killed with SIGKILL (or a reboot) leaves its mark until a later job on the node leaves.
+BUSY_MARK_STALE_S = 86_400
 # A change left in progress is finished as it was decided only within one reconcile tick of its decision;
 # older, it is decided again on what is read now (its victims may have taken work since).
 INTENT_REPLAY_S = 60

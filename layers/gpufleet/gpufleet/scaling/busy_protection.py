@@ -18,7 +18,7 @@ from gpufleet.aws.fleet import GroupRegistry
 from gpufleet.domain.models import GroupObservation
 from gpufleet.domain.notification import Notification
 from gpufleet.policy.fleet import GroupSettings
-from gpufleet.scaling.notes import busy_marks_failed_note, unexplained_protection_note
+from gpufleet.scaling.notes import busy_marks_failed_note, stale_mark_note, unexplained_protection_note
 
 Managed = list[tuple[GroupObservation, GroupSettings]]
 
@@ -31,28 +31,34 @@ def keep_busy_protected(
     region: str,
     logger: Any,
 ) -> tuple[Managed, list[Notification]]:
-    """The managed groups as the protection left them, and what to tell: protection nobody explains (once
-    per group and set of nodes), or that the marks could not be kept."""
+    """The managed groups as the protection left them, and what to tell: protection nobody explains and
+    marks older than a day (once per group and set of nodes), or what could not be kept."""
     backed = [i for i, (obs, _) in enumerate(managed) if obs.asg_name]
     if not backed:
         return list(managed), []
-    for i in backed:  # a node group's backing ASG is adopted (tagged) before its instances are protected
-        obs = managed[i][0]
-        if groups.has(obs.ref.kind):
-            groups.provider(obs.ref.kind).prepare(obs)
+
+    def prepare(obs: GroupObservation) -> None:  # a node group's backing ASG is adopted (tagged) first
+        groups.provider(obs.ref.kind).prepare(obs)
+
     try:
-        kept, plan = busy.keep([managed[i][0] for i in backed])
-    except Exception as exc:  # the table, Auto Scaling or IAM refused: told, nothing else changes
+        kept = busy.keep([managed[i][0] for i in backed], now, prepare)
+    except Exception as exc:  # the table cannot be read: told, nothing changes
         why = f"{type(exc).__name__}: {exc}"
         logger.warning("busy marks not kept as scale-in protection", extra={"why": why})
         return list(managed), [busy_marks_failed_note(why, now, region)]
     out = list(managed)
-    for i, obs in zip(backed, kept, strict=True):
+    for i, obs in zip(backed, kept.groups, strict=True):
         out[i] = (obs, managed[i][1])
+    plan = kept.plan
     if plan.changes:
         logger.info(
             "busy marks kept as scale-in protection",
             extra={"protected": dict(plan.protect), "cleared": dict(plan.clear), "marks of gone nodes": plan.gone},
         )
     notes = [unexplained_protection_note(group, ids, now, region) for group, ids in sorted(plan.unexplained.items())]
+    notes += [stale_mark_note(group, ids, now, region) for group, ids in sorted(plan.stale.items())]
+    if kept.failed:
+        why = "; ".join(kept.failed)
+        logger.warning("busy marks partly kept as scale-in protection", extra={"why": why})
+        notes.append(busy_marks_failed_note(why, now, region))
     return out, notes

@@ -344,3 +344,26 @@ def busy_marks_failed_note(why: str, at: datetime, region: str) -> Notification:
         incident_key="busy-marks-failed",
         region=region,
     )
+
+
+def stale_mark_note(group: str, instances: Sequence[str], at: datetime, region: str) -> Notification:
+    """Busy marks older than a day (their `since`): still obeyed (a job may run for days), told once per
+    group and set of nodes, because a helper killed with SIGKILL or a reboot leaves its mark behind and
+    would keep an idle node for good."""
+    return note(
+        NotificationKind.CONTROL,
+        Severity.WARNING,
+        group,
+        f"{group}: {len(instances)} node(s) marked busy for over a day, kept",
+        at=at,
+        source="scaler",
+        id_parts=("stale-busy-mark", group, *sorted(instances)),
+        reason=(
+            "A busy mark (gpufleet-node busy) keeps its node from every scale-in. If no job runs there any more "
+            "(its helper was killed, the node rebooted), delete its item from the table gpufleet-busy: its key "
+            "is ROLEID:INSTANCE (`aws dynamodb scan --table-name gpufleet-busy` lists them)."
+        ),
+        facts={"instances": ", ".join(instances[:20]) or "-"},
+        incident_key=f"stale-busy-mark:{group}",
+        links=console_links(group, region, None),
+    )
