@@ -7,7 +7,8 @@ controller may remove.
 
 Run it on the head (controller) node every minute (cron or a systemd timer), with credentials that may
 cloudwatch:PutMetricData. Python >= 3.9, the standard library and boto3. With --hyperpod the whole report
-goes into this node's own namespace `Slurm/<its aws:userid>` (`Slurm/ROLEID:i-...`: sts GetCallerIdentity),
+goes into this node's own namespace `Slurm/<its aws:userid>` (`Slurm/ROLEID:SageMaker` on HyperPod, whose
+node credentials all carry the session name SageMaker: sts GetCallerIdentity),
 the only one gpufleet reads a HyperPod cluster's report from, and the only Slurm namespace
 ami/hyperpod/execution-role-controller.json lets it write (docs/hyperpod.md).
 
@@ -86,7 +87,7 @@ MARKS_SK = "MARKS"
 MARKS_NODE_PREFIX = "node#"
 # The same literals as gpufleet_node.schema.SLURM_NAMESPACE / SLURM_NAMESPACE_PREFIX (tests/node/
 # test_slurm_report_namespace.py): --hyperpod writes its whole report into SLURM_PREFIX + its own aws:userid
-# ("Slurm/ROLEID:i-..."), the only Slurm namespace the scaler reads and IAM lets it write (issue 41).
+# ("Slurm/ROLEID:SageMaker" on HyperPod), the only Slurm namespace the scaler reads and IAM lets it write (issue 41).
 SLURM_NAMESPACE = "Slurm"
 SLURM_PREFIX = SLURM_NAMESPACE + "/"
 RESOURCE_CONFIG = "/opt/ml/config/resource_config.json"
@@ -703,7 +704,7 @@ def hyperpod_data(
 
 
 def own_namespace(sts: Any) -> str:
-    """Slurm/<aws:userid> of these credentials ("Slurm/ROLEID:i-..." for a node's role): GetCallerIdentity's
+    """Slurm/<aws:userid> of these credentials ("Slurm/ROLEID:SageMaker" on a HyperPod node): GetCallerIdentity's
     UserId is the aws:userid IAM substitutes in the execution role's `Slurm/${aws:userid}` condition, and it
     needs no IAM permission (an explicit Deny cannot refuse it)."""
     userid = str(sts.get_caller_identity().get("UserId") or "")

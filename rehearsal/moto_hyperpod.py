@@ -177,6 +177,7 @@ def install() -> None:
 # ---- client side: what a test or a scene does to have a HyperPod cluster on moto ----
 
 EXECUTION_ROLE = "arn:aws:iam::123456789012:role/gpufleet-hyperpod-nodes"
+CONTROLLER_ROLE = "arn:aws:iam::123456789012:role/gpufleet-hyperpod-controller"
 # Slurm's controller: one ml.c5.xlarge node, the group DescribeCluster calls Controller (SlurmConfig.NodeType).
 # By default it shares the workers' execution role, as AWS's samples and Terraform modules do.
 CONTROLLER_GROUP = "controller-machine"
@@ -229,13 +230,14 @@ def create_cluster(
     count: int = 0,
     tags: dict[str, str] | None = None,
     controller: bool = True,
-    controller_role: str = EXECUTION_ROLE,
+    controller_role: str = CONTROLLER_ROLE,
     slurm_config: bool = True,
 ) -> str:
     """A Slurm-orchestrated cluster with one instance group of ml.p5.48xlarge (8 GPUs) at `count` nodes and
     (`controller`) Slurm's controller group CONTROLLER_GROUP of one node (id i-..., as HyperPod's), with
-    `controller_role` (default: the workers' own, shared). `slurm_config` False: the controller group carries
-    no SlurmConfig (a cluster configured by provisioning_parameters.json: only a cluster tag can name it).
+    `controller_role` (default: a role of its own; EXECUTION_ROLE: the workers', shared). `slurm_config`
+    False: the controller group carries no SlurmConfig
+    (a cluster configured by provisioning_parameters.json: only a cluster tag can name it).
     The execution roles are made on moto's IAM too (GetRole gives their ids)."""
     groups = [_group_spec(group, count, "ml.p5.48xlarge", EXECUTION_ROLE, "Compute" if slurm_config else None)]
     if controller:
@@ -261,13 +263,13 @@ def controller_node(sagemaker: Any, cluster: str) -> str:
 
 
 def node_userid(sagemaker: Any, cluster: str, instance_id: str) -> str:
-    """The aws:userid the node's own credentials carry: its group's execution role id, ':', its instance id
-    (as an instance profile's; docs/hyperpod.md)."""
+    """The aws:userid the node's own credentials carry, as HyperPod's do: its group's execution role id,
+    ':', the session name HyperPod gives every node (defaults.HYPERPOD_SESSION_NAME, not the instance id)."""
     nodes = sagemaker.list_cluster_nodes(ClusterName=cluster)["ClusterNodeSummaries"]
     [group] = [n["InstanceGroupName"] for n in nodes if n["InstanceId"] == instance_id]
     groups = sagemaker.describe_cluster(ClusterName=cluster)["InstanceGroups"]
     [role] = [g["ExecutionRole"] for g in groups if g["InstanceGroupName"] == group]
-    return f"{ensure_role(_iam(sagemaker), role)}:{instance_id}"
+    return f"{ensure_role(_iam(sagemaker), role)}:{defaults.HYPERPOD_SESSION_NAME}"
 
 
 def report_namespace(sagemaker: Any, cluster: str) -> str:

@@ -2,10 +2,13 @@
 report (issue 41): alone, with AWS's CloudWatchAgentServerPolicy beside them, and as ONE role shared by the
 controller and worker groups (what AWS's samples and Terraform modules do: both documents on one role).
 
-What IAM enforces: a principal may write Slurm's report only into `Slurm/${aws:userid}`, its own; every
-other Slurm namespace (plain `Slurm`, another node's) is denied whatever else the role allows. With one
-shared role a worker may therefore write `Slurm/ROLEID:i-worker`: allowed by IAM, never read by the scaler,
-which reads only `Slurm/ROLEID:<the controller group's one instance>` (tests/integration/test_hyperpod_moto.py)."""
+HyperPod names every node's execution-role session `SageMaker` (defaults.HYPERPOD_SESSION_NAME), so a
+node's aws:userid is `<its group's role id>:SageMaker`: one per role, not per node. What IAM enforces: a
+principal may write Slurm's report only into `Slurm/${aws:userid}`, its role's own; every other Slurm
+namespace (plain `Slurm`, another role's) is denied whatever else the role allows. With one shared role
+the workers' aws:userid IS the controller's, so IAM lets them write the controller's namespace: that is
+why the scaler trusts no report of a cluster whose controller role another group shares
+(tests/integration/test_hyperpod_moto.py, test_a_controller_role_shared_with_the_workers_trusts_no_report)."""
 
 from __future__ import annotations
 
@@ -14,14 +17,16 @@ from typing import Any
 
 import pytest
 
+from gpufleet.domain import defaults
 from gpufleet_node import schema
 from tests.conftest import ROOT
 from tests.iam.evaluator import evaluate
 from tests.iam.test_node_policy import CLOUDWATCH_AGENT
 
-ROLE_ID = "AROAHYPERPODSHARED"
-CONTROLLER = f"{ROLE_ID}:i-0c0c0c0c0c0c0c0c0"
-WORKER = f"{ROLE_ID}:i-0a0a0a0a0a0a0a0a0"
+SESSION = defaults.HYPERPOD_SESSION_NAME
+CONTROLLER = f"AROAHYPERPODCONTROLLER:{SESSION}"  # the controller group's role of its own
+WORKER = f"AROAHYPERPODWORKERS:{SESSION}"  # the worker groups' role
+SHARED = f"AROAHYPERPODSHARED:{SESSION}"  # one role for both: every node's aws:userid
 
 
 def _doc(name: str) -> list[dict[str, Any]]:
@@ -47,14 +52,13 @@ def _put(statements: list[dict[str, Any]], userid: str, namespace: str) -> bool:
 
 
 @pytest.mark.parametrize("role", sorted(_roles()))
-@pytest.mark.parametrize("userid", [CONTROLLER, WORKER], ids=["controller-node", "worker-node"])
-def test_no_node_writes_another_nodes_slurm_namespace_nor_plain_slurm(role: str, userid: str) -> None:
+@pytest.mark.parametrize("userid", [CONTROLLER, WORKER, SHARED], ids=["controller", "worker", "shared"])
+def test_no_node_writes_plain_slurm_nor_another_roles_namespace(role: str, userid: str) -> None:
     statements = _roles()[role]
-    other = WORKER if userid == CONTROLLER else CONTROLLER
+    others = [u for u in (CONTROLLER, WORKER, SHARED) if u != userid]
     for namespace in (
         schema.SLURM_NAMESPACE,
-        schema.slurm_namespace(other),  # a worker never writes the controller's namespace, nor the reverse
-        schema.slurm_namespace("AROAOTHERROLE:" + userid.split(":")[1]),  # nor its instance under another role
+        *(schema.slurm_namespace(u) for u in others),  # a worker role never writes the controller role's
         schema.slurm_namespace(userid) + "/x",
         schema.slurm_namespace("*"),  # a literal '*' is no wildcard in StringEquals
     ):
@@ -62,34 +66,37 @@ def test_no_node_writes_another_nodes_slurm_namespace_nor_plain_slurm(role: str,
 
 
 @pytest.mark.parametrize(
-    ("role", "own_allowed"),
+    ("role", "userid", "own_allowed"),
     [
-        ("controller", True),  # the publisher's write
-        ("controller+agent", True),
-        ("shared", True),  # the shared role's controller statements are on the workers too...
-        ("shared+agent", True),
-        ("worker", False),  # a worker role of its own grants no Slurm namespace at all
-        ("worker+agent", True),  # ...and the agent's Allow opens only the node's own (the Deny spares it)
+        ("controller", CONTROLLER, True),  # the publisher's write
+        ("controller+agent", CONTROLLER, True),
+        ("worker", WORKER, False),  # a worker role of its own grants no Slurm namespace at all
+        ("worker+agent", WORKER, True),  # the agent's Allow opens only the role's own (the Deny spares it)...
+        ("shared", SHARED, True),  # one role: the workers write `Slurm/SHARED:SageMaker`, the controller's own
+        ("shared+agent", SHARED, True),
     ],
 )
-def test_a_node_may_write_only_its_own_slurm_namespace(role: str, own_allowed: bool) -> None:
-    """Where a worker may write its own `Slurm/ROLEID:i-worker`, the scaler ignores it (it reads only the
-    controller instance's): tests/integration/test_hyperpod_moto.py shows a forgery there removes nothing."""
-    statements = _roles()[role]
-    for userid in (CONTROLLER, WORKER):
-        assert _put(statements, userid, schema.slurm_namespace(userid)) is own_allowed, (role, userid)
-    assert schema.slurm_namespace_instance(schema.slurm_namespace(WORKER)) == "i-0a0a0a0a0a0a0a0a0"
+def test_a_node_may_write_only_its_roles_own_slurm_namespace(role: str, userid: str, own_allowed: bool) -> None:
+    """...which the scaler reads only for the controller group's role, and only when no other group shares
+    it: a worker role's own namespace is ignored, a shared role's is not trusted."""
+    assert _put(_roles()[role], userid, schema.slurm_namespace(userid)) is own_allowed, (role, userid)
+
+
+def test_with_one_shared_role_iam_cannot_tell_a_worker_from_the_controller() -> None:
+    """The same aws:userid on every node: the controller's namespace is the workers' own too."""
+    worker_node_write = _put(_roles()["shared"], SHARED, schema.slurm_namespace(SHARED))
+    assert worker_node_write  # allowed: so the scaler refuses a shared controller role (see the docstring)
 
 
 def test_the_agents_own_namespaces_stay_open_and_gpufleet_nodes_own_stays_its_own() -> None:
     both = _roles()["shared+agent"]
-    assert _put(both, WORKER, "CWAgent")
-    assert _put(both, WORKER, schema.node_namespace(WORKER))
-    assert not _put(both, WORKER, schema.node_namespace(CONTROLLER))
+    assert _put(both, SHARED, "CWAgent")
+    assert _put(both, SHARED, schema.node_namespace(SHARED))
+    assert not _put(both, SHARED, schema.node_namespace(CONTROLLER))
 
 
 def test_the_controller_role_grants_slurm_only_through_the_policy_variable() -> None:
-    """Without aws:userid in the request (not an instance's or role session's credentials) nothing matches."""
+    """Without aws:userid in the request (not a role session's credentials) nothing matches."""
     assert not _put(_doc("execution-role-controller"), "", schema.slurm_namespace(CONTROLLER))
     assert not evaluate(
         _doc("execution-role-controller"), "cloudwatch:PutMetricData", "*", {"cloudwatch:namespace": "Slurm"}

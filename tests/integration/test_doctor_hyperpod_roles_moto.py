@@ -1,5 +1,6 @@
 """`gpufleet doctor` on a HyperPod cluster's execution roles (issue 41), on moto server: one role shared by
-the controller and worker groups (AWS's samples) is named with what it allows; a controller role of its
+the controller and worker groups (AWS's samples) is an error (HyperPod gives every node of a role one
+aws:userid, so the workers could write the controller's report and gpufleet trusts none); a controller role of its
 own, carrying the Deny on other Slurm namespaces, passes; a cluster whose controller group cannot be told is
 an error (gpufleet trusts none of its Slurm report). The pure rules: tools/gpufleet_tools/doctor/hyperpod_roles.py."""
 
@@ -41,15 +42,21 @@ def _attach(role_arn: str, name: str, doc: dict) -> None:
     )
 
 
-def test_a_shared_execution_role_is_named_with_what_it_allows(
+def test_a_shared_execution_role_is_an_error_with_what_it_allows(
     aws: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    moto_hyperpod.create_cluster(boto3.client("sagemaker"), "slurm-a", "gpu-workers", tags=fleet.MANAGED_TAG)
+    moto_hyperpod.create_cluster(
+        boto3.client("sagemaker"),
+        "slurm-a",
+        "gpu-workers",
+        tags=fleet.MANAGED_TAG,
+        controller_role=moto_hyperpod.EXECUTION_ROLE,  # the workers' own: shared
+    )
     _attach(moto_hyperpod.EXECUTION_ROLE, "cloudwatch-agent", AGENT)
     lines = _doctor(capsys, tmp_path, aws)
     shared = [line for line in lines if "shares its execution role" in line]
-    assert len(shared) == 1 and shared[0].startswith("warning"), lines
-    assert "Slurm/<its own role id>:<its own instance id>" in shared[0] and "drain-marks GetItem" in shared[0]
+    assert len(shared) == 1 and shared[0].startswith("error"), lines
+    assert "<role id>:SageMaker" in shared[0] and "drain-marks GetItem" in shared[0]
     assert any("lacks DenyOtherSlurmReportNamespaces" in line for line in lines), lines
 
 

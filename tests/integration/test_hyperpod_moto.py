@@ -1,14 +1,15 @@
 """A HyperPod Slurm cluster's instance group sized by the scaler on moto server (UpdateCluster and
 BatchDeleteClusterNodes [emulated]: rehearsal.moto_hyperpod). The cluster has Slurm's controller group
-(one node, SlurmConfig.NodeType Controller, sharing the workers' execution role as AWS's samples do): the
-controller node's publisher writes Slurm's report into its own namespace, Slurm/<role id>:<its instance
-id>, the only one the scaler reads. The Slurm backlog scales the group 0 -> 2; with the backlog gone, the
+(one node, SlurmConfig.NodeType Controller, an execution role of its own): the controller node's publisher
+writes Slurm's report into its own namespace, Slurm/<role id>:SageMaker (HyperPod names every node's
+session SageMaker), the only one the scaler reads. The Slurm backlog scales the group 0 -> 2; with the backlog gone, the
 node Slurm has called idle for five minutes is removed by id and the one it has not (a job took it in the
 latest minute: the publisher stopped saying idle) is kept, however idle its GPUs read.
 
 Forgeries (issue 41): a report written anywhere else - plain `Slurm` (any role with PutMetricData there: a
-CloudWatch agent's), or a worker's own `Slurm/<role id>:<worker id>` (what a shared execution role allows a
-worker) - never removes a node and never sizes the group; the data ignored is told once."""
+CloudWatch agent's), or a worker's own `Slurm/<worker role id>:SageMaker` - never removes a node and never
+sizes the group; the data ignored is told once. A controller role shared with the workers (what AWS's
+samples do) gives them the controller's aws:userid: no report of such a cluster is trusted."""
 
 from __future__ import annotations
 
@@ -129,7 +130,7 @@ def _report(
 
 def _forge(cw: Any, sm: Any, at: datetime, nodes: list[str], drained: tuple[str, ...] = (), pending: float = 0) -> None:
     """The forger's report that every node is idle (and `drained` drained), written where its roles let it:
-    plain `Slurm` (CloudWatchAgentServerPolicy, no Deny) and a worker's own namespace (a shared role)."""
+    plain `Slurm` (CloudWatchAgentServerPolicy, no Deny) and a worker's own namespace (its own role's)."""
     worker = schema.slurm_namespace(moto_hyperpod.node_userid(sm, "slurm-a", nodes[0]))
     for namespace in (defaults.HYPERPOD_IDLE_NAMESPACE, worker):
         _report(cw, namespace, at, dict.fromkeys(nodes, 0), drained, pending)
@@ -300,3 +301,29 @@ def test_a_cluster_whose_controller_cannot_be_told_trusts_no_report(aws: str, tm
     )
     out = _tick(f, t1, 2)
     assert out["action"] == "scale-in" and out["victims"] == [idle], out
+
+
+def test_a_controller_role_shared_with_the_workers_trusts_no_report(aws: str, tmp_path: Path) -> None:
+    """One execution role for the controller and worker groups: every node's credentials carry the same
+    aws:userid (<role id>:SageMaker), so a worker could write the controller's namespace itself. Its idle
+    report is not trusted: nothing is removed, and the scaler says why (once, in its log)."""
+    clients = fleet.Clients.create()
+    fleet.create_state_table(clients.dynamodb, TABLE)
+    sm = boto3.client("sagemaker")
+    moto_hyperpod.create_cluster(
+        sm, "slurm-a", "gpu-workers", tags=fleet.MANAGED_TAG, controller_role=moto_hyperpod.EXECUTION_ROLE
+    )
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(NO_DEMAND)
+    f = Fleet(clients=clients, policy_path=policy, endpoint=aws, backing_asg="")
+    idle, other = _grow(sm, 2)
+    t1 = T0 + timedelta(minutes=30)
+    _report(clients.cloudwatch, _own(sm), t1, {idle: 0, other: 0})  # written by a worker: the same namespace
+    for node in (idle, other):
+        f.put_instance_gpu(node, 0.0, 0.0, t1 - timedelta(minutes=2))
+    held = _tick(f, t1, 1)
+    assert held["action"] != "scale-in" and _nodes(sm) == [idle, other], held
+    hyperpod = f.scaler().ctx.fleet.hyperpod
+    assert hyperpod is not None
+    source = hyperpod.sources.source("slurm-a", t1)
+    assert source.namespace is None and "is shared with gpu-workers" in source.why, source

@@ -101,6 +101,8 @@ def test_protected_while_the_command_runs_and_cleared_after(node, tmp_path: Path
     assert run(["--", *sees(fake, tmp_path / "seen")]) == 0
     assert (tmp_path / "seen").read_text() == "protected"
     assert fake.protections() == [True, False]
+    since = fake.calls[0]["Item"].pop("since")["S"]  # when the mark was made (UTC): the scaler tells old ones
+    assert len(since) == 20 and since.endswith("Z"), since
     assert fake.calls[0] == {
         "operation": "PutItem",
         "TableName": "gpufleet-busy",

@@ -19,11 +19,11 @@ class _OwnSts:
     """sts GetCallerIdentity of the controller node's role [fake]: its aws:userid."""
 
     def get_caller_identity(self) -> dict:
-        return {"UserId": "AROACONTROLLER:i-0c0c0c0c0c0c0c0c0", "Account": "123456789012"}
+        return {"UserId": "AROACONTROLLER:SageMaker", "Account": "123456789012"}
 
 
 OWN_STS = _OwnSts()
-OWN_NAMESPACE = "Slurm/AROACONTROLLER:i-0c0c0c0c0c0c0c0c0"
+OWN_NAMESPACE = "Slurm/AROACONTROLLER:SageMaker"
 
 
 def _load(name: str, path: Path):

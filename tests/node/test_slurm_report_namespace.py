@@ -26,7 +26,7 @@ class Cw:
 
 
 class Sts:
-    def __init__(self, userid: str | None = "AROACTRL:i-0c0c0c0c0c0c0c0c0", fail: bool = False) -> None:
+    def __init__(self, userid: str | None = "AROACTRL:SageMaker", fail: bool = False) -> None:
         self.userid, self.fail = userid, fail
 
     def get_caller_identity(self) -> dict[str, Any]:
@@ -50,8 +50,7 @@ def test_hyperpod_writes_its_whole_report_into_its_own_namespace(tmp_path: Path)
     code, cw = _run(["--hyperpod", "c:g", "--resource-config", str(tmp_path / "none.json"), "--no-api"], Sts())
     assert code == 0
     [call] = cw.calls
-    assert call["Namespace"] == schema.slurm_namespace("AROACTRL:i-0c0c0c0c0c0c0c0c0")
-    assert schema.slurm_namespace_instance(call["Namespace"]) == "i-0c0c0c0c0c0c0c0c0"
+    assert call["Namespace"] == schema.slurm_namespace("AROACTRL:SageMaker")  # its role's, as HyperPod names it
 
 
 def test_without_its_identity_nothing_is_sent(tmp_path: Path) -> None:

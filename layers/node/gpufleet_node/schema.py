@@ -401,11 +401,12 @@ USAGE_ROW_FIELDS: Tuple[str, ...] = ("gpu", "workload", "held_s", "busy_s", "idl
 
 # ---- Slurm's report on a HyperPod cluster: the controller node's own namespace ----
 # Slurm's word on a HyperPod cluster (IdleNode, DrainedNode, PendingGPUs: which nodes may go, how many
-# come) is read only from SLURM_NAMESPACE_PREFIX + the controller node's own aws:userid, "Slurm/ROLEID:i-..."
-# (the controller group's execution role id, then its instance id: the same rule as a GPU node's own
-# namespace above). IAM lets a principal write "Slurm/${aws:userid}" and denies every other Slurm namespace
+# come) is read only from SLURM_NAMESPACE_PREFIX + the controller node's own aws:userid,
+# "Slurm/ROLEID:SageMaker" (the controller group's execution role id, then the session name HyperPod gives
+# every node: one namespace per execution role, so the scaler trusts it only from a controller role no
+# other group shares). IAM lets a principal write "Slurm/${aws:userid}" and denies every other Slurm namespace
 # in every role gpufleet ships (ami/hyperpod/*.json, template.yaml's node policy), so a write elsewhere - plain
-# "Slurm", another instance's - is never read. ami/slurm_pending_gpus.py keeps the same literal (it imports
+# "Slurm", another role's - is never read. ami/slurm_pending_gpus.py keeps the same literal (it imports
 # nothing of gpufleet's); tests/node/test_slurm_report_namespace.py checks that they agree.
 SLURM_NAMESPACE = "Slurm"
 SLURM_NAMESPACE_PREFIX = SLURM_NAMESPACE + "/"
@@ -414,11 +415,3 @@ SLURM_NAMESPACE_PREFIX = SLURM_NAMESPACE + "/"
 def slurm_namespace(userid: str) -> str:
     """The Slurm report namespace only the credentials with this aws:userid may write."""
     return SLURM_NAMESPACE_PREFIX + userid
-
-
-def slurm_namespace_instance(namespace: str) -> "str | None":
-    """The instance whose own credentials wrote this Slurm report namespace ("Slurm/ROLEID:i-..." ->
-    "i-..."), or None when it is not one of that exact shape (plain "Slurm" included)."""
-    if not namespace.startswith(SLURM_NAMESPACE_PREFIX):
-        return None
-    return userid_instance(namespace[len(SLURM_NAMESPACE_PREFIX) :])

@@ -44,7 +44,9 @@ GROUP = {
 
 # Slurm's controller group (DescribeCluster's SlurmConfig says so) and its one node: the report is read
 # from its own namespace only (issue 41).
+# A role of its own: a role shared with the workers gives them the controller's aws:userid (<role id>:SageMaker).
 CONTROLLER = {**GROUP, "InstanceGroupName": "controller-machine", "InstanceType": "ml.c5.xlarge",
+              "ExecutionRole": "arn:aws:iam::123456789012:role/hp-controller",
               "SlurmConfig": {"NodeType": "Controller"}}  # fmt: skip
 CONTROLLER_NODE = "i-0c0c0c0c0c0c0c0c0"
 ROLE_ID = "AROAHP"
@@ -225,10 +227,7 @@ def test_the_idle_read_is_one_call_over_whole_minutes_and_only_for_running_nodes
     report, stat = (q["MetricStat"] for q in request["MetricDataQueries"])
     assert (report["Metric"]["MetricName"], report["Stat"], report["Period"]) == ("PendingGPUs", "SampleCount", 60)
     assert {d["Name"] for d in report["Metric"]["Dimensions"]} == {"ClusterName", "InstanceGroupName"}
-    assert (
-        stat["Metric"]["Namespace"] == f"Slurm/{ROLE_ID}:{CONTROLLER_NODE}"
-        and stat["Metric"]["MetricName"] == "IdleNode"
-    )
+    assert stat["Metric"]["Namespace"] == f"Slurm/{ROLE_ID}:SageMaker" and stat["Metric"]["MetricName"] == "IdleNode"
     assert {d["Name"] for d in stat["Metric"]["Dimensions"]} == {"ClusterName", "InstanceGroupName", "InstanceId"}
     end = NOW.replace(second=0)  # the window: 5 whole minutes, and the current one read to its end
     assert (request["StartTime"], request["EndTime"]) == (end - timedelta(minutes=5), end + timedelta(minutes=1))

@@ -1,9 +1,10 @@
 """`gpufleet doctor`: the execution roles of each HyperPod cluster a policy names (issue 41).
 
-Slurm's report is read only from the controller node's own namespace `Slurm/<role id>:<instance id>`, so
-no role can forge it by IAM alone. What a role shared by the controller group and other groups still
-allows: any process on those nodes may write `Slurm/<its own id>` (ignored by the scaler), and shares the
-controller's other rights (the drain-marks GetItem on the state table, ListClusterNodes). And a role
+Slurm's report is read only from the controller's own namespace `Slurm/<role id>:SageMaker` (HyperPod
+names every node's execution-role session `SageMaker`, so `${aws:userid}` is one per role, not per
+node). A role the controller group shares with other groups therefore lets every node of those groups
+write the controller's report: the scaler trusts no report of such a cluster (an error here), and the
+sharing groups also get the controller's other rights (the drain-marks GetItem, ListClusterNodes). And a role
 without gpufleet's Deny on other Slurm namespaces lets a broad Allow beside it (CloudWatchAgentServerPolicy:
 PutMetricData anywhere) write plain `Slurm` - ignored too, but noise doctor names. Read with the operator's
 credentials: DescribeCluster, then per role ListRolePolicies/GetRolePolicy and ListAttachedRolePolicies/
@@ -96,14 +97,15 @@ def role_findings(roles: ClusterRoles) -> Iterator[tuple[str, str, str]]:
     sharing = sorted(g for g, arn in roles.groups.items() if arn == mine and g != roles.controller)
     if sharing:
         yield (
-            "warning",
+            "error",
             subject,
             (
                 f"the controller group {roles.controller} shares its execution role {mine} with {', '.join(sharing)}: "
-                "any process on those nodes may write Slurm/<its own role id>:<its own instance id> (the scaler "
-                "ignores it: it reads only the controller instance's), and has the controller's other rights (the "
-                "drain-marks GetItem on the state table, ListClusterNodes); give the controller group a role of "
-                "its own (ami/hyperpod/execution-role-controller.json)"
+                "HyperPod gives every node of a role the same aws:userid (<role id>:SageMaker), so any process on "
+                "those nodes could write the controller's Slurm report, and gpufleet trusts none (nothing of the "
+                "cluster is removed, its Slurm backlog is unreadable); they also get the controller's other rights "
+                "(the drain-marks GetItem, ListClusterNodes). Give the controller group a role of its own "
+                "(ami/hyperpod/execution-role-controller.json)"
             ),
         )
     for arn, role in sorted(roles.roles.items()):

@@ -5,11 +5,13 @@ and does not do.
 
 Which nodes run a Slurm job is Slurm's to say, not the node's: the backlog publisher on the cluster's
 controller node puts `IdleNode` = 1 each minute for every node Slurm reports IDLE (defaults.HYPERPOD_IDLE_*),
-into its own namespace `Slurm/${aws:userid}` ("Slurm/ROLEID:i-...", schema.slurm_namespace), in the same
+into its own namespace `Slurm/${aws:userid}` ("Slurm/ROLEID:SageMaker": HyperPod names every node's session
+SageMaker, so it is the controller group's role's; schema.slurm_namespace), in the same
 PutMetricData call as the group's `PendingGPUs` (the marker that a run's report landed). Only that namespace
 is read: the controller node is found from DescribeCluster and ListClusterNodes, its role id from IAM
 (ReportSources); IAM denies every other Slurm namespace to the roles gpufleet ships, and data anywhere else
-(plain `Slurm`, another node's) is ignored and told once. No controller identified: nothing is trusted. This
+(plain `Slurm`, another role's) is ignored and told once. No controller identified, or a controller role
+another instance group shares (its nodes would have the controller's aws:userid): nothing is trusted. This
 module reads that report (read_report); what
 it says is domain.slurm_report's, pure: a node is a candidate for removal only if the newest landed report
 (this minute's or the last) called it idle and every recent minute did (idle_nodes); anything else, a stale
@@ -422,9 +424,9 @@ class ReportSources:
     _foreign: set[tuple[str, str]] = field(default_factory=set, init=False, repr=False)  # (cluster, ns) told
 
     def source(self, cluster: str, now: datetime) -> ReportSource:
-        """Where `cluster`'s Slurm report is read: `Slurm/<role id>:<instance id>` of its controller node
-        (controller_group's one node, its group's ExecutionRole's RoleId), found again each minute (a
-        replaced controller is a new instance); or why no report of it is trusted, told once per cause."""
+        """Where `cluster`'s Slurm report is read: `Slurm/<role id>:SageMaker` of its controller group (one
+        node; its ExecutionRole's RoleId, a role no other group shares), found again each minute; or why no
+        report of it is trusted, told once per cause."""
         minute = minute_of(now)
         cached = self._sources.get(cluster)
         if cached is not None and cached[0] == minute:
@@ -458,8 +460,22 @@ class ReportSources:
         role = str(group.get("ExecutionRole") or "")
         if not role:
             return ReportSource(None, f"its controller group {name} has no ExecutionRole")
+        sharing = sorted(
+            str(g.get("InstanceGroupName"))
+            for g in cluster.get("InstanceGroups", [])
+            if g.get("InstanceGroupName") != name and g.get("ExecutionRole") == role
+        )
+        if sharing:  # their nodes' credentials are the controller's: one aws:userid, one namespace
+            return ReportSource(
+                None,
+                f"its controller group {name}'s execution role {role.rsplit('/', 1)[-1]} is shared with "
+                f"{', '.join(sharing)}: every node of those groups could write the controller's report; give "
+                "the controller group an execution role of its own",
+                role=role,
+            )
         role_id = self._role_id(role, nodes[0])
-        return ReportSource(schema.slurm_namespace(f"{role_id}:{nodes[0]}"), controller=nodes[0], role=role)
+        userid = f"{role_id}:{defaults.HYPERPOD_SESSION_NAME}"
+        return ReportSource(schema.slurm_namespace(userid), controller=nodes[0], role=role)
 
     def _role_id(self, role_arn: str, controller: str) -> str:
         """The role's unique id (the part of an instance profile's aws:userid before ':'), from IAM once per

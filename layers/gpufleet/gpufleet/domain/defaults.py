@@ -225,6 +225,12 @@ KUBE_MIN_PAGE = 1
 # no report is trusted (nothing of the cluster is removed, its backlog unreadable), told once.
 HYPERPOD_CONTROLLER_NODE_TYPE = "Controller"
 HYPERPOD_CONTROLLER_GROUP_TAG = "gpufleet:slurm-controller-group"
+# The session name of a HyperPod node's execution-role credentials: `aws sts get-caller-identity` on a
+# cluster node answers "assumed-role/<role>/SageMaker", UserId "<role id>:SageMaker" (not the instance id,
+# as an EC2 instance profile's). So "Slurm/${aws:userid}" is one namespace per execution role, and every
+# node of every group with that role can write it: the report is trusted only from a controller group
+# whose execution role no other group of the cluster shares.
+HYPERPOD_SESSION_NAME = "SageMaker"
 # How often (at most, per cluster and warm container) the scaler lists which Slurm namespaces hold the
 # cluster's report (one ListMetrics, only when a scale-in is weighed), to tell once of data it ignores.
 HYPERPOD_FOREIGN_REPORT_CHECK_S = 3600

@@ -155,14 +155,14 @@ def _demand_problems(policy: FleetPolicy) -> list[str]:
                 "group's size; publish the backlog in another namespace. IAM scopes PutMetricData by namespace "
                 "only, so whoever's role allows PutMetricData there can set it (CloudWatchAgentServerPolicy allows "
                 "every namespace): on HyperPod write namespace: Slurm, which gpufleet reads only from the "
-                "controller node's own Slurm/<role id>:<instance id>"
+                "controller group's own Slurm/<role id>:SageMaker (a role no other group shares)"
             )
         if demand.metric is not None and kind is GroupKind.HYPERPOD and not slurm_report(demand.metric.namespace):
             problems.append(
                 f"{label}: demand.metric.namespace {demand.metric.namespace!r} on a hyperpod group is read as named: "
                 "any role allowed PutMetricData there (CloudWatchAgentServerPolicy: every namespace) can size "
                 f"this group; write namespace: {SLURM_NAMESPACE} (read only from the controller node's own "
-                "Slurm/<role id>:<instance id>, the one namespace IAM lets it alone write)"
+                "Slurm/<role id>:SageMaker, which IAM lets only its role write: give it a role of its own)"
             )
     return problems
 
