@@ -17,7 +17,8 @@ ami/hyperpod/execution-role-controller.json lets it write (docs/hyperpod.md).
 
 What counts: jobs in state PENDING (optionally of some partitions) whose Reason says they wait for nodes
 (DEMAND_REASONS: not held, not waiting on a dependency, a begin time or a limit), a pending job array's
-line once per element up to its throttle (array_tasks). squeue's `--Format` fields
+line once per element up to the room its throttle leaves: `%N` minus its tasks already running (read_jobs).
+squeue's `--Format` fields
 `tres-per-job`, `tres-per-node` and `tres-per-task` (Slurm's squeue(1); src/squeue/opts.c) hold what the job
 asked for: `--gpus=8` is `gres/gpu:8` per job, `--gpus-per-node=4` and `--gres=gpu:a100:4` are
 `gres/gpu:4` / `gres/gpu:a100:4` per node (times NumNodes), `--gpus-per-task=1` is `gres/gpu=1` (newer
@@ -97,11 +98,14 @@ MAX_DATUMS = 1000  # PutMetricData: at most 1,000 metrics per request
 # -r/--array: a pending job array stays one line, `123_[1-100%4]`, so its throttle (%4) is seen; its
 # element count is read from the index expression (array_tasks), which SLURM_BITSTR_LEN=0 prints whole
 # (squeue cuts it at 64 characters otherwise: src/squeue/opts.c, the `-r` case sets the same variable).
+# RUNNING and SUSPENDED jobs are listed too, only to count an array's started tasks (`123_1`, `123_2`:
+# squeue(1) %i prints an element as <array job id>_<index>), which hold places of its throttle (issue 42).
 SQUEUE = [
     "squeue",
-    "--states=PENDING",
+    "--states=PENDING,RUNNING,SUSPENDED",
     "--noheader",
-    "--Format=JobID:0|,NumNodes:0|,NumTasks:0|,Partition:0|,tres-per-job:0|,tres-per-node:0|,tres-per-task:0|,Reason:0",
+    "--Format=JobID:0|,NumNodes:0|,NumTasks:0|,Partition:0|,tres-per-job:0|,tres-per-node:0|,tres-per-task:0|,"
+    "State:0|,Reason:0",
 ]
 SQUEUE_ENV = {"SLURM_BITSTR_LEN": "0"}
 # Why a pending job waits (Slurm's job_reason_codes.html): only these mean "no free node now", the wait
@@ -117,6 +121,11 @@ DEMAND_REASONS = (
     "ReqNodeNotAvail",
     "Nodes_required_for_job_are_DOWN",
 )
+# squeue's State (long form) of a job that has started and not ended: its array throttle place is taken
+# (Slurm's job_array.html: "%" caps the tasks running at once). CONFIGURING is a RUNNING job whose nodes
+# boot (squeue --states=RUNNING lists it). A COMPLETING task has ended: Slurm frees its place then.
+PENDING_STATE = "PENDING"
+STARTED_STATES = ("RUNNING", "CONFIGURING", "SUSPENDED")
 # %E: the reason a node is down, drained or draining, whole (no width: not cut); "none" when it has none.
 SINFO = ["sinfo", "-N", "-h", "-o", "%N|%T|%E"]
 # Node states in which no one has closed the node (sinfo(1) NODE STATE CODES, suffix stripped): the only
@@ -160,19 +169,40 @@ def _int(text: str, default: int = 1) -> int:
         return default
 
 
-_ARRAY = re.compile(r"^\d+_\[([^\]]*)\]$")
+_ARRAY = re.compile(r"^(\d+)_\[([^\]]*)\]$")
+_ELEMENT = re.compile(r"^(\d+)_(\d+)$")
 _RANGE = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")
 
 
-def array_tasks(job_id: str) -> int:
-    """Pending elements of one squeue line: 1 for a job or one element (`123`, `123_7`); for a pending
-    array's combined line `123_[1-100%4]` the indexes (`a`, `a-b`, `a-b:step`, comma-separated) capped
-    by the throttle after `%` (at most that many run at once). An index part that does not parse (a cut
-    string) counts what parsed, at least 1."""
+def array_throttle(job_id: str) -> Optional[int]:
+    """The `%N` of a pending array's combined line (`123_[1-100%4]`: 4); None without one, or for `%0`
+    (Slurm: no limit). Raises ValueError for a throttle that is not a number (a cut or unknown form)."""
+    match = _ARRAY.match(job_id.strip())
+    if not match or "%" not in match.group(2):
+        return None
+    throttle = match.group(2).partition("%")[2].strip()
+    if not throttle.isdigit():
+        raise ValueError("array throttle %r of %s is not a number" % (throttle, job_id.strip()))
+    return int(throttle) or None
+
+
+def array_job_id(job_id: str) -> Optional[str]:
+    """The array job id of an element (`123_7`) or of a pending array's line (`123_[1-100%4]`): `123`."""
+    text = job_id.strip()
+    match = _ARRAY.match(text) or _ELEMENT.match(text)
+    return match.group(1) if match else None
+
+
+def array_tasks(job_id: str, started: int = 0) -> int:
+    """Pending elements of one squeue line that may start now: 1 for a job or one element (`123`,
+    `123_7`); for a pending array's combined line `123_[1-100%4]` the indexes (`a`, `a-b`, `a-b:step`,
+    comma-separated), at most the room the throttle after `%` leaves: throttle minus the array's `started`
+    tasks (sbatch --array: at most that many run at once; none when full). An index part that does not
+    parse (a cut string) counts what parsed, at least 1; a throttle that does not parse is not applied."""
     match = _ARRAY.match(job_id.strip())
     if not match:
         return 1
-    body, _, throttle = match.group(1).partition("%")
+    body = match.group(2).partition("%")[0]
     count = 0
     for item in body.split(","):
         r = _RANGE.match(item.strip())
@@ -180,7 +210,11 @@ def array_tasks(job_id: str) -> int:
             first, last, step = int(r.group(1)), int(r.group(2) or r.group(1)), int(r.group(3) or 1)
             count += (last - first) // max(step, 1) + 1 if last >= first else 0
     count = max(count, 1)
-    return min(count, int(throttle)) if throttle.isdigit() and int(throttle) > 0 else count
+    try:
+        throttle = array_throttle(job_id)
+    except ValueError:
+        return count  # counted as before the throttle was read; read_jobs says so
+    return count if throttle is None else min(count, max(0, throttle - started))
 
 
 def waits_for_nodes(reason: str) -> bool:
@@ -191,29 +225,53 @@ def waits_for_nodes(reason: str) -> bool:
 
 
 class Job:
-    """One pending squeue line: the partitions it may run in, the GPUs it asks for (an array's line: all
-    its pending elements', throttle-capped) and why it waits."""
+    """One squeue line: the partitions it may run in, the GPUs it asks for (an array's line: all its
+    pending elements' that its throttle lets start; `per_element`: one element's), its state (an older
+    format without the column: pending) and why it waits."""
 
-    __slots__ = ("gpus", "job_id", "partitions", "reason")
+    __slots__ = ("gpus", "job_id", "partitions", "per_element", "reason", "state")
 
-    def __init__(self, job_id: str, partitions: List[str], gpus: int, reason: str = "") -> None:
+    def __init__(
+        self,
+        job_id: str,
+        partitions: List[str],
+        gpus: int,
+        reason: str = "",
+        state: str = PENDING_STATE,
+        per_element: Optional[int] = None,
+    ) -> None:
         self.job_id = job_id
         self.partitions = partitions
         self.gpus = gpus
         self.reason = reason
+        self.state = state
+        self.per_element = gpus if per_element is None else per_element
+
+    @property
+    def pending(self) -> bool:
+        return self.state == PENDING_STATE
+
+    @property
+    def started(self) -> bool:
+        return self.state in STARTED_STATES
 
     @property
     def demand(self) -> bool:
-        return self.gpus > 0 and waits_for_nodes(self.reason)
+        return self.pending and self.gpus > 0 and waits_for_nodes(self.reason)
 
 
 def parse_job(line: str) -> Optional[Job]:
-    """A squeue line: `JobID|NumNodes|NumTasks|Partition|tres-per-job|tres-per-node|tres-per-task|Reason`
-    (this script's format; without Reason: the previous one), or the older `%i|%D|%b|%P`. None when
-    malformed."""
+    """A squeue line: `JobID|NumNodes|NumTasks|Partition|tres-per-job|tres-per-node|tres-per-task|State|Reason`
+    (this script's format; without State, or State and Reason: the previous ones, all pending), or the older
+    `%i|%D|%b|%P`. None when malformed. An array's line counts its elements up to its throttle, as if none
+    had started (read_jobs subtracts those)."""
     fields = [f.strip() for f in line.strip().split("|")]
     reason = ""
-    if len(fields) == 8:
+    state = PENDING_STATE
+    if len(fields) == 9:
+        reason = fields.pop()
+        state = fields.pop().upper() or PENDING_STATE
+    elif len(fields) == 8:
         reason = fields.pop()
     if len(fields) == 4:
         job_id, nodes, per_node, partition = fields
@@ -223,16 +281,44 @@ def parse_job(line: str) -> Optional[Job]:
         gpus = max(gpus_in(per_job), gpus_in(per_node) * _int(nodes), gpus_in(per_task) * _int(tasks))
     else:
         return None
-    return Job(job_id, [p for p in partition.split(",") if p], gpus * array_tasks(job_id), reason)
+    partitions = [p for p in partition.split(",") if p]
+    return Job(job_id, partitions, gpus * array_tasks(job_id), reason, state, per_element=gpus)
+
+
+def read_jobs(lines: Iterable[str]) -> List[Job]:
+    """The jobs squeue listed (malformed lines skipped), each pending array's line counting only the
+    elements its throttle lets start: throttle minus the array's started tasks (`123_1`, `123_2` RUNNING
+    beside `123_[3-100%4]`: 2 of 4 places taken, 2 more may start). A throttle that does not parse is not
+    applied, said once per run on stderr with the GPUs so counted."""
+    jobs = [job for job in (parse_job(line) for line in lines) if job is not None]
+    started: Dict[str, int] = {}
+    for job in jobs:
+        base = array_job_id(job.job_id) if job.started else None
+        if base is not None:
+            started[base] = started.get(base, 0) + 1
+    unread: List[str] = []
+    for job in jobs:
+        base = array_job_id(job.job_id)
+        if not job.pending or base is None:
+            continue
+        try:
+            array_throttle(job.job_id)
+        except ValueError:
+            unread.append("%s (%d GPUs)" % (job.job_id, job.gpus))
+            continue
+        job.gpus = job.per_element * array_tasks(job.job_id, started.get(base, 0))
+    if unread:
+        said = " ".join(unread[:20])
+        print("note: array throttle unreadable, all pending elements counted: %s" % said, file=sys.stderr)
+    return jobs
 
 
 def pending_gpus(lines: Iterable[str], partitions: Optional[Sequence[str]] = None) -> int:
     """GPUs requested by the pending jobs squeue listed; malformed lines are skipped."""
     wanted = set(partitions or ())
     total = 0
-    for line in lines:
-        job = parse_job(line)
-        if job is None or not job.demand or (wanted and not set(job.partitions) & wanted):
+    for job in read_jobs(lines):
+        if not job.demand or (wanted and not set(job.partitions) & wanted):
             continue
         total += job.gpus
     return total
@@ -276,9 +362,8 @@ def pending_by_group(
     wanted = set(partitions or ())
     totals = {(s.cluster, s.group): 0 for s in specs}
     unmapped: List[str] = []
-    for line in lines:
-        job = parse_job(line)
-        if job is None or not job.demand or (wanted and not set(job.partitions) & wanted):
+    for job in read_jobs(lines):
+        if not job.demand or (wanted and not set(job.partitions) & wanted):
             continue
         spec = group_of(job, specs)
         if spec is None:

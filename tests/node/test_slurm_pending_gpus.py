@@ -248,7 +248,7 @@ def test_the_squeue_command_asks_whole_fields() -> None:
     fields = fmt.split("=", 1)[1].split(",")
     assert [f.split(":")[0] for f in fields] == [
         "JobID", "NumNodes", "NumTasks", "Partition", "tres-per-job", "tres-per-node", "tres-per-task",
-        "Reason"]  # fmt: skip
+        "State", "Reason"]  # fmt: skip
     assert all(f.split(":")[1].startswith("0") for f in fields)
 
 
