@@ -133,7 +133,7 @@ def test_no_wait_once_the_budget_is_spent(spent: float) -> None:
 
 
 class Drip:
-    """A socket that gives one byte per recv and remembers each timeout it was set to."""
+    """A socket (and its file) that gives one byte per read and remembers each timeout it was set to."""
 
     def __init__(self) -> None:
         self.timeouts: list[float] = []
@@ -141,7 +141,7 @@ class Drip:
     def settimeout(self, value: float) -> None:
         self.timeouts.append(value)
 
-    def recv_into(self, buffer: Any) -> int:
+    def readinto(self, buffer: Any) -> int:
         buffer[0:1] = b"x"
         return 1
 
@@ -149,7 +149,7 @@ class Drip:
 def test_every_recv_waits_at_most_the_time_the_budget_has_left() -> None:
     """A byte every 1.5 s against a 10 s budget: six recvs, the last cut to the second left, then none."""
     sock, buffer = Drip(), bytearray(8192)
-    reader = _PacedReader(sock, Pace(2.0, 10.0, Clock(1.5)))
+    reader = _PacedReader(sock, sock, Pace(2.0, 10.0, Clock(1.5)))
     with pytest.raises(BudgetSpent):
         list(map(reader.readinto, [buffer] * 100))
     assert sock.timeouts == [2.0, 2.0, 2.0, 2.0, 2.0, pytest.approx(1.0)]

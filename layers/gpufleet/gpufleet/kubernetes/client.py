@@ -91,24 +91,33 @@ class Pace:
 class _PacedReader(io.RawIOBase):
     """The socket as http.client reads a response through it (status line, headers, body): each recv
     waits at most what the pace allows, so a server that drips a byte a second cannot hold the listing
-    past its budget (a plain socket timeout is per recv: each drip would reset it)."""
+    past its budget (a plain socket timeout is per recv: each drip would reset it).
 
-    def __init__(self, sock: Any, pace: Pace) -> None:
-        self._sock, self._pace = sock, pace
+    It reads through `raw`, the response's own socket file (`sock.makefile`), never the socket itself:
+    that file holds the socket open. An answer the server closes after (`Connection: close`, HTTP/1.0)
+    has its connection's socket closed by getresponse(), and a read on the bare socket then fails with
+    EBADF; the file keeps it readable until the body is read and the response closes it."""
+
+    def __init__(self, sock: Any, raw: Any, pace: Pace) -> None:
+        self._sock, self._raw, self._pace = sock, raw, pace
 
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: Any) -> int:
+    def readinto(self, buffer: Any) -> int | None:
         self._sock.settimeout(self._pace.wait_s())
-        return int(self._sock.recv_into(buffer))
+        return self._raw.readinto(buffer)  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        if not self.closed:
+            self._raw.close()  # lets the socket go: closed for good once the connection let it go too
+        super().close()
 
 
 class _PacedResponse(http.client.HTTPResponse):
     def __init__(self, sock: Any, *args: Any, pace: Pace, **kwargs: Any) -> None:
         super().__init__(sock, *args, **kwargs)
-        self.fp.close()  # the plain reader http.client made (only a reference to the socket)
-        self.fp = io.BufferedReader(_PacedReader(sock, pace))
+        self.fp = io.BufferedReader(_PacedReader(sock, self.fp.detach(), pace))  # nothing read yet: no buffer lost
 
 
 class Connection:
@@ -164,6 +173,7 @@ class Connection:
         if body is not None:
             headers["Content-Type"] = content_type
         url = f"{self._prefix}{path}?{urlencode(query)}" if query else f"{self._prefix}{path}"
+        response: http.client.HTTPResponse | None = None
         try:
             wait = self.pace.wait_s()
             self._conn.timeout = wait  # to connect (a kept-alive connection: to send)
@@ -178,6 +188,8 @@ class Connection:
             body = self._body(response)
         except HttpProblem:
             self._conn.close()  # a body left half read: the next GET starts on a fresh connection
+            if response is not None:
+                response.close()  # a closing answer's socket is the response's alone: let it go now
             raise
         except BudgetSpent:
             raise HttpProblem("timeout", f"the listing took over its {self.pace.budget_s:g} s") from None
