@@ -24,8 +24,8 @@ only idle nodes go, by id. API facts relied on (SageMaker API reference, botocor
 - UpdateCluster takes the instance groups to change ("Specify the instance groups to update"; removing
   one is InstanceGroupsToDelete, so a group left out is left as it is); each spec needs InstanceCount,
   InstanceGroupName and ExecutionRole (InstanceType and LifeCycleConfig too in older API versions), and
-  the reference does not promise that a field left out keeps its value: the spec is copied whole from
-  DescribeCluster, only the count changed;
+  the reference does not promise that a field left out keeps its value: the spec is built from
+  DescribeCluster member by member after botocore's input shape (build_spec), only the count changed;
 - BatchDeleteClusterNodes: at most 99 node ids a call; answers Successful and Failed (NodeIdNotFound |
   InvalidNodeStatus | NodeIdInUse); the deleted nodes leave the group's count.
 """
@@ -41,6 +41,7 @@ from typing import Any
 
 import botocore.session
 from botocore.exceptions import ClientError
+from botocore.model import Shape
 
 from gpufleet.aws.clients import AWS_FAILURES, chunks, client, error_code, new_session
 from gpufleet.aws.metrics import GpuMetricsReader, MetricsIncomplete, SeriesQuery
@@ -70,27 +71,39 @@ from gpufleet.domain.slurm_report import (
 )
 from gpufleet_node import schema
 
-# HyperPod's node states as the other kinds' lifecycle words: (lifecycle_state, healthy). Only InService
-# nodes are capacity or victims; a node HyperPod is checking, patching or has found broken is neither.
+# HyperPod's node states (ClusterInstanceStatus, ListClusterNodes' InstanceStatus.Status) as the other kinds'
+# lifecycle words: (lifecycle_state, healthy). Only InService nodes are capacity or victims. A state whose
+# word begins with "Pending" is a node on its way: the core counts it against waiting work (on_the_way),
+# so a backlog does not ask for it again. Sources (SageMaker API reference ClusterInstanceStatusDetails;
+# SageMaker HyperPod developer guide, "Deep health checks" and "Automatic node recovery and auto-resume"):
+# - DeepHealthCheckInProgress: a new (or checked) node held in a Slurm maintenance reservation until its
+#   deep health checks pass, then released to workloads: it is the capacity just asked for, on its way;
+# - SystemUpdating: HyperPod patching the node (UpdateClusterSoftware, AutoPatchConfig): back when done;
+# - Failure: with NodeRecovery Automatic ("by default, the clusters are set up with Automatic node
+#   recovery") HyperPod reboots or replaces the node within the same count: on its way, never a reason to
+#   add one. Under NodeRecovery None nothing repairs it (FAILED_NO_RECOVERY): neither capacity nor on its way.
 NODE_STATES: dict[str, tuple[str, bool]] = {
     "Running": ("InService", True),
     "Pending": ("Pending", True),
     "AttachInProgress": ("Pending", True),
+    "DeepHealthCheckInProgress": ("Pending:DeepHealthCheckInProgress", True),
+    "SystemUpdating": ("Pending:SystemUpdating", True),
+    "Failure": ("Pending:Failure", False),
     "ShuttingDown": ("Terminating", True),
     "DetachInProgress": ("Terminating", True),
     "NotFound": ("Terminated", True),
-    "Failure": ("Failure", False),
-    "SystemUpdating": ("SystemUpdating", False),
-    "DeepHealthCheckInProgress": ("DeepHealthCheckInProgress", False),
 }
+FAILED_NO_RECOVERY = ("Failure", False)  # a Failure node of a cluster whose NodeRecovery is None
+NODE_RECOVERY_NONE = "None"  # DescribeCluster's NodeRecovery (ClusterNodeRecovery: Automatic | None)
 # DescribeCluster's names (ClusterInstanceGroupDetails) for what UpdateCluster takes under another name
-# (ClusterInstanceGroupSpecification). Every other spec member is carried under its own name when the
-# details hold it: the spec is sent whole, and a field left out is a field changed.
-SPEC_RENAMED = {
-    "MinCount": "MinInstanceCount",
-    "DesiredImageId": "ImageId",
-    "DesiredImageReleaseVersion": "ImageReleaseVersion",
-}
+# (ClusterInstanceGroupSpecification), at the top level. At any depth, a spec member N the details do not
+# hold under its own name is read from Desired<N> (what was last asked: an update HyperPod may still be
+# rolling out), else from Current<N> (what runs): DesiredImageId -> ImageId,
+# AutoPatchConfig.CurrentPatchSchedule -> PatchSchedule, InstanceRequirements.CurrentInstanceTypes ->
+# InstanceTypes, KubernetesConfig.CurrentLabels -> Labels. A details member no spec member is read from
+# (CurrentCount, Status, ActiveOperations, ...) is the service's state, not the spec: it is not sent.
+SPEC_RENAMED = {"MinCount": "MinInstanceCount"}
+SPEC_PREFIXES = ("Desired", "Current")
 SPEC_SHAPE = "ClusterInstanceGroupSpecification"
 DETAILS_SHAPE = "ClusterInstanceGroupDetails"
 GONE = "NodeIdNotFound"  # a delete retried after the node went: done, not failed
@@ -171,11 +184,16 @@ def ec2_type(instance_type: str | None) -> str | None:
     return instance_type.removeprefix("ml.")
 
 
-def node_observation(node: dict[str, Any], runs_work: bool, drain: RequestedDrain | None = None) -> InstanceObservation:
-    """One node; `drain`: gpufleet asked Slurm to drain it (aws.slurm_marks), and when. Its Slurm name is
-    its hostname (`ip-A-B-C-D`), when ListClusterNodes gives PrivateDnsHostname."""
+def node_observation(
+    node: dict[str, Any], runs_work: bool, drain: RequestedDrain | None = None, recovers: bool = True
+) -> InstanceObservation:
+    """One node; `drain`: gpufleet asked Slurm to drain it (aws.slurm_marks), and when; `recovers`: its
+    cluster's NodeRecovery is Automatic (HyperPod's default), so a Failure node is being repaired. Its Slurm
+    name is its hostname (`ip-A-B-C-D`), when ListClusterNodes gives PrivateDnsHostname."""
     status = str(node.get("InstanceStatus", {}).get("Status", ""))
     lifecycle, healthy = NODE_STATES.get(status, (status or "Unknown", False))
+    if status == "Failure" and not recovers:
+        lifecycle, healthy = FAILED_NO_RECOVERY
     return InstanceObservation(
         instance_id=node["InstanceId"],
         lifecycle_state=lifecycle,
@@ -189,22 +207,75 @@ def node_observation(node: dict[str, Any], runs_work: bool, drain: RequestedDrai
 
 
 @functools.cache
-def spec_fields() -> tuple[str, ...]:
-    """UpdateCluster's instance group members, from botocore's own SageMaker model (the one the client
-    validates against), so a member a newer API adds is carried without a change here. Loaded on the
-    first count change only: the model is large."""
+def _group_shapes() -> tuple[Shape, Shape]:
+    """(DescribeCluster's instance group shape, UpdateCluster's), from botocore's own SageMaker model (the
+    one the client validates against), so a member a newer API adds is carried without a change here.
+    Loaded on the first count change only: the model is large."""
     model = botocore.session.get_session().get_service_model("sagemaker")
-    return tuple(model.shape_for(SPEC_SHAPE).members)
+    details = model.operation_model("DescribeCluster").output_shape.members["InstanceGroups"]
+    spec = model.operation_model("UpdateCluster").input_shape.members["InstanceGroups"]
+    return details.member, spec.member
 
 
-def update_spec(group: dict[str, Any], count: int, fields: Sequence[str] | None = None) -> dict[str, Any]:
-    """The instance group's spec for UpdateCluster: everything DescribeCluster said that UpdateCluster
-    takes (under its own name or SPEC_RENAMED's), the count changed."""
-    members = set(spec_fields() if fields is None else fields)
-    spec = {k: group[k] for k in members if k != "InstanceCount" and group.get(k) is not None}
-    spec.update({new: group[old] for old, new in SPEC_RENAMED.items() if new in members and group.get(old) is not None})
+def spec_fields() -> tuple[str, ...]:
+    """UpdateCluster's instance group members (top level)."""
+    return tuple(_group_shapes()[1].members)
+
+
+def _source_of(name: str, details: Mapping[str, Any], top: bool) -> str | None:
+    """Which details member feeds spec member `name`: its own name, a top-level SPEC_RENAMED one, or
+    Desired<name> / Current<name>; None when the details hold none of them."""
+    renamed = [old for old, new in SPEC_RENAMED.items() if new == name] if top else []
+    for candidate in (name, *renamed, *(prefix + name for prefix in SPEC_PREFIXES)):
+        if details.get(candidate) is not None:
+            return candidate
+    return None
+
+
+def _carried(value: Any, out: Shape, into: Shape, path: str, left: list[str], top: bool = False) -> Any:
+    """`value` (of DescribeCluster's shape `out`) as UpdateCluster's shape `into` takes it: a structure keeps
+    only the members `into` has (each carried the same way), a list or map each item. A value of another
+    type than the shape says is passed as it is (botocore's validation then names it). A structure that
+    would lack a member `into` requires is None (left out, its path added to `left`)."""
+    if into.type_name == "structure" and out.type_name == "structure" and isinstance(value, Mapping):
+        spec: dict[str, Any] = {}
+        for name, member in into.members.items():
+            source = _source_of(name, value, top)
+            if source is None or source not in out.members:
+                continue
+            carried = _carried(value[source], out.members[source], member, f"{path}.{name}", left)
+            if carried is not None:
+                spec[name] = carried
+        missing = [m for m in into.required_members if m not in spec]
+        if missing and not top:
+            left.append(f"{path} (DescribeCluster gave it without {', '.join(missing)})")
+            return None
+        return spec
+    if into.type_name == "list" and out.type_name == "list" and isinstance(value, list):
+        listed = [_carried(v, out.member, into.member, f"{path}[{i}]", left) for i, v in enumerate(value)]
+        return [v for v in listed if v is not None]
+    if into.type_name == "map" and out.type_name == "map" and isinstance(value, Mapping):
+        mapped = {k: _carried(v, out.value, into.value, f"{path}.{k}", left) for k, v in value.items()}
+        return {k: v for k, v in mapped.items() if v is not None}
+    return value
+
+
+def build_spec(group: Mapping[str, Any], count: int) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The instance group's spec for UpdateCluster, built member by member from botocore's input shape:
+    everything DescribeCluster said that UpdateCluster takes (under its own name, SPEC_RENAMED's or
+    SPEC_PREFIXES'), at every depth, the count changed; and what had to be left out (a structure without a
+    member UpdateCluster requires). Copying DescribeCluster's structures whole is what botocore refused
+    before sending (`Unknown parameter in InstanceGroups[0].AutoPatchConfig: "CurrentPatchSchedule"`)."""
+    details, spec_shape = _group_shapes()
+    left: list[str] = []
+    spec = _carried({k: v for k, v in group.items() if k != "InstanceCount"}, details, spec_shape, "", left, top=True)
     spec["InstanceCount"] = count
-    return spec
+    return spec, tuple(p.lstrip(".") for p in left)
+
+
+def update_spec(group: Mapping[str, Any], count: int) -> dict[str, Any]:
+    """The instance group's spec for UpdateCluster (build_spec), the count changed."""
+    return build_spec(group, count)[0]
 
 
 @dataclass
@@ -255,7 +326,8 @@ class HyperPodFleet:
                 if ref.name in groups:
                     marks = drains if ref.key in attrition else None
                     nodes = listed(ref.name)
-                    found.append(_observation(ref, groups[ref.name], tags, nodes, marks))
+                    recovers = cluster.get("NodeRecovery") != NODE_RECOVERY_NONE
+                    found.append(_observation(ref, groups[ref.name], tags, nodes, marks, recovers))
         return found
 
     def _listed(self, cluster: str, drains: dict[str, RequestedDrain] | None) -> Callable[[str], list[dict[str, Any]]]:
@@ -369,8 +441,10 @@ class HyperPodFleet:
                 f"{ref.key}: InstanceCount {target} -> {count} refused: a lower count lets HyperPod choose which "
                 "nodes go; only idle nodes are removed, by id"
             )
-        self.sagemaker.update_cluster(ClusterName=ref.cluster, InstanceGroups=[update_spec(group, count)])
-        return f"UpdateCluster {ref.key} InstanceCount = {count}"
+        spec, left = build_spec(group, count)
+        self.sagemaker.update_cluster(ClusterName=ref.cluster, InstanceGroups=[spec])
+        text = f"UpdateCluster {ref.key} InstanceCount = {count}"
+        return f"{text}; left out {'; '.join(left)}" if left else text
 
     def delete_nodes(self, decision: Decision, obs: GroupObservation) -> str:
         """The victims that are still InService and still idle by this observation and by a fresh read of
@@ -638,6 +712,7 @@ def _observation(
     tags: dict[str, str],
     nodes: list[dict[str, Any]],
     drains: Mapping[str, RequestedDrain] | None = None,
+    recovers: bool = True,
 ) -> GroupObservation:
     """The group as DescribeCluster and ListClusterNodes say; no node is marked running work until `marked`
     reads Slurm's word (no victim is chosen before that: the core waits for the nodes' GPU metrics, and
@@ -647,7 +722,7 @@ def _observation(
     someone else drained is not known here (only the controller sees Slurm's reasons): Slurm does not call it
     idle, so it is never a victim."""
     # When each drain was asked rides along: only a report made after it can show the drain (drained_nodes).
-    instances = tuple(node_observation(n, False, (drains or {}).get(n["InstanceId"])) for n in nodes)
+    instances = tuple(node_observation(n, False, (drains or {}).get(n["InstanceId"]), recovers) for n in nodes)
     instance_type = ec2_type(group.get("InstanceType"))
     floor = int(group.get("MinCount") or 0)
     return GroupObservation(
