@@ -198,6 +198,7 @@ def sharer(draw: Any) -> Sharer:
         nodes_per_unit=1 if per_node else draw(st.integers(1, 3)),
         ready=draw(st.integers(0, in_service)),
         in_service=in_service,
+        protected=draw(st.integers(0, in_service)),  # marked or protected nodes (issue 42)
         coming=draw(st.integers(0, 5)),
         growth=draw(st.integers(0, 10)),
     )
@@ -217,11 +218,14 @@ def test_a_shared_backlog_counts_each_unit_once_and_running_work_never_waits(
     assert total <= visible  # in-flight work never adds to what waits
     room = sum(s.ready * s.per_node for s in sharers)
     assert total >= visible - room  # only room the groups' ready nodes have covers waiting units
+    unmarked = split_backlog([s.model_copy(update={"protected": 0}) for s in sharers], visible, in_flight)
     for s in sharers:
         held = shares[s.key].held_nodes
         assert 0 <= held <= s.in_service
-        # fail closed: every node the running units could be spread over is kept
-        assert held >= min(s.in_service, in_flight * s.nodes_per_unit)
+        # marks only ever let nodes go that nobody's work needs: never more held than where nobody marks
+        assert held <= unmarked[s.key].held_nodes
+        if not any(x.protected for x in sharers):  # fail closed: every node the units could be spread over
+            assert held >= min(s.in_service, in_flight * s.nodes_per_unit)
     more = split_backlog(sharers, visible, in_flight + 1)
     assert all(more[k].held_nodes >= shares[k].held_nodes for k in shares)
 

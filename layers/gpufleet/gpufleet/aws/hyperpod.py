@@ -282,7 +282,8 @@ def update_spec(group: Mapping[str, Any], count: int) -> dict[str, Any]:
 class HyperPodFleet:
     """Reads and changes HyperPod instance groups named by policy rules (no tag discovery: each group
     is named, with its cluster and a max). It reads SageMaker and Slurm's report; what the report says
-    of a node is `domain.slurm_report`'s rule."""
+    of a node is `domain.slurm_report`'s rule. Long because observing, sizing and removing by id share
+    one cluster read and one clock; whose report is read lives apart (`ReportSources`)."""
 
     sagemaker: Any
     cloudwatch: Any

@@ -196,6 +196,23 @@ class QueueDemand(Frozen):
     queue_url: str = Field(pattern=r"^https?://\S+$")
     gpus_per_message: float = Field(default=1.0, gt=0, le=1024)
     in_flight: bool = False  # kept for old policies: in-flight messages now always count as running work
+    # A FIFO queue runs one message of a message group at a time, and SQS counts no groups: the most
+    # message groups with work at once, so no more runners are asked than can start (docs/scaler.md).
+    message_groups: int | None = Field(default=None, ge=1, le=defaults.MAX_BACKLOG_ITEMS)
+
+    @property
+    def fifo(self) -> bool:
+        """A FIFO queue: SQS makes every FIFO queue's name end in .fifo, and no standard queue's name may
+        hold a dot, so the URL says it (no attribute to read)."""
+        return self.queue_url.rstrip("/").endswith(".fifo")
+
+    @model_validator(mode="after")
+    def _groups_of_fifo_only(self) -> Self:
+        if self.message_groups is not None and not self.fifo:
+            raise ValueError(
+                "message_groups is for a FIFO queue (its name ends in .fifo); a standard queue runs any message"
+            )
+        return self
 
 
 class MetricDemand(Frozen):

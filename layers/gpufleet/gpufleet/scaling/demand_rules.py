@@ -161,6 +161,7 @@ def sharer(m: Member, gpn: float, unit: float, starting: Starting, run: Tick, ro
         nodes_per_unit=1 if per_node else max(1, math.ceil(unit / gpn - 1e-9)),
         ready=ready if room else 0,
         in_service=len(serving),
+        protected=sum(1 for i in serving if i.protected_from_scale_in),  # marked or protected: holds its own
         coming=pending + max(0, obs.desired - listed) + len(starting.ids),
         growth=growth(obs, s, run.now),
     )

@@ -7,9 +7,11 @@ first, then a spot group before its fallback, then by key. Waiting work first fi
 free nodes already have (any runner takes the next message), then each group in order takes what it can
 still grow by; the last takes the rest (and says "already at max" when it cannot).
 
-Running work (SQS: in-flight messages) holds nodes. Which nodes is not said, so each group keeps up to that
-many nodes while it runs (fail closed: never a busy runner removed); the busy marker on the node itself
-(instance scale-in protection) is what lets the idle ones go sooner.
+Running work (SQS: in-flight messages) holds nodes. Which nodes is not said, but a node whose worker
+marked it busy (`gpufleet-node busy`, kept as instance scale-in protection) or that is protected holds
+one: the in-flight units those nodes account for are held by them, across every group of the source.
+Only the units no protected node accounts for hold unprotected nodes, up to that many in each group
+(fail closed: never a busy runner removed). Where nobody marks, that is every running unit, as before.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class Sharer(Frozen):
     nodes_per_unit: int = Field(default=1, ge=1)  # nodes one unit needs (more than 1 only when per_node is 0)
     ready: int = Field(default=0, ge=0)  # InService nodes that can serve GPUs: room for waiting units
     in_service: int = Field(default=0, ge=0)  # every InService node, ready or not: any may run a unit
+    protected: int = Field(default=0, ge=0)  # InService nodes protected from scale-in (busy marks among them)
     coming: int = Field(default=0, ge=0)  # nodes booting or asked for
     growth: int = Field(default=0, ge=0)  # nodes it may still add (effective max - desired)
 
@@ -59,23 +62,44 @@ def bounded_count(value: float | int) -> int:
     return int(min(max(0, math.ceil(value)), defaults.MAX_BACKLOG_ITEMS))
 
 
+def fifo_startable(visible: int, in_flight: int, message_groups: int | None) -> int:
+    """Waiting messages of a FIFO queue that runners can start now. SQS returns no message of a message
+    group while another of it is in flight, yet counts them all as visible, and counts no groups. Known
+    groups: the groups with work, less those in flight (each in-flight message taken to hold its own
+    group), bounded by the messages. Unknown: at most one beyond the runners at work, so a free group
+    still starts and runners grow one at a time while each new one finds work, never the whole backlog."""
+    if message_groups is None:
+        return min(visible, 1)
+    return min(visible, max(0, message_groups - in_flight))
+
+
 def split_backlog(sharers: Sequence[Sharer], visible: int, in_flight: int) -> dict[str, Share]:
     """Each group's share of a backlog of `visible` waiting units and `in_flight` running ones.
 
-    Held (fail closed): which nodes run the in-flight units is not said, so each group keeps as many of its
-    InService nodes as those units could be spread over (one node each, or the nodes a unit bigger than a
-    node needs), ready or not. Room (for waiting units): the running units are taken to fill the groups'
-    ready nodes first, in order, each group at its own units per node; the nodes left take waiting units,
-    and those nodes are held too (they are the room the waiting units use)."""
+    Held (fail closed): a protected node accounts for one in-flight unit (a share of one, where a unit needs
+    several nodes) and counts as held while units run (protection beyond them keeps a node, not a run);
+    `unaccounted_units` are the rest, which the source cannot place, so each group also keeps as many of
+    its unprotected InService nodes as those units could be spread over, ready or not. Never more than
+    without protection: where nobody marks, every running unit holds, as before.
+
+    Room (for waiting units): the running units are taken to fill the groups' ready nodes first, in order,
+    each group at its own units per node; the nodes left take waiting units, and those nodes are held too
+    (they are the room the waiting units use)."""
     ordered = share_order(sharers)
-    busy_left, cover_left = in_flight, visible
+    unplaced = unaccounted_units(ordered, in_flight)
+    marked_left = in_flight - unplaced  # units a protected node runs: that node is busy, no other room is
+    busy_left, cover_left = unplaced, visible
     taking: dict[str, int] = {}
     for s in ordered:
         if s.per_node == 0:
             taking[s.key] = 0
             continue
-        busy = min(s.ready, -(-busy_left // s.per_node))
-        busy_left = max(0, busy_left - busy * s.per_node)
+        marked = min(marked_left, min(s.protected, s.in_service) // s.nodes_per_unit)
+        marked_left -= marked
+        busy = min(s.ready, marked * s.nodes_per_unit)
+        placed = min(s.ready - busy, -(-busy_left // s.per_node))
+        busy_left = max(0, busy_left - placed * s.per_node)
+        busy += placed
         covered = min(cover_left, (s.ready - busy) * s.per_node)
         cover_left -= covered
         taking[s.key] = -(-covered // s.per_node)
@@ -84,9 +108,19 @@ def split_backlog(sharers: Sequence[Sharer], visible: int, in_flight: int) -> di
         last = i == len(ordered) - 1
         take = cover_left if last else min(cover_left, (s.coming + s.growth) * s.per_node)
         cover_left -= take
-        running = in_flight * s.nodes_per_unit
+        protected = min(s.protected, s.in_service)  # held by their runs, up to the nodes the runs need
+        running = min(protected, in_flight * s.nodes_per_unit)
+        running += min(s.in_service - protected, unplaced * s.nodes_per_unit)
         out[s.key] = Share(key=s.key, waiting=take, held_nodes=min(s.in_service, running + taking[s.key]))
     return out
+
+
+def unaccounted_units(sharers: Iterable[Sharer], in_flight: int) -> int:
+    """In-flight units that no protected node accounts for. A protected node is taken to run one unit (or
+    its share of one that needs several nodes), never more: a node marked for one job must not let a
+    runner of another go. Protection nobody explains counts too; it is never a victim either way."""
+    accounted = sum(min(s.protected, s.in_service) // s.nodes_per_unit for s in sharers)
+    return max(0, in_flight - accounted)
 
 
 # ---- GPU-ready nodes ----
