@@ -342,6 +342,21 @@ def _set_lifecycle(group: str, instance_ids: list[str], state: str) -> None:
         pass
 
 
+def set_hyperpod_node_status(endpoint: str, cluster: str, node_ids: list[str], status: str) -> int:
+    """[emulated] What HyperPod says of some nodes (DeepHealthCheckInProgress, Failure, ...): the
+    emulation's POST (rehearsal.moto_hyperpod.set_node_status); how many nodes changed."""
+    import urllib.request
+
+    from rehearsal import moto_hyperpod
+
+    body = json.dumps({"cluster": cluster, "node_ids": node_ids, "status": status}).encode()
+    req = urllib.request.Request(
+        f"{endpoint}{moto_hyperpod.NODE_STATUS_PATH}", body, {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=10) as answer:  # moto on 127.0.0.1
+        return int(json.loads(answer.read())["changed"])
+
+
 def hold_out_of_service(autoscaling: Any, asg: str, instance_ids: list[str]) -> None:
     """[emulated spot outage] instances the ASG asked for but EC2 could not deliver stay Pending (moto
     would have them InService at once), so desired - in service is the unfulfilled capacity, as in AWS."""

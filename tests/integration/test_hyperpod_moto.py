@@ -54,6 +54,11 @@ ATTRITION = NO_DEMAND.replace("    max: 4\n", "    max: 4\n    consolidate: attr
 
 @pytest.fixture
 def hyperpod(aws: str, tmp_path: Path) -> Fleet:
+    return hyperpod_fleet(aws, tmp_path)
+
+
+def hyperpod_fleet(aws: str, tmp_path: Path) -> Fleet:
+    """slurm-a's gpu-workers at 0 of max 4, sized by Slurm's backlog (POLICY), on moto server."""
     clients = fleet.Clients.create()
     fleet.create_state_table(clients.dynamodb, TABLE)
     moto_hyperpod.create_cluster(boto3.client("sagemaker"), "slurm-a", "gpu-workers", tags=fleet.MANAGED_TAG)

@@ -6,8 +6,6 @@ replaces it within the same count) is not replaced by a count increase. Before, 
 
 from __future__ import annotations
 
-import json
-import urllib.request
 from datetime import timedelta
 from pathlib import Path
 
@@ -15,9 +13,9 @@ import boto3
 import pytest
 
 from gpufleet.domain import defaults
-from rehearsal import fleet, moto_hyperpod
-from tests.integration.conftest import TABLE, Fleet
-from tests.integration.test_hyperpod_moto import DIMS, POLICY, T0, _group, _nodes, _own, _put, _tick
+from rehearsal import fleet
+from tests.integration.conftest import Fleet
+from tests.integration.test_hyperpod_moto import DIMS, T0, _group, _nodes, _own, _put, _tick, hyperpod_fleet
 
 pytestmark = pytest.mark.integration
 
@@ -25,22 +23,12 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def hyperpod(aws: str, tmp_path: Path) -> Fleet:
     """test_hyperpod_moto's cluster and policy: gpu-workers at 0 of max 4, sized by Slurm's backlog."""
-    clients = fleet.Clients.create()
-    fleet.create_state_table(clients.dynamodb, TABLE)
-    moto_hyperpod.create_cluster(boto3.client("sagemaker"), "slurm-a", "gpu-workers", tags=fleet.MANAGED_TAG)
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(POLICY)
-    return Fleet(clients=clients, policy_path=policy, endpoint=aws, backing_asg="")
+    return hyperpod_fleet(aws, tmp_path)
 
 
 def _set_status(f: Fleet, nodes: list[str], status: str) -> None:
-    """What HyperPod would say of the nodes (the emulation's POST, as the rehearsal sets it)."""
-    body = json.dumps({"cluster": "slurm-a", "node_ids": nodes, "status": status}).encode()
-    request = urllib.request.Request(
-        f"{f.endpoint}{moto_hyperpod.NODE_STATUS_PATH}", body, {"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=10) as answer:  # moto on 127.0.0.1
-        assert json.loads(answer.read())["changed"] == len(nodes)
+    """What HyperPod would say of the nodes."""
+    assert fleet.set_hyperpod_node_status(f.endpoint, "slurm-a", nodes, status) == len(nodes)
 
 
 def _grown_to_two(f: Fleet) -> list[str]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -37,6 +36,7 @@ from rehearsal.loopback import serve
 from tests.conftest import RECORDER
 from tests.iam.test_conformance import denials
 from tests.integration.conftest import count_calls
+from tests.tls import self_signed_certificate
 
 pytestmark = pytest.mark.integration
 TOKEN = "gpufleet-local-token"
@@ -347,15 +347,8 @@ def test_a_large_page_arrives_gzipped_and_whole(api: tuple[KubeApi, str]) -> Non
 
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
-    folder = tmp_path_factory.mktemp("tls")
-    cert, key = folder / "api.crt", folder / "api.key"
-    command = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=kube-api"]
-    command += ["-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)]
-    try:
-        subprocess.run(command, check=True, capture_output=True, timeout=60)
-    except (OSError, subprocess.CalledProcessError) as err:
-        pytest.skip(f"no openssl to make a test certificate: {err}")
-    return str(cert), str(key)
+    """A self-signed certificate for 127.0.0.1."""
+    return self_signed_certificate(tmp_path_factory.mktemp("tls"))
 
 
 def test_https_trusts_the_clusters_own_certificate_authority(certificate: tuple[str, str]) -> None:

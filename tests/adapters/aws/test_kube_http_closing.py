@@ -9,7 +9,6 @@ from __future__ import annotations
 import gc
 import gzip
 import json
-import subprocess
 import time
 import warnings
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ import pytest
 from gpufleet.kubernetes import client as kube_http
 from gpufleet.kubernetes.client import ApiServer, Connection, HttpProblem, Pace
 from rehearsal.loopback import serve
+from tests.tls import self_signed_certificate
 
 KB = 1024
 SIZES = [1 * KB, 9 * KB, 64 * KB, 2 * KB * KB]  # under the first read, just over it, a few reads, pages' size
@@ -37,16 +37,8 @@ FRAMINGS = {  # how the answer says it ends: its status line and the headers tha
 
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
-    """A self-signed certificate for 127.0.0.1 (as tests/integration/test_kubernetes_reader.py makes it)."""
-    folder = tmp_path_factory.mktemp("tls")
-    cert, key = folder / "api.crt", folder / "api.key"
-    command = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=kube-api"]
-    command += ["-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)]
-    try:
-        subprocess.run(command, check=True, capture_output=True, timeout=60)
-    except (OSError, subprocess.CalledProcessError) as err:
-        pytest.skip(f"no openssl to make a test certificate: {err}")
-    return str(cert), str(key)
+    """A self-signed certificate for 127.0.0.1 (tests/tls.py)."""
+    return self_signed_certificate(tmp_path_factory.mktemp("tls"))
 
 
 def document(size: int) -> bytes:

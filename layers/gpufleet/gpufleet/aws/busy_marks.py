@@ -8,7 +8,7 @@ the tick that weighs a scale-in (`marked`), and the last look right before every
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -31,6 +31,16 @@ class Kept:
 
 class MarksUnreadable(RuntimeError):
     """The busy table could not be read: no node of an ASG-backed group may be removed on this read."""
+
+
+def auto_scaling_instances(autoscaling: Any, ids: Sequence[str]) -> dict[str, Mapping[str, Any]]:
+    """DescribeAutoScalingInstances for any number of ids, 50 a call: id -> the instance as Auto Scaling
+    says it now (its group, lifecycle, protection); an id no group holds is absent."""
+    seen: dict[str, Mapping[str, Any]] = {}
+    for batch in chunks(list(ids), defaults.DESCRIBE_ASG_INSTANCES_MAX_IDS):
+        page = autoscaling.describe_auto_scaling_instances(InstanceIds=list(batch))
+        seen.update({i["InstanceId"]: i for i in page.get("AutoScalingInstances", [])})
+    return seen
 
 
 def _flat(item: dict[str, Any]) -> dict[str, str]:
@@ -109,10 +119,7 @@ class BusyMarks:
     def _left_every_asg(self, ids: Sequence[str]) -> list[str]:
         """The instances no Auto Scaling group holds any more (terminated, or detached to none): a node in
         another group or a warm pool keeps its mark."""
-        known: set[str] = set()
-        for batch in chunks(list(ids), defaults.DESCRIBE_ASG_INSTANCES_MAX_IDS):
-            page = self.autoscaling.describe_auto_scaling_instances(InstanceIds=list(batch))
-            known |= {i["InstanceId"] for i in page.get("AutoScalingInstances", [])}
+        known = auto_scaling_instances(self.autoscaling, ids)
         return [iid for iid in ids if iid not in known]
 
     def _set(self, asg: str, ids: Sequence[str], protected: bool) -> list[str]:

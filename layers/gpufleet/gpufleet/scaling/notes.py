@@ -300,31 +300,40 @@ def forged_series_note(group: str, verdict: Verdict, at: datetime, event_id: str
     )
 
 
-def unexplained_protection_note(group: str, instances: Sequence[str], at: datetime, region: str) -> Notification:
-    """Scale-in protection that gpufleet did not set and no busy mark explains: the nodes are kept (never
-    removed: someone protected them for a reason gpufleet cannot see), and told once per group and set of
-    nodes (a stable id folds every later tick into it). Nodes cannot set protection any more (their role
-    lacks SetInstanceProtection), so this is a principal with Auto Scaling rights: your own tooling, a
-    person, or a forger keeping nodes (money)."""
-    shown = ", ".join(instances[:20]) + (f" (+{len(instances) - 20} more)" if len(instances) > 20 else "")
+def _kept_nodes_note(
+    key: str, group: str, instances: Sequence[str], kept: str, reason: str, shown: str, at: datetime, region: str
+) -> Notification:
+    """A group's nodes kept from scale-in by something on-call should look at: one incident per group
+    (`key`), one notification per set of nodes (a stable id folds every later tick into it)."""
     return note(
         NotificationKind.CONTROL,
         Severity.WARNING,
         group,
-        f"{group}: {len(instances)} node(s) scale-in protected by someone else, kept",
+        f"{group}: {len(instances)} node(s) {kept}, kept",
         at=at,
         source="scaler",
-        id_parts=("unexplained-protection", group, *sorted(instances)),
-        reason=(
-            "Protection gpufleet did not set and no busy mark (gpufleet-node busy) explains keeps these nodes "
-            "from every scale-in. If no tool of yours protects them, look in CloudTrail for "
-            "SetInstanceProtection calls; clear it with `aws autoscaling set-instance-protection "
-            "--no-protected-from-scale-in`."
-        ),
+        id_parts=(key, group, *sorted(instances)),
+        reason=reason,
         facts={"instances": shown or "-"},
-        incident_key=f"unexplained-protection:{group}",
+        incident_key=f"{key}:{group}",
         links=console_links(group, region, None),
     )
+
+
+def unexplained_protection_note(group: str, instances: Sequence[str], at: datetime, region: str) -> Notification:
+    """Scale-in protection that gpufleet did not set and no busy mark explains: the nodes are kept (never
+    removed: someone protected them for a reason gpufleet cannot see), and told once per group and set of
+    nodes. Nodes cannot set protection any more (their role lacks SetInstanceProtection), so this is a
+    principal with Auto Scaling rights: your own tooling, a person, or a forger keeping nodes (money)."""
+    shown = ", ".join(instances[:20]) + (f" (+{len(instances) - 20} more)" if len(instances) > 20 else "")
+    reason = (
+        "Protection gpufleet did not set and no busy mark (gpufleet-node busy) explains keeps these nodes "
+        "from every scale-in. If no tool of yours protects them, look in CloudTrail for "
+        "SetInstanceProtection calls; clear it with `aws autoscaling set-instance-protection "
+        "--no-protected-from-scale-in`."
+    )
+    kept = "scale-in protected by someone else"
+    return _kept_nodes_note("unexplained-protection", group, instances, kept, reason, shown, at, region)
 
 
 def busy_marks_failed_note(why: str, at: datetime, region: str) -> Notification:
@@ -350,20 +359,12 @@ def stale_mark_note(group: str, instances: Sequence[str], at: datetime, region: 
     """Busy marks older than a day (their `since`): still obeyed (a job may run for days), told once per
     group and set of nodes, because a helper killed with SIGKILL or a reboot leaves its mark behind and
     would keep an idle node for good."""
-    return note(
-        NotificationKind.CONTROL,
-        Severity.WARNING,
-        group,
-        f"{group}: {len(instances)} node(s) marked busy for over a day, kept",
-        at=at,
-        source="scaler",
-        id_parts=("stale-busy-mark", group, *sorted(instances)),
-        reason=(
-            "A busy mark (gpufleet-node busy) keeps its node from every scale-in. If no job runs there any more "
-            "(its helper was killed, the node rebooted), delete its item from the table gpufleet-busy: its key "
-            "is ROLEID:INSTANCE (`aws dynamodb scan --table-name gpufleet-busy` lists them)."
-        ),
-        facts={"instances": ", ".join(instances[:20]) or "-"},
-        incident_key=f"stale-busy-mark:{group}",
-        links=console_links(group, region, None),
+    reason = (
+        "A busy mark (gpufleet-node busy) keeps its node from every scale-in. If no job runs there any more "
+        "(its helper was killed, the node rebooted), delete its item from the table gpufleet-busy: its key "
+        "is ROLEID:INSTANCE (`aws dynamodb scan --table-name gpufleet-busy` lists them)."
+    )
+    shown = ", ".join(instances[:20])
+    return _kept_nodes_note(
+        "stale-busy-mark", group, instances, "marked busy for over a day", reason, shown, at, region
     )

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from gpufleet.aws.asg_shape import asg_node_shape, cluster_of, weighted_why
-from gpufleet.aws.busy_marks import BusyMarks, MarksUnreadable
+from gpufleet.aws.busy_marks import BusyMarks, MarksUnreadable, auto_scaling_instances
 from gpufleet.aws.clients import chunks
 from gpufleet.domain import defaults
 from gpufleet.domain.busy import with_marks
@@ -158,10 +158,7 @@ class AutoScalingReads:
         """The victims Auto Scaling says may not go now (id -> why), read fresh: scale-in protection (a
         queue worker that took a job protects itself; TerminateInstanceInAutoScalingGroup would not stop for
         it), not InService any more, or no longer in the group. One call per 50 ids."""
-        seen: dict[str, Mapping[str, Any]] = {}
-        for batch in chunks(list(victims), defaults.DESCRIBE_ASG_INSTANCES_MAX_IDS):
-            page = self.autoscaling.describe_auto_scaling_instances(InstanceIds=list(batch))
-            seen.update({i["InstanceId"]: i for i in page.get("AutoScalingInstances", [])})
+        seen = auto_scaling_instances(self.autoscaling, victims)
         busy: dict[str, str] = {}
         for v in victims:
             found = seen.get(v)
